@@ -1,0 +1,26 @@
+//! Every `unsafe` block and raw syscall of MCR lives here, behind safe types.
+//!
+//! Each `unsafe` block carries a `SAFETY:` comment naming the invariant it
+//! relies on; the rest of the workspace forbids `unsafe` outright.
+//!
+//! What is here now: the monotonic clock and absolute sleeps ([`clock`]),
+//! batched UDP I/O with `sendmmsg`/`recvmmsg` ([`mmsg`]), socket addresses in
+//! the kernel's layout ([`sockaddr`]), socket options that `socket2` does not
+//! cover ([`sockopt`]), interface lookups ([`iface`]) and process helpers
+//! ([`process`]).
+
+pub mod clock;
+pub mod iface;
+pub mod mmsg;
+pub mod process;
+pub mod sockaddr;
+pub mod sockopt;
+
+/// Turns a `-1` return into the thread's `errno` as an [`std::io::Error`].
+fn check(rc: libc::c_int) -> std::io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}

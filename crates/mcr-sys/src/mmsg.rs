@@ -1,0 +1,311 @@
+//! Batched UDP I/O: many datagrams per `sendmmsg` / `recvmmsg` call.
+//!
+//! The kernel structures (`mmsghdr`, `iovec`) hold raw pointers, so they are
+//! built on the stack for each call from borrowed slices and never outlive it.
+
+use std::io;
+use std::mem;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use crate::sockaddr::{self, RawSockAddr};
+
+/// The most datagrams one call moves.
+pub const MAX_BATCH: usize = 64;
+
+/// One datagram to send: destination and bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    /// Where it goes.
+    pub to: &'a RawSockAddr,
+    /// The UDP payload.
+    pub data: &'a [u8],
+}
+
+/// Sends up to [`MAX_BATCH`] datagrams with one `sendmmsg` call and returns
+/// how many the kernel accepted (it may take fewer than offered).
+pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[Outgoing<'_>], dont_wait: bool) -> io::Result<usize> {
+    let n = msgs.len().min(MAX_BATCH);
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX_BATCH];
+    for (slot, m) in iov.iter_mut().zip(msgs) {
+        // sendmmsg only reads through iov_base; the field is *mut by C's type.
+        slot.iov_base = m.data.as_ptr().cast_mut().cast();
+        slot.iov_len = m.data.len();
+    }
+    // SAFETY: mmsghdr is plain data; all zeroes (null pointers, zero lengths)
+    // is a valid value.
+    let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { mem::zeroed() };
+    let iov_base = iov.as_mut_ptr();
+    for (i, (h, m)) in hdrs.iter_mut().zip(msgs).enumerate() {
+        h.msg_hdr.msg_name = m.to.as_ptr().cast_mut().cast();
+        h.msg_hdr.msg_namelen = m.to.len();
+        h.msg_hdr.msg_iov = iov_base.wrapping_add(i);
+        h.msg_hdr.msg_iovlen = 1;
+    }
+    let flags = if dont_wait { libc::MSG_DONTWAIT } else { 0 };
+    // SAFETY: the first `n` headers point at live iovecs, payloads and
+    // addresses borrowed for the duration of the call; the kernel reads them
+    // and writes only `msg_len` of each header.
+    let rc = unsafe { libc::sendmmsg(fd.as_raw_fd(), hdrs.as_mut_ptr(), n as libc::c_uint, flags) };
+    crate::check(rc).map(|sent| sent as usize)
+}
+
+/// What the kernel said about one received datagram.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecvMeta {
+    /// Bytes written into the buffer.
+    pub len: usize,
+    /// The datagram was longer than the buffer and was cut.
+    pub truncated: bool,
+    /// The sender's address.
+    pub source: Option<SocketAddr>,
+    /// The destination address in the IP header (needs [`crate::sockopt::set_recv_pktinfo`]).
+    pub destination: Option<IpAddr>,
+    /// The socket's running count of datagrams dropped for want of buffer
+    /// space (needs [`crate::sockopt::set_recv_queue_overflow`]); the kernel
+    /// sends it only once it is non-zero.
+    pub queue_drops: Option<u32>,
+}
+
+/// Room for the control messages asked for: one `in6_pktinfo` (the larger
+/// of the two pktinfo kinds) and one `u32` overflow count, with headers and
+/// padding, rounded up generously.
+const CONTROL_BYTES: usize = 128;
+
+/// Buffers for receiving up to `batch` datagrams with one `recvmmsg` call.
+pub struct RecvBatch {
+    buf_bytes: usize,
+    bufs: Vec<u8>,
+    /// `u64` elements keep each control buffer aligned for `cmsghdr`.
+    control: Vec<u64>,
+    names: Vec<libc::sockaddr_storage>,
+    meta: Vec<RecvMeta>,
+    filled: usize,
+}
+
+impl std::fmt::Debug for RecvBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvBatch")
+            .field("batch", &self.meta.len())
+            .field("buf_bytes", &self.buf_bytes)
+            .field("filled", &self.filled)
+            .finish()
+    }
+}
+
+impl RecvBatch {
+    /// Buffers for `batch` (at most [`MAX_BATCH`]) datagrams of up to
+    /// `buf_bytes` each.
+    pub fn new(batch: usize, buf_bytes: usize) -> Self {
+        let batch = batch.clamp(1, MAX_BATCH);
+        RecvBatch {
+            buf_bytes,
+            bufs: vec![0; batch * buf_bytes],
+            control: vec![0; batch * CONTROL_BYTES / 8],
+            names: vec![sockaddr::zeroed_storage(); batch],
+            meta: vec![RecvMeta::default(); batch],
+            filled: 0,
+        }
+    }
+
+    /// Receives what is queued on `fd`, up to the batch size, without
+    /// blocking. Returns how many datagrams arrived (0 when none was queued).
+    pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
+        self.filled = 0;
+        let batch = self.meta.len();
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX_BATCH];
+        let bufs_base = self.bufs.as_mut_ptr();
+        for (i, slot) in iov.iter_mut().take(batch).enumerate() {
+            slot.iov_base = bufs_base.wrapping_add(i * self.buf_bytes).cast();
+            slot.iov_len = self.buf_bytes;
+        }
+        // SAFETY: mmsghdr is plain data; all zeroes is a valid value.
+        let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { mem::zeroed() };
+        let iov_base = iov.as_mut_ptr();
+        let names_base = self.names.as_mut_ptr();
+        let control_base = self.control.as_mut_ptr();
+        for (i, h) in hdrs.iter_mut().take(batch).enumerate() {
+            h.msg_hdr.msg_name = names_base.wrapping_add(i).cast();
+            h.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_iov = iov_base.wrapping_add(i);
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = control_base.wrapping_add(i * CONTROL_BYTES / 8).cast();
+            h.msg_hdr.msg_controllen = CONTROL_BYTES;
+        }
+        // SAFETY: each of the first `batch` headers points at its own buffer
+        // of `buf_bytes`, its own sockaddr_storage and its own CONTROL_BYTES
+        // of control space, all owned by `self` and not otherwise borrowed
+        // during the call; the lengths given are those sizes.
+        let rc = unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                batch as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(0)
+            } else {
+                Err(e)
+            };
+        }
+        let n = rc as usize;
+        for (i, h) in hdrs.iter().take(n).enumerate() {
+            let mut m = RecvMeta {
+                len: h.msg_len as usize,
+                truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+                source: sockaddr::from_storage(&self.names[i], h.msg_hdr.msg_namelen),
+                destination: None,
+                queue_drops: None,
+            };
+            read_control(&h.msg_hdr, &mut m);
+            self.meta[i] = m;
+        }
+        self.filled = n;
+        Ok(n)
+    }
+
+    /// How many datagrams the last [`RecvBatch::recv`] filled in.
+    pub fn len(&self) -> usize {
+        self.filled
+    }
+
+    /// True when the last receive got nothing.
+    pub fn is_empty(&self) -> bool {
+        self.filled == 0
+    }
+
+    /// The `i`-th datagram of the last receive: its bytes and what the kernel
+    /// said about it. Panics if `i >= self.len()`.
+    pub fn get(&self, i: usize) -> (&[u8], &RecvMeta) {
+        assert!(
+            i < self.filled,
+            "datagram {i} of a batch of {}",
+            self.filled
+        );
+        let m = &self.meta[i];
+        let start = i * self.buf_bytes;
+        (&self.bufs[start..start + m.len.min(self.buf_bytes)], m)
+    }
+}
+
+/// Walks the control messages of one received datagram.
+fn read_control(hdr: &libc::msghdr, m: &mut RecvMeta) {
+    // SAFETY: `hdr` is a msghdr the kernel just filled in; its control
+    // pointer and length describe our own buffer, which is still alive.
+    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(hdr) };
+    while !cmsg.is_null() {
+        // SAFETY: CMSG_FIRSTHDR/CMSG_NXTHDR return either null or a pointer
+        // to a complete cmsghdr inside the control buffer.
+        let c = unsafe { &*cmsg };
+        // SAFETY: CMSG_DATA of a valid cmsghdr points inside the same buffer.
+        let data = unsafe { libc::CMSG_DATA(cmsg) };
+        match (c.cmsg_level, c.cmsg_type) {
+            (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                // SAFETY: the kernel wrote an in_pktinfo here; it may be
+                // unaligned, so read it unaligned.
+                let pi = unsafe { std::ptr::read_unaligned(data.cast::<libc::in_pktinfo>()) };
+                m.destination = Some(sockaddr::ip_from_in_addr(pi.ipi_addr));
+            }
+            (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                // SAFETY: the kernel wrote an in6_pktinfo here; read unaligned.
+                let pi = unsafe { std::ptr::read_unaligned(data.cast::<libc::in6_pktinfo>()) };
+                m.destination = Some(IpAddr::V6(Ipv6Addr::from(pi.ipi6_addr.s6_addr)));
+            }
+            (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) => {
+                // SAFETY: the kernel wrote a u32 here; read unaligned.
+                m.queue_drops = Some(unsafe { std::ptr::read_unaligned(data.cast::<u32>()) });
+            }
+            _ => {}
+        }
+        // SAFETY: `hdr` and `cmsg` are valid as above; CMSG_NXTHDR checks the
+        // control length and returns null past the end.
+        cmsg = unsafe { libc::CMSG_NXTHDR(hdr, cmsg) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sockopt;
+    use std::net::UdpSocket;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn batch_over_loopback_carries_payload_and_destination() {
+        let rx = UdpSocket::bind("127.0.0.1:0").expect("bind rx");
+        sockopt::set_recv_pktinfo(rx.as_fd(), false).expect("pktinfo");
+        sockopt::set_recv_queue_overflow(rx.as_fd()).expect("ovfl");
+        let to = RawSockAddr::new(rx.local_addr().expect("addr"));
+        let tx = UdpSocket::bind("127.0.0.1:0").expect("bind tx");
+        let payloads: Vec<Vec<u8>> = (0u8..10).map(|i| vec![i; 100 + i as usize]).collect();
+        let msgs: Vec<Outgoing<'_>> = payloads
+            .iter()
+            .map(|p| Outgoing { to: &to, data: p })
+            .collect();
+        assert_eq!(send_batch(tx.as_fd(), &msgs, false).expect("send"), 10);
+
+        let mut batch = RecvBatch::new(16, 2048);
+        let mut got = Vec::new();
+        while got.len() < 10 {
+            let n = batch.recv(rx.as_fd()).expect("recv");
+            for i in 0..n {
+                let (data, meta) = batch.get(i);
+                assert_eq!(
+                    meta.destination,
+                    Some("127.0.0.1".parse().expect("literal"))
+                );
+                assert_eq!(meta.source, Some(tx.local_addr().expect("addr")));
+                assert!(!meta.truncated);
+                got.push(data.to_vec());
+            }
+        }
+        assert_eq!(got, payloads);
+    }
+
+    #[test]
+    fn a_datagram_longer_than_the_buffer_is_marked_truncated() {
+        let rx = UdpSocket::bind("127.0.0.1:0").expect("bind rx");
+        let to = RawSockAddr::new(rx.local_addr().expect("addr"));
+        let tx = UdpSocket::bind("127.0.0.1:0").expect("bind tx");
+        let big = vec![7u8; 500];
+        send_batch(
+            tx.as_fd(),
+            &[Outgoing {
+                to: &to,
+                data: &big,
+            }],
+            false,
+        )
+        .expect("send");
+        let mut batch = RecvBatch::new(4, 100);
+        let mut n = 0;
+        while n == 0 {
+            n = batch.recv(rx.as_fd()).expect("recv");
+        }
+        let (data, meta) = batch.get(0);
+        assert!(meta.truncated);
+        assert_eq!(data.len(), 100);
+    }
+
+    #[test]
+    fn empty_socket_gives_zero_not_an_error() {
+        let rx = UdpSocket::bind("127.0.0.1:0").expect("bind rx");
+        let mut batch = RecvBatch::new(4, 100);
+        assert_eq!(batch.recv(rx.as_fd()).expect("recv"), 0);
+        assert!(batch.is_empty());
+    }
+}

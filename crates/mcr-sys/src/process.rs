@@ -1,0 +1,147 @@
+//! Process helpers: signals by PID, death of a child with its parent, CPU
+//! pinning, the file-descriptor limit, and who we run as.
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// A signal MCR sends to processes it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// `SIGTERM`: stop cleanly.
+    Term,
+    /// `SIGINT`: stop cleanly, as from a terminal.
+    Int,
+    /// `SIGKILL`: stop now.
+    Kill,
+    /// `SIGHUP`: reload.
+    Hup,
+}
+
+impl Signal {
+    fn number(self) -> libc::c_int {
+        match self {
+            Signal::Term => libc::SIGTERM,
+            Signal::Int => libc::SIGINT,
+            Signal::Kill => libc::SIGKILL,
+            Signal::Hup => libc::SIGHUP,
+        }
+    }
+}
+
+/// Sends `signal` to the process `pid`.
+pub fn send_signal(pid: u32, signal: Signal) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a process id"))?;
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours; a
+    // positive pid names exactly one process, never a group.
+    let rc = unsafe { libc::kill(pid, signal.number()) };
+    crate::check(rc).map(|_| ())
+}
+
+/// Makes the child that `cmd` starts receive SIGKILL when the thread that
+/// spawned it ends, so a test or benchmark that dies leaves no process
+/// behind. The request survives `exec` (and `ip netns exec`).
+pub fn kill_with_parent(cmd: &mut Command) {
+    // SAFETY: getpid is async-signal-safe and touches no memory.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure runs in the forked child before exec; it calls only
+    // prctl and getppid, both async-signal-safe, and allocates nothing.
+    unsafe { cmd.pre_exec(move || die_with_parent(parent)) };
+}
+
+/// In a freshly forked child: ask for SIGKILL when `parent` goes away.
+fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number by value and touches no
+    // memory of ours.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    crate::check(rc)?;
+    // The parent may have died before the request was in place.
+    // SAFETY: getppid cannot fail and touches no memory.
+    if unsafe { libc::getppid() } != parent {
+        return Err(io::Error::other("parent exited before the child started"));
+    }
+    Ok(())
+}
+
+/// Pins the calling thread to one CPU.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("no CPU {cpu}"),
+        ));
+    }
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` was checked to be below CPU_SETSIZE, so the bit is
+    // inside `set`.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 means the
+    // calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    crate::check(rc).map(|_| ())
+}
+
+/// Raises the soft limit on open file descriptors to the hard limit and
+/// returns the new soft limit.
+pub fn raise_fd_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit.
+    crate::check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: `lim` is a valid rlimit that the kernel only reads.
+    crate::check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })?;
+    Ok(lim.rlim_cur)
+}
+
+/// The effective user id of this process.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_reach_a_child_by_pid() {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        kill_with_parent(&mut cmd);
+        let mut child = cmd.spawn().expect("spawn sleep");
+        send_signal(child.id(), Signal::Kill).expect("kill");
+        let status = child.wait().expect("wait");
+        assert!(!status.success());
+    }
+
+    #[test]
+    fn zero_is_not_a_pid() {
+        assert!(send_signal(0, Signal::Term).is_err());
+    }
+
+    #[test]
+    fn fd_limit_can_be_raised() {
+        assert!(raise_fd_limit().expect("rlimit") >= 1024);
+    }
+
+    #[test]
+    fn pinning_to_cpu0_works_and_a_huge_cpu_is_refused() {
+        pin_current_thread(0).expect("cpu 0");
+        assert!(pin_current_thread(1 << 20).is_err());
+    }
+}

@@ -1,0 +1,181 @@
+//! Line topologies: gen → relay 1 → … → relay n → sink.
+
+use std::net::Ipv4Addr;
+
+use crate::{Ns, Result, Testbed};
+
+/// gen → relay 1 → … → relay n → sink.
+///
+/// Link `k` (0-based, from the generator) joins node `k` on interface
+/// `veth{2k}` with address 10.0.k.1/24 to node `k+1` on `veth{2k+1}` with
+/// 10.0.k.2/24. Every node has routes to every subnet of the line, so
+/// unicast and the kernel's reverse-path checks work end to end; IP
+/// forwarding stays off.
+#[derive(Debug)]
+pub struct Pipeline {
+    /// The namespaces (removed when this is dropped).
+    pub tb: Testbed,
+    /// The generator's namespace.
+    pub generator: Ns,
+    /// The relays' namespaces, from the generator's side.
+    pub relays: Vec<Ns>,
+    /// The sink's namespace.
+    pub sink: Ns,
+}
+
+impl Pipeline {
+    /// Builds a line with `relays` relay namespaces (at least 1).
+    pub fn new(tag: &str, relays: usize) -> Result<Pipeline> {
+        let relays = relays.max(1);
+        let mut tb = Testbed::new(tag)?;
+        let mut nodes = vec![tb.ns("gen")?];
+        for i in 1..=relays {
+            nodes.push(tb.ns(&if relays == 1 {
+                "relay".to_string()
+            } else {
+                format!("relay{i}")
+            })?);
+        }
+        nodes.push(tb.ns("sink")?);
+        for ns in &nodes {
+            ns.rp_filter_off()?;
+        }
+        let links = nodes.len() - 1;
+        for k in 0..links {
+            let (a_if, b_if) = Self::link_ifs(k);
+            let (a_ip, b_ip) = Self::link_addrs(k);
+            tb.veth(&nodes[k], &a_if, &nodes[k + 1], &b_if)?;
+            nodes[k].addr(&a_if, &format!("{a_ip}/24"))?;
+            nodes[k + 1].addr(&b_if, &format!("{b_ip}/24"))?;
+        }
+        for (j, ns) in nodes.iter().enumerate() {
+            for k in 0..links {
+                let subnet = format!("10.0.{k}.0/24");
+                if k > j {
+                    // To the right, through the next node on link j.
+                    ns.route(&[&subnet, "via", &Self::link_addrs(j).1.to_string()])?;
+                } else if k + 1 < j {
+                    // To the left, through the previous node on link j-1.
+                    ns.route(&[&subnet, "via", &Self::link_addrs(j - 1).0.to_string()])?;
+                }
+            }
+        }
+        let sink = nodes.pop().expect("a line has a sink: it was pushed above");
+        let generator = nodes.remove(0);
+        Ok(Pipeline {
+            tb,
+            generator,
+            relays: nodes,
+            sink,
+        })
+    }
+
+    /// The interfaces of link `k`: (`veth{2k}`, `veth{2k+1}`).
+    pub fn link_ifs(k: usize) -> (String, String) {
+        (format!("veth{}", 2 * k), format!("veth{}", 2 * k + 1))
+    }
+
+    /// The addresses of link `k`: (10.0.k.1, 10.0.k.2).
+    pub fn link_addrs(k: usize) -> (Ipv4Addr, Ipv4Addr) {
+        let k = u8::try_from(k).unwrap_or(u8::MAX);
+        (Ipv4Addr::new(10, 0, k, 1), Ipv4Addr::new(10, 0, k, 2))
+    }
+
+    /// Relay `i`'s (0-based) ingress interface and address.
+    pub fn relay_in(i: usize) -> (String, Ipv4Addr) {
+        (Self::link_ifs(i).1, Self::link_addrs(i).1)
+    }
+
+    /// Relay `i`'s (0-based) egress interface and address.
+    pub fn relay_out(i: usize) -> (String, Ipv4Addr) {
+        (Self::link_ifs(i + 1).0, Self::link_addrs(i + 1).0)
+    }
+}
+
+/// The classic three-namespace chain:
+///
+/// ```text
+/// gen (veth0 10.0.0.1/24) ↔ (veth1 10.0.0.2/24) relay (veth2 10.0.1.1/24) ↔ (veth3 10.0.1.2/24) sink
+/// ```
+#[derive(Debug)]
+pub struct Chain {
+    /// The namespaces (removed when this is dropped).
+    pub tb: Testbed,
+    /// The generator's namespace.
+    pub generator: Ns,
+    /// The relay's namespace.
+    pub relay: Ns,
+    /// The sink's namespace.
+    pub sink: Ns,
+}
+
+impl Chain {
+    /// The generator's interface.
+    pub const GEN_IF: &'static str = "veth0";
+    /// The generator's address.
+    pub const GEN_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+    /// The relay's ingress interface.
+    pub const RELAY_IN_IF: &'static str = "veth1";
+    /// The relay's ingress address.
+    pub const RELAY_IN_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+    /// The relay's egress interface.
+    pub const RELAY_OUT_IF: &'static str = "veth2";
+    /// The relay's egress address.
+    pub const RELAY_OUT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 1);
+    /// The sink's interface.
+    pub const SINK_IF: &'static str = "veth3";
+    /// The sink's address.
+    pub const SINK_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
+
+    /// Builds the chain.
+    pub fn new(tag: &str) -> Result<Chain> {
+        let Pipeline {
+            tb,
+            generator,
+            mut relays,
+            sink,
+        } = Pipeline::new(tag, 1)?;
+        let relay = relays
+            .pop()
+            .expect("Pipeline::new(_, 1) makes exactly one relay");
+        Ok(Chain {
+            tb,
+            generator,
+            relay,
+            sink,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_names_match_the_line_scheme() {
+        assert_eq!(
+            Pipeline::link_ifs(0),
+            (Chain::GEN_IF.into(), Chain::RELAY_IN_IF.into())
+        );
+        assert_eq!(
+            Pipeline::link_ifs(1),
+            (Chain::RELAY_OUT_IF.into(), Chain::SINK_IF.into())
+        );
+        assert_eq!(
+            Pipeline::link_addrs(0),
+            (Chain::GEN_ADDR, Chain::RELAY_IN_ADDR)
+        );
+        assert_eq!(
+            Pipeline::link_addrs(1),
+            (Chain::RELAY_OUT_ADDR, Chain::SINK_ADDR)
+        );
+        assert_eq!(
+            Pipeline::relay_in(0),
+            (Chain::RELAY_IN_IF.into(), Chain::RELAY_IN_ADDR)
+        );
+        assert_eq!(
+            Pipeline::relay_out(0),
+            (Chain::RELAY_OUT_IF.into(), Chain::RELAY_OUT_ADDR)
+        );
+    }
+}

@@ -49,3 +49,118 @@ mod tests {
         assert!(index("bad\0name").is_err());
     }
 }
+
+fn ifreq(name: &str) -> io::Result<libc::ifreq> {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() >= libc::IF_NAMESIZE || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("`{name}` is not an interface name"),
+        ));
+    }
+    // SAFETY: ifreq is plain data; all zeroes is valid.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    Ok(req)
+}
+
+/// Runs an interface ioctl that fills `req`, on a throwaway UDP socket.
+fn ioctl(request: libc::c_ulong, req: &mut libc::ifreq) -> io::Result<()> {
+    let sock =
+        std::net::UdpSocket::bind("0.0.0.0:0").or_else(|_| std::net::UdpSocket::bind("[::]:0"))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: `req` is a valid, writable ifreq; the SIOCGIF* requests used
+    // here read its name and write one union member.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), request, req as *mut libc::ifreq) };
+    crate::check(rc).map(|_| ())
+}
+
+/// The hardware (MAC) address of interface `name`.
+pub fn mac(name: &str) -> io::Result<[u8; 6]> {
+    let mut req = ifreq(name)?;
+    ioctl(libc::SIOCGIFHWADDR, &mut req)?;
+    // SAFETY: SIOCGIFHWADDR filled the ifru_hwaddr member of the union.
+    let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
+    let mut m = [0u8; 6];
+    for (d, s) in m.iter_mut().zip(sa.sa_data.iter()) {
+        *d = *s as u8;
+    }
+    Ok(m)
+}
+
+/// The MTU of interface `name`.
+pub fn mtu(name: &str) -> io::Result<u32> {
+    let mut req = ifreq(name)?;
+    ioctl(libc::SIOCGIFMTU, &mut req)?;
+    // SAFETY: SIOCGIFMTU filled the ifru_mtu member of the union.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    Ok(mtu.max(0) as u32)
+}
+
+/// The IP addresses (both families) of interface `name`, IPv4 first.
+pub fn addresses(name: &str) -> io::Result<Vec<std::net::IpAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head that we free below.
+    crate::check(unsafe { libc::getifaddrs(&mut head) })?;
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, alive
+        // until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let ifname = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        if ifname.to_bytes() == name.as_bytes() && !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points at a sockaddr of the family it names;
+            // sockaddr_storage is large enough to copy any of them into, and
+            // we copy only the size of the family's own type.
+            let family = unsafe { (*ifa.ifa_addr).sa_family } as libc::c_int;
+            let len = match family {
+                libc::AF_INET => std::mem::size_of::<libc::sockaddr_in>(),
+                libc::AF_INET6 => std::mem::size_of::<libc::sockaddr_in6>(),
+                _ => 0,
+            };
+            if len > 0 {
+                let mut storage = crate::sockaddr::zeroed_storage();
+                // SAFETY: `len` bytes are readable at ifa_addr (a sockaddr of
+                // that family) and writable in `storage`, which is larger.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        ifa.ifa_addr.cast::<u8>(),
+                        (&raw mut storage).cast::<u8>(),
+                        len,
+                    )
+                };
+                if let Some(a) = crate::sockaddr::from_storage(&storage, len as libc::socklen_t) {
+                    out.push(a.ip());
+                }
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from getifaddrs and is freed exactly once.
+    unsafe { libc::freeifaddrs(head) };
+    out.sort_by_key(|a| a.is_ipv6());
+    Ok(out)
+}
+
+#[cfg(test)]
+mod more_tests {
+    use super::*;
+
+    #[test]
+    fn loopback_has_a_zero_mac_an_mtu_and_127_0_0_1() {
+        assert_eq!(mac("lo").expect("mac"), [0; 6]);
+        assert!(mtu("lo").expect("mtu") >= 1500);
+        let addrs = addresses("lo").expect("addrs");
+        assert!(
+            addrs.contains(&"127.0.0.1".parse().expect("literal")),
+            "{addrs:?}"
+        );
+        assert!(mac("no-such-if0").is_err());
+        assert!(mac("").is_err());
+        assert!(addresses("no-such-if0").expect("empty list").is_empty());
+    }
+}

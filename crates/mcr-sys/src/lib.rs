@@ -4,14 +4,18 @@
 //! relies on; the rest of the workspace forbids `unsafe` outright.
 //!
 //! What is here now: the monotonic clock and absolute sleeps ([`clock`]),
-//! batched UDP I/O with `sendmmsg`/`recvmmsg` ([`mmsg`]), socket addresses in
+//! readiness for many sockets ([`epoll`]),
+//! batched UDP I/O with `sendmmsg`/`recvmmsg` ([`mmsg`]), AF_PACKET frame
+//! sockets ([`packet`]), socket addresses in
 //! the kernel's layout ([`sockaddr`]), socket options that `socket2` does not
 //! cover ([`sockopt`]), interface lookups ([`iface`]) and process helpers
 //! ([`process`]).
 
 pub mod clock;
+pub mod epoll;
 pub mod iface;
 pub mod mmsg;
+pub mod packet;
 pub mod process;
 pub mod sockaddr;
 pub mod sockopt;

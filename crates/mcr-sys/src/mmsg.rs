@@ -16,8 +16,8 @@ pub const MAX_BATCH: usize = 64;
 /// One datagram to send: destination and bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct Outgoing<'a> {
-    /// Where it goes.
-    pub to: &'a RawSockAddr,
+    /// Where it goes; `None` on a connected socket.
+    pub to: Option<&'a RawSockAddr>,
     /// The UDP payload.
     pub data: &'a [u8],
 }
@@ -43,8 +43,10 @@ pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[Outgoing<'_>], dont_wait: bool) ->
     let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { mem::zeroed() };
     let iov_base = iov.as_mut_ptr();
     for (i, (h, m)) in hdrs.iter_mut().zip(msgs).enumerate() {
-        h.msg_hdr.msg_name = m.to.as_ptr().cast_mut().cast();
-        h.msg_hdr.msg_namelen = m.to.len();
+        if let Some(to) = m.to {
+            h.msg_hdr.msg_name = to.as_ptr().cast_mut().cast();
+            h.msg_hdr.msg_namelen = to.len();
+        }
         h.msg_hdr.msg_iov = iov_base.wrapping_add(i);
         h.msg_hdr.msg_iovlen = 1;
     }
@@ -54,6 +56,12 @@ pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[Outgoing<'_>], dont_wait: bool) ->
     // and writes only `msg_len` of each header.
     let rc = unsafe { libc::sendmmsg(fd.as_raw_fd(), hdrs.as_mut_ptr(), n as libc::c_uint, flags) };
     crate::check(rc).map(|sent| sent as usize)
+}
+
+/// True for the errors that mean "the queue below is full, try again
+/// shortly" (`ENOBUFS`, `EAGAIN`), as opposed to a real failure.
+pub fn is_queue_full(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOBUFS) || e.kind() == io::ErrorKind::WouldBlock
 }
 
 /// What the kernel said about one received datagram.
@@ -254,7 +262,10 @@ mod tests {
         let payloads: Vec<Vec<u8>> = (0u8..10).map(|i| vec![i; 100 + i as usize]).collect();
         let msgs: Vec<Outgoing<'_>> = payloads
             .iter()
-            .map(|p| Outgoing { to: &to, data: p })
+            .map(|p| Outgoing {
+                to: Some(&to),
+                data: p,
+            })
             .collect();
         assert_eq!(send_batch(tx.as_fd(), &msgs, false).expect("send"), 10);
 
@@ -285,7 +296,7 @@ mod tests {
         send_batch(
             tx.as_fd(),
             &[Outgoing {
-                to: &to,
+                to: Some(&to),
                 data: &big,
             }],
             false,

@@ -9,6 +9,7 @@
 //! [`Ns`] runs `ip` and other commands inside one namespace and spawns
 //! processes there ([`Proc`], killed on drop). [`presets`] builds the
 //! topologies MCR is measured on: chain, pipeline, dual-bridge and star.
+//! [`traffic`] runs `mcrgen` inside them and reads its reports.
 //!
 //! Everything here needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and the
 //! `ip` command from iproute2.
@@ -23,6 +24,7 @@ mod naming;
 mod ns;
 pub mod presets;
 mod process;
+pub mod traffic;
 
 pub use bed::{BridgeOptions, Testbed};
 pub use bins::bin;
@@ -84,6 +86,20 @@ pub enum Error {
         name: String,
         /// Where it was looked for.
         path: String,
+    },
+    /// A tool's report could not be read.
+    #[error(
+        "could not read the report of `{what}`: {reason}\n--- stdout:\n{stdout}\n--- stderr:\n{stderr}"
+    )]
+    Report {
+        /// The tool.
+        what: String,
+        /// Why.
+        reason: String,
+        /// What it printed.
+        stdout: String,
+        /// What it printed on stderr.
+        stderr: String,
     },
     /// Another I/O failure.
     #[error("{what}: {source}")]

@@ -4,7 +4,8 @@ use std::net::Ipv4Addr;
 
 use crate::{Ns, Result, Testbed};
 
-/// gen → relay 1 → … → relay n → sink.
+/// gen → relay 1 → … → relay n → sink; with no relays, gen ↔ sink over a
+/// single veth pair.
 ///
 /// Link `k` (0-based, from the generator) joins node `k` on interface
 /// `veth{2k}` with address 10.0.k.1/24 to node `k+1` on `veth{2k+1}` with
@@ -24,9 +25,8 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// Builds a line with `relays` relay namespaces (at least 1).
+    /// Builds a line with `relays` relay namespaces (0 for a direct link).
     pub fn new(tag: &str, relays: usize) -> Result<Pipeline> {
-        let relays = relays.max(1);
         let mut tb = Testbed::new(tag)?;
         let mut nodes = vec![tb.ns("gen")?];
         for i in 1..=relays {

@@ -3,7 +3,7 @@
 //! | preset | shape |
 //! |---|---|
 //! | [`Chain`] | gen (veth0 10.0.0.1) ↔ (veth1 10.0.0.2) relay (veth2 10.0.1.1) ↔ (veth3 10.0.1.2) sink |
-//! | [`Pipeline`] | gen → relay 1 → … → relay n → sink, link k on 10.0.k.0/24 |
+//! | [`Pipeline`] | gen → relay 1 → … → relay n → sink, link k on 10.0.k.0/24 (0 relays: one veth link) |
 //! | [`DualBridge`] | senders and the relay's ingress on br0, the relay's egress and sinks on br1, no route between |
 //! | [`Star`] | gen → relay → K egress links, one sink namespace each |
 //!

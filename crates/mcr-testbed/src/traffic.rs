@@ -1,0 +1,111 @@
+//! Running `mcrgen` inside a test bed's namespaces and reading its reports.
+
+use std::time::Duration;
+
+use mcrgen::impair::ImpairReport;
+use mcrgen::report::{RecvReport, SendReport};
+
+use crate::Signal;
+
+use crate::{Error, Finished, Ns, Proc, Result, bin};
+
+/// A running `mcrgen recv`, started with `--json`.
+#[derive(Debug)]
+pub struct Receiver {
+    proc: Proc,
+}
+
+/// A finished `mcrgen recv`: its report and exit code.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// The parsed report.
+    pub report: RecvReport,
+    /// The exit code (0: clean or no expectation; 1: the expectation failed).
+    pub code: Option<i32>,
+    /// What it printed on stderr.
+    pub stderr: String,
+}
+
+impl Receiver {
+    /// Starts `mcrgen recv --json ARGS...` in `ns` and waits until it has
+    /// joined its groups and is ready for traffic.
+    pub fn start(ns: &Ns, args: &[&str]) -> Result<Receiver> {
+        let mut cmd = ns.command(bin("mcrgen")?);
+        cmd.arg("recv").arg("--json").args(args);
+        let mut proc = ns.spawn(cmd)?;
+        proc.wait_for_stderr("ready:", Duration::from_secs(60))?;
+        Ok(Receiver { proc })
+    }
+
+    /// The receiver's process id.
+    pub fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
+
+    /// Waits for it to stop on its own (expected count, idle timeout,
+    /// duration), at most `timeout`, and reads its report.
+    pub fn finish(self, timeout: Duration) -> Result<Received> {
+        let f = self.proc.finish(timeout)?;
+        Ok(Received {
+            report: parse("mcrgen recv", &f)?,
+            code: f.status.code(),
+            stderr: f.stderr,
+        })
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(what: &str, f: &Finished) -> Result<T> {
+    let line = f
+        .stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("");
+    serde_json::from_str(line).map_err(|e| Error::Report {
+        what: what.to_string(),
+        reason: format!("{e} (exit status {})", f.status),
+        stdout: f.stdout.clone(),
+        stderr: f.stderr.clone(),
+    })
+}
+
+/// Runs `mcrgen send --json ARGS...` in `ns` to completion (at most
+/// `timeout`) and returns its report; a failed run is an error.
+pub fn send(ns: &Ns, args: &[&str], timeout: Duration) -> Result<SendReport> {
+    let mut cmd = ns.command(bin("mcrgen")?);
+    cmd.arg("send").arg("--json").args(args);
+    let f = ns.spawn(cmd)?.finish(timeout)?;
+    if !f.status.success() {
+        return Err(Error::Report {
+            what: "mcrgen send".into(),
+            reason: format!("it failed ({})", f.status),
+            stdout: f.stdout,
+            stderr: f.stderr,
+        });
+    }
+    parse("mcrgen send", &f)
+}
+
+/// A running `mcrgen impair`, started with `--json`.
+#[derive(Debug)]
+pub struct Impairer {
+    proc: Proc,
+}
+
+impl Impairer {
+    /// Starts `mcrgen impair --json ARGS...` in `ns` and waits until its
+    /// sockets are open.
+    pub fn start(ns: &Ns, args: &[&str]) -> Result<Impairer> {
+        let mut cmd = ns.command(bin("mcrgen")?);
+        cmd.arg("impair").arg("--json").args(args);
+        let mut proc = ns.spawn(cmd)?;
+        proc.wait_for_stderr("ready:", Duration::from_secs(60))?;
+        Ok(Impairer { proc })
+    }
+
+    /// Stops it (SIGTERM) and reads what it did.
+    pub fn stop(self) -> Result<ImpairReport> {
+        let f = self.proc.stop(Signal::Term, Duration::from_secs(30))?;
+        parse("mcrgen impair", &f)
+    }
+}

@@ -1,0 +1,396 @@
+//! `mcrgen impair`: a userspace stand-in for netem between two interfaces.
+//!
+//! Every frame that arrives on the input interface leaves on the output
+//! interface unchanged, except `mcrgen` test packets (IPv4 UDP whose payload
+//! starts with the header's magic), of which a chosen share is:
+//!
+//! - *dropped*;
+//! - *duplicated*: sent twice;
+//! - *reordered*: held back and sent right after the next packet of the same
+//!   destination, so the receiver sees it arrive after a higher sequence
+//!   number (a held packet that no later one overtakes within 20 ms is sent
+//!   as it is and counted as *released in order*);
+//! - *corrupted*: one bit of the pattern flipped, with the UDP checksum
+//!   fixed up, so only a byte-for-byte check of the payload can tell.
+//!
+//! Faults are exclusive per packet and drawn from a seeded generator, so a
+//! run is reproducible. Every fault is counted, so a test can check that a
+//! receiver reports exactly what was done.
+
+mod run;
+
+pub use run::{ImpairConfig, ImpairError, run};
+
+use std::collections::HashMap;
+
+use mcr_core::wire::checksum;
+use mcr_core::wire::ethernet::{ETHERTYPE_IPV4, EthernetHeader};
+use mcr_core::wire::ipv4::{Ipv4Header, PROTO_UDP};
+use mcr_core::wire::udp::UdpHeader;
+use serde::{Deserialize, Serialize};
+use zerocopy::FromBytes;
+
+use crate::payload::{HEADER_LEN, MAGIC};
+
+/// The share (0 to 1) of test packets that suffer each fault.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Faults {
+    /// Dropped.
+    pub loss: f64,
+    /// Sent twice.
+    pub duplicate: f64,
+    /// Sent after the next packet of the same destination.
+    pub reorder: f64,
+    /// One payload bit flipped.
+    pub corrupt: f64,
+}
+
+impl Faults {
+    /// Checks each share is in 0..=1 and together they are at most 1.
+    pub fn validate(&self) -> Result<(), String> {
+        let all = [self.loss, self.duplicate, self.reorder, self.corrupt];
+        if all.iter().any(|p| !(0.0..=1.0).contains(p)) {
+            return Err("each fault's share must be between 0% and 100%".into());
+        }
+        if all.iter().sum::<f64>() > 1.0 + 1e-9 {
+            return Err("the faults' shares add up to more than 100%".into());
+        }
+        Ok(())
+    }
+}
+
+/// What the impairer did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImpairReport {
+    /// Frames read from the input interface.
+    pub frames_in: u64,
+    /// Frames written to the output interface.
+    pub frames_out: u64,
+    /// Frames that were not test packets, passed on unchanged.
+    pub other_frames: u64,
+    /// Test packets seen.
+    pub test_packets: u64,
+    /// Test packets dropped.
+    pub dropped: u64,
+    /// Test packets sent twice.
+    pub duplicated: u64,
+    /// Test packets sent after a later packet of their destination.
+    pub reordered: u64,
+    /// Test packets held back but sent in order for want of a later packet.
+    pub released_in_order: u64,
+    /// Test packets with one payload bit flipped.
+    pub corrupted: u64,
+    /// Frames the output interface refused.
+    pub send_errors: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    Loss,
+    Duplicate,
+    Reorder,
+    Corrupt,
+}
+
+/// Where a test packet goes: destination address and port.
+type Flow = ([u8; 4], u16);
+
+/// The decisions, without I/O.
+#[derive(Debug)]
+pub struct Impairer {
+    faults: Faults,
+    rng: u64,
+    held: HashMap<Flow, Vec<u8>>,
+    report: ImpairReport,
+}
+
+/// Where the UDP payload starts in a test packet, and its flow; `None` for
+/// any other frame.
+fn test_packet(frame: &[u8]) -> Option<(usize, Flow)> {
+    let (eth, rest) = EthernetHeader::ref_from_prefix(frame).ok()?;
+    if eth.ethertype.get() != ETHERTYPE_IPV4 {
+        return None;
+    }
+    let (ip, _) = Ipv4Header::ref_from_prefix(rest).ok()?;
+    if ip.protocol != PROTO_UDP || ip.is_fragment() || ip.header_len() < 20 {
+        return None;
+    }
+    let udp_at = 14 + ip.header_len();
+    let (udp, payload) = UdpHeader::ref_from_prefix(frame.get(udp_at..)?).ok()?;
+    if payload.len() < HEADER_LEN || payload[..4] != MAGIC {
+        return None;
+    }
+    Some((udp_at + 8, (ip.dst, udp.dst_port.get())))
+}
+
+impl Impairer {
+    /// An impairer applying `faults`, drawing from a generator seeded with
+    /// `seed`.
+    pub fn new(faults: Faults, seed: u64) -> Self {
+        Impairer {
+            faults,
+            rng: seed ^ 0x2545_f491_4f6c_dd1d,
+            held: HashMap::new(),
+            report: ImpairReport::default(),
+        }
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        // splitmix64
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// What was done so far.
+    pub fn report(&self) -> ImpairReport {
+        self.report
+    }
+
+    fn emit(&mut self, frame: Vec<u8>, out: &mut Vec<Vec<u8>>) {
+        self.report.frames_out += 1;
+        out.push(frame);
+    }
+
+    /// Takes one arriving frame; appends what to send, in order, to `out`.
+    pub fn frame(&mut self, frame: &[u8], out: &mut Vec<Vec<u8>>) {
+        self.report.frames_in += 1;
+        let Some((payload_at, flow)) = test_packet(frame) else {
+            self.report.other_frames += 1;
+            self.emit(frame.to_vec(), out);
+            return;
+        };
+        self.report.test_packets += 1;
+        let mut copy = frame.to_vec();
+        match self.draw() {
+            Some(Fault::Loss) => {
+                self.report.dropped += 1;
+                return;
+            }
+            Some(Fault::Duplicate) => {
+                self.report.duplicated += 1;
+                self.emit(copy.clone(), out);
+            }
+            // One packet per flow is held at a time; another that draws
+            // this fault meanwhile passes unharmed.
+            Some(Fault::Reorder) if !self.held.contains_key(&flow) => {
+                self.held.insert(flow, copy);
+                return;
+            }
+            Some(Fault::Corrupt) if copy.len() > payload_at + HEADER_LEN => {
+                self.corrupt(&mut copy, payload_at);
+                self.report.corrupted += 1;
+            }
+            _ => {}
+        }
+        self.emit(copy, out);
+        if let Some(h) = self.held.remove(&flow) {
+            self.report.reordered += 1;
+            self.emit(h, out);
+        }
+    }
+
+    /// Which fault, if any, the next test packet suffers.
+    fn draw(&mut self) -> Option<Fault> {
+        let f = self.faults;
+        let r = self.next_f64();
+        let mut edge = 0.0;
+        for (share, fault) in [
+            (f.loss, Fault::Loss),
+            (f.duplicate, Fault::Duplicate),
+            (f.reorder, Fault::Reorder),
+            (f.corrupt, Fault::Corrupt),
+        ] {
+            edge += share;
+            if r < edge {
+                return Some(fault);
+            }
+        }
+        None
+    }
+
+    /// Flips one bit of the pattern (after the payload header) and fixes
+    /// the UDP checksum, so the frame is valid on the wire.
+    fn corrupt(&mut self, frame: &mut [u8], payload_at: usize) {
+        let span = frame.len() - payload_at - HEADER_LEN;
+        let at = payload_at + HEADER_LEN + (self.next_u64() % span as u64) as usize;
+        let bit = 1u8 << (self.next_u64() % 8);
+        // The 16-bit word of the UDP checksum that holds the byte: words
+        // are aligned to the start of the UDP header (payload_at - 8, even).
+        let word_at = at - ((at - (payload_at - 8)) % 2);
+        let word = |f: &[u8]| u16::from_be_bytes([f[word_at], *f.get(word_at + 1).unwrap_or(&0)]);
+        let old = word(frame);
+        frame[at] ^= bit;
+        let new = word(frame);
+        let csum_at = payload_at - 2;
+        let c = u16::from_be_bytes([frame[csum_at], frame[csum_at + 1]]);
+        if c != 0 {
+            let fixed = match checksum::update16(c, old, new) {
+                0 => 0xffff,
+                v => v,
+            };
+            frame[csum_at..csum_at + 2].copy_from_slice(&fixed.to_be_bytes());
+        }
+    }
+
+    /// Sends every held packet as it is (when traffic pauses, or at the end).
+    pub fn flush(&mut self, out: &mut Vec<Vec<u8>>) {
+        let held: Vec<Vec<u8>> = self.held.drain().map(|(_, f)| f).collect();
+        for h in held {
+            self.report.released_in_order += 1;
+            self.emit(h, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload;
+    use mcr_core::wire::{UDP_V4_HEADERS, UdpFrameSpec, write_udp_v4_frame};
+
+    fn frame(seq: u64, port: u16) -> Vec<u8> {
+        let mut f = vec![0u8; UDP_V4_HEADERS + 200];
+        payload::fill(&mut f[UDP_V4_HEADERS..], 0, seq, 1);
+        let spec = UdpFrameSpec {
+            dst_mac: [1, 0, 0x5e, 1, 1, 1],
+            src_mac: [2, 0, 0, 0, 0, 1],
+            src: "10.0.0.1:4000".parse().expect("literal"),
+            dst: std::net::SocketAddrV4::new("239.1.1.1".parse().expect("literal"), port),
+            ttl: 9,
+            dscp: 0,
+            ident: 0,
+        };
+        write_udp_v4_frame(&mut f, &spec, 200).expect("fits");
+        f
+    }
+
+    fn seqs(out: &[Vec<u8>]) -> Vec<u64> {
+        out.iter()
+            .map(|f| match payload::check(&f[UDP_V4_HEADERS..]) {
+                payload::Check::Intact(h) | payload::Check::Damaged(h) => h.seq,
+                other => panic!("not a test packet: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn without_faults_everything_passes_unchanged() {
+        let mut imp = Impairer::new(Faults::default(), 1);
+        let mut out = Vec::new();
+        for s in 0..10 {
+            imp.frame(&frame(s, 5001), &mut out);
+        }
+        imp.frame(b"not even ethernet", &mut out);
+        assert_eq!(seqs(&out[..10]), (0..10).collect::<Vec<_>>());
+        assert_eq!(out[10], b"not even ethernet");
+        assert_eq!(imp.report().other_frames, 1);
+        assert_eq!(imp.report().frames_out, 11);
+    }
+
+    #[test]
+    fn each_fault_does_what_it_says() {
+        let all = |f: Faults| {
+            let mut imp = Impairer::new(f, 7);
+            let mut out = Vec::new();
+            for s in 0..100 {
+                imp.frame(&frame(s, 5001), &mut out);
+            }
+            imp.flush(&mut out);
+            (imp.report(), out)
+        };
+        let (r, out) = all(Faults {
+            loss: 1.0,
+            ..Default::default()
+        });
+        assert_eq!((r.dropped, out.len()), (100, 0));
+        let (r, out) = all(Faults {
+            duplicate: 1.0,
+            ..Default::default()
+        });
+        assert_eq!((r.duplicated, out.len()), (100, 200));
+        let (r, out) = all(Faults {
+            reorder: 1.0,
+            ..Default::default()
+        });
+        // Every other packet is held and overtaken by the next, which is
+        // otherwise unharmed.
+        assert_eq!((r.reordered, r.corrupted), (50, 0));
+        assert_eq!(&seqs(&out)[..4], &[1, 0, 3, 2]);
+        assert!(out.iter().all(|f| matches!(
+            payload::check(&f[UDP_V4_HEADERS..]),
+            payload::Check::Intact(_)
+        )));
+        let (r, out) = all(Faults {
+            corrupt: 1.0,
+            ..Default::default()
+        });
+        assert_eq!(r.corrupted, 100);
+        for f in &out {
+            assert!(matches!(
+                payload::check(&f[UDP_V4_HEADERS..]),
+                payload::Check::Damaged(_)
+            ));
+            let (ip, rest) = Ipv4Header::ref_from_prefix(&f[14..]).expect("ip");
+            let (u, data) = UdpHeader::ref_from_prefix(rest).expect("udp");
+            assert!(
+                u.checksum_ok_v4(ip.src, ip.dst, data),
+                "corruption must keep the checksum valid"
+            );
+        }
+    }
+
+    #[test]
+    fn a_held_packet_waits_only_for_its_own_flow() {
+        let mut imp = Impairer::new(
+            Faults {
+                reorder: 1.0,
+                ..Default::default()
+            },
+            3,
+        );
+        let mut out = Vec::new();
+        imp.frame(&frame(0, 5001), &mut out); // held
+        imp.frame(&frame(0, 5002), &mut out); // held, other flow
+        assert!(out.is_empty());
+        imp.flush(&mut out);
+        assert_eq!(imp.report().released_in_order, 2);
+        assert_eq!(imp.report().reordered, 0);
+    }
+
+    #[test]
+    fn shares_must_be_sane() {
+        assert!(
+            Faults {
+                loss: 0.5,
+                duplicate: 0.6,
+                ..Default::default()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            Faults {
+                loss: -0.1,
+                ..Default::default()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            Faults {
+                loss: 0.1,
+                corrupt: 0.1,
+                ..Default::default()
+            }
+            .validate()
+            .is_ok()
+        );
+    }
+}

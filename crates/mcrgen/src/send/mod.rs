@@ -1,0 +1,354 @@
+//! `mcrgen send`: paced streams from one process, in batches.
+//!
+//! Packet `k` of the run is due at `start + k / rate`; each wake-up sends
+//! every packet that is due (up to a batch at a time), so the average rate
+//! holds even when the scheduler is late, and bursts stay small when it is
+//! not. Streams take turns: packet `k` belongs to stream `k mod S` and
+//! carries sequence number `k div S`.
+//!
+//! Two paths put packets on the wire ([`Via`]): the kernel's UDP sockets
+//! (`sendmmsg` with a destination per packet; any destination, routed, both
+//! families), or whole Ethernet frames built here and sent on an AF_PACKET
+//! socket of the interface (`sendmmsg` too; IPv4 multicast or a neighbour
+//! the kernel already knows). Frames skip the kernel's UDP/IP send path,
+//! which is most of the cost per packet on this kind of machine; on the
+//! wire they are the same UDP datagrams.
+
+mod frames;
+mod udp;
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use mcr_sys::clock::{monotonic_ns, set_timer_slack_ns, sleep_until_ns};
+use mcr_sys::mmsg::{MAX_BATCH, is_queue_full};
+
+use crate::payload::{MAX_PAYLOAD, MIN_PAYLOAD};
+use crate::report::SendReport;
+
+/// How fast to send.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Rate {
+    /// Packets per second, all streams together.
+    Total(f64),
+    /// Packets per second for each stream.
+    PerStream(f64),
+    /// As fast as the machine goes.
+    Max,
+}
+
+/// Which path puts packets on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// Frames when an interface is given and every destination is an IPv4
+    /// group; UDP sockets otherwise.
+    Auto,
+    /// The kernel's UDP sockets.
+    Udp,
+    /// Ethernet frames on an AF_PACKET socket.
+    Frames,
+}
+
+impl std::str::FromStr for Via {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Via::Auto),
+            "udp" => Ok(Via::Udp),
+            "frames" => Ok(Via::Frames),
+            _ => Err(format!("`{s}`: write auto, udp or frames")),
+        }
+    }
+}
+
+/// Everything `send` needs.
+#[derive(Debug, Clone)]
+pub struct SendConfig {
+    /// Destinations, one per stream.
+    pub streams: Vec<SocketAddr>,
+    /// The id of the first stream; the others count up.
+    pub first_id: u32,
+    /// The interface to send on (multicast and unicast alike).
+    pub interface: Option<String>,
+    /// The source address.
+    pub source: Option<IpAddr>,
+    /// TTL (IPv4) or hop limit (IPv6).
+    pub ttl: u32,
+    /// UDP payload size in bytes.
+    pub payload_bytes: usize,
+    /// How fast.
+    pub rate: Rate,
+    /// Packets per stream; `None` for no limit.
+    pub count: Option<u64>,
+    /// How long; `None` for no limit.
+    pub duration: Option<Duration>,
+    /// Pin the sending thread to this CPU.
+    pub cpu: Option<usize>,
+    /// Which path.
+    pub via: Via,
+}
+
+/// Why `send` could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// Payload size out of range.
+    #[error("payload size {0} bytes is outside {MIN_PAYLOAD}-{MAX_PAYLOAD}")]
+    Size(usize),
+    /// Both families in one run.
+    #[error("the streams mix IPv4 and IPv6 destinations; run one sender per family")]
+    MixedFamilies,
+    /// A rate that is not a positive number.
+    #[error("rate {0} is not a positive number of packets per second")]
+    Rate(f64),
+    /// A TTL out of range.
+    #[error("TTL {0} is outside 1-255")]
+    Ttl(u32),
+    /// A source address of the other family.
+    #[error("source address {source_addr} is not of the streams' family")]
+    SourceFamily {
+        /// The address given.
+        source_addr: IpAddr,
+    },
+    /// The frames path cannot serve this configuration.
+    #[error("--via frames: {0}")]
+    Frames(String),
+    /// Setting up failed.
+    #[error("{what}: {source}")]
+    Setup {
+        /// What was being set up.
+        what: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A send failed for a reason other than a full buffer.
+    #[error("sending to {destination}: {source}")]
+    Send {
+        /// The first destination of the failed batch.
+        destination: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+fn setup(what: impl Into<String>) -> impl FnOnce(io::Error) -> SendError {
+    let what = what.into();
+    move |source| SendError::Setup { what, source }
+}
+
+/// A way of putting the run's packets on the wire.
+trait Transmit {
+    /// Builds packets `first .. first + n` of the run, stamped with
+    /// `now_ns`, and sends them all; returns how many sends were retried.
+    fn send(&mut self, first: u64, n: usize, now_ns: u64) -> Result<u64, SendError>;
+    /// The path's name in the report.
+    fn name(&self) -> &'static str;
+}
+
+/// Which stream and sequence number packet `k` of the run carries.
+fn stream_and_seq(k: u64, streams: usize) -> (usize, u64) {
+    let s = streams as u64;
+    ((k % s) as usize, k / s)
+}
+
+/// Sends `n` items with `attempt(offset)`, which sends from `offset` on and
+/// returns how many it sent. A full queue below (ENOBUFS, EAGAIN) is waited
+/// out and the same packets sent again, so no sequence number is skipped.
+/// Returns how many attempts were retried.
+fn send_all(
+    n: usize,
+    mut attempt: impl FnMut(usize) -> io::Result<usize>,
+) -> Result<u64, (usize, io::Error)> {
+    let mut off = 0;
+    let mut retries = 0;
+    while off < n {
+        match attempt(off) {
+            Ok(m) => off += m,
+            Err(e) if is_queue_full(&e) => {
+                retries += 1;
+                sleep_until_ns(monotonic_ns() + 50_000);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((off, e)),
+        }
+    }
+    Ok(retries)
+}
+
+fn validate(cfg: &SendConfig) -> Result<(bool, Option<f64>), SendError> {
+    if !(MIN_PAYLOAD..=MAX_PAYLOAD).contains(&cfg.payload_bytes) {
+        return Err(SendError::Size(cfg.payload_bytes));
+    }
+    if !(1..=255).contains(&cfg.ttl) {
+        return Err(SendError::Ttl(cfg.ttl));
+    }
+    let ipv6 = cfg.streams.first().is_some_and(|a| a.is_ipv6());
+    if cfg.streams.iter().any(|a| a.is_ipv6() != ipv6) {
+        return Err(SendError::MixedFamilies);
+    }
+    if let Some(src) = cfg.source.filter(|s| s.is_ipv6() != ipv6) {
+        return Err(SendError::SourceFamily { source_addr: src });
+    }
+    let pps = match cfg.rate {
+        Rate::Total(r) => Some(r),
+        Rate::PerStream(r) => Some(r * cfg.streams.len() as f64),
+        Rate::Max => None,
+    };
+    if let Some(r) = pps.filter(|r| !(r.is_finite() && *r > 0.0)) {
+        return Err(SendError::Rate(r));
+    }
+    Ok((ipv6, pps))
+}
+
+fn open_path(cfg: &SendConfig, ipv6: bool) -> Result<Box<dyn Transmit>, SendError> {
+    let frames_fit =
+        cfg.interface.is_some() && !ipv6 && cfg.streams.iter().all(|a| a.ip().is_multicast());
+    match cfg.via {
+        Via::Udp => Ok(Box::new(udp::UdpPath::open(cfg, ipv6)?)),
+        Via::Frames => Ok(Box::new(frames::FramePath::open(cfg)?)),
+        Via::Auto if frames_fit => Ok(Box::new(frames::FramePath::open(cfg)?)),
+        Via::Auto => Ok(Box::new(udp::UdpPath::open(cfg, ipv6)?)),
+    }
+}
+
+/// Sends the configured streams until the count, the duration or `stop`
+/// ends the run, and reports what was sent.
+pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError> {
+    let (ipv6, pps) = validate(cfg)?;
+    let mut path = open_path(cfg, ipv6)?;
+    if let Some(cpu) = cfg.cpu {
+        mcr_sys::process::pin_current_thread(cpu).map_err(setup(format!("pin to CPU {cpu}")))?;
+    }
+    // Best effort: a coarser slack only makes bursts a little larger.
+    let _ = set_timer_slack_ns(1);
+
+    let streams = cfg.streams.len() as u64;
+    let limit = cfg.count.map(|c| c.saturating_mul(streams));
+    let interval_ns = pps.map(|r| 1e9 / r);
+    let start = monotonic_ns();
+    let deadline = cfg
+        .duration
+        .map(|d| start.saturating_add(d.as_nanos() as u64));
+    let mut sent: u64 = 0;
+    let mut retries: u64 = 0;
+    let mut first_send: Option<u64> = None;
+    let mut last_send = start;
+    let stopped_by = loop {
+        if stop.load(Ordering::Relaxed) {
+            break "signal";
+        }
+        if limit.is_some_and(|l| sent >= l) {
+            break "count";
+        }
+        let now = monotonic_ns();
+        if deadline.is_some_and(|d| now >= d) {
+            break "duration";
+        }
+        let due = match interval_ns {
+            Some(iv) => ((now - start) as f64 / iv) as u64 + 1,
+            None => u64::MAX,
+        };
+        if due <= sent {
+            let next = start + (sent as f64 * interval_ns.unwrap_or(0.0)) as u64;
+            sleep_until_ns(deadline.map_or(next, |d| next.min(d)));
+            continue;
+        }
+        let n = (due - sent)
+            .min(MAX_BATCH as u64)
+            .min(limit.map_or(u64::MAX, |l| l - sent)) as usize;
+        retries += path.send(sent, n, now)?;
+        sent += n as u64;
+        last_send = monotonic_ns();
+        first_send.get_or_insert(now);
+    };
+    let first = first_send.unwrap_or(start);
+    let achieved_pps = if sent > 1 && last_send > first {
+        (sent - 1) as f64 * 1e9 / (last_send - first) as f64
+    } else {
+        pps.unwrap_or(0.0)
+    };
+    Ok(SendReport {
+        streams: cfg.streams.len(),
+        payload_bytes: cfg.payload_bytes,
+        path: path.name().to_string(),
+        packets: sent,
+        bytes: sent * cfg.payload_bytes as u64,
+        duration_s: (last_send - start) as f64 / 1e9,
+        target_pps: pps,
+        achieved_pps,
+        reached_target: pps.map(|t| achieved_pps >= 0.99 * t),
+        retries,
+        stopped_by: stopped_by.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packets_take_turns_over_streams() {
+        assert_eq!(stream_and_seq(0, 3), (0, 0));
+        assert_eq!(stream_and_seq(4, 3), (1, 1));
+        assert_eq!(stream_and_seq(8, 3), (2, 2));
+        assert_eq!(stream_and_seq(7, 1), (0, 7));
+    }
+
+    #[test]
+    fn a_full_queue_is_retried_and_nothing_skipped() {
+        let mut calls = 0;
+        let r = send_all(10, |off| {
+            calls += 1;
+            match calls {
+                1 => Ok(4),
+                2 => Err(io::Error::from_raw_os_error(105)),
+                3 => Ok(10 - off),
+                _ => unreachable!("all sent after three calls"),
+            }
+        });
+        assert_eq!(r.expect("sent"), 1);
+        let e = send_all(3, |_| Err(io::Error::from_raw_os_error(1))).expect_err("EPERM is real");
+        assert_eq!(e.0, 0);
+    }
+
+    fn cfg() -> SendConfig {
+        SendConfig {
+            streams: vec!["239.1.1.1:5001".parse().expect("literal")],
+            first_id: 0,
+            interface: None,
+            source: None,
+            ttl: 16,
+            payload_bytes: 1024,
+            rate: Rate::Total(1000.0),
+            count: Some(1),
+            duration: None,
+            cpu: None,
+            via: Via::Auto,
+        }
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_their_value() {
+        let mut c = cfg();
+        c.payload_bytes = 10;
+        assert!(
+            validate(&c)
+                .expect_err("size")
+                .to_string()
+                .contains("10 bytes")
+        );
+        let mut c = cfg();
+        c.ttl = 300;
+        assert!(validate(&c).expect_err("ttl").to_string().contains("300"));
+        let mut c = cfg();
+        c.streams.push("[ff3e::1]:5001".parse().expect("literal"));
+        assert!(matches!(validate(&c), Err(SendError::MixedFamilies)));
+        let mut c = cfg();
+        c.source = Some("::1".parse().expect("literal"));
+        assert!(matches!(validate(&c), Err(SendError::SourceFamily { .. })));
+        let mut c = cfg();
+        c.rate = Rate::PerStream(-1.0);
+        assert!(matches!(validate(&c), Err(SendError::Rate(_))));
+    }
+}

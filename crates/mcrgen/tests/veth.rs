@@ -1,0 +1,394 @@
+//! `mcrgen send` and `recv` across a veth pair in namespaces: every packet
+//! accounted for, and every kind of fault, injected by `mcrgen impair` (this
+//! kernel has no netem), counted exactly.
+
+use std::time::Duration;
+
+use mcr_testbed::presets::{Chain, Pipeline};
+use mcr_testbed::traffic::{Impairer, Received, Receiver, send};
+use mcr_testbed::traffic_lock;
+use mcrgen::impair::ImpairReport;
+use mcrgen::report::SendReport;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// gen (veth0, 10.0.0.1) ↔ (veth1, 10.0.0.2) sink.
+fn link(tag: &str) -> Pipeline {
+    Pipeline::new(tag, 0).expect("test bed")
+}
+
+fn run(p: &Pipeline, recv_args: &[&str], send_args: &[&str]) -> (Received, SendReport) {
+    let rx = Receiver::start(&p.sink, recv_args).expect("receiver ready");
+    let sent = send(&p.generator, send_args, MINUTE).expect("sender ran");
+    let got = rx.finish(MINUTE).expect("receiver finished");
+    (got, sent)
+}
+
+#[test]
+fn fifty_streams_cross_a_veth_with_every_packet_accounted_for() {
+    let _lock = traffic_lock().expect("lock");
+    let p = link("fifty-streams");
+    let streams = "239.1.1.1+50:5001+";
+    let (got, sent) = run(
+        &p,
+        &["-s", streams, "-i", "veth1", "--expect", "2000"],
+        &[
+            "-s", streams, "-i", "veth0", "--count", "2000", "--rate", "20k",
+        ],
+    );
+    assert_eq!(sent.packets, 100_000);
+    assert_eq!(sent.path, "frames");
+    let r = &got.report;
+    assert_eq!(
+        got.code,
+        Some(0),
+        "problems: {:?}\n{}",
+        r.problems,
+        got.stderr
+    );
+    assert!(r.problems.is_empty());
+    assert_eq!(r.streams.len(), 50);
+    for (i, s) in r.streams.iter().enumerate() {
+        assert_eq!(s.stream_id, Some(i as u32));
+        assert_eq!(
+            (s.received, s.unique, s.highest_seq),
+            (2000, 2000, Some(1999)),
+            "{s:?}"
+        );
+        assert_eq!(
+            (s.lost, s.duplicated, s.reordered, s.too_late),
+            (0, 0, 0, 0),
+            "{s:?}"
+        );
+        assert_eq!(
+            (s.corrupted, s.wrong_stream, s.unrecognized),
+            (0, 0, 0),
+            "{s:?}"
+        );
+        assert_eq!(s.bytes, 2000 * 1024);
+        let l = s.latency.expect("latency measured");
+        assert!(
+            l.min_ns <= l.p50_ns && l.p50_ns <= l.p99_ns && l.p99_ns <= l.max_ns,
+            "{l:?}"
+        );
+    }
+    assert_eq!(r.total.received, 100_000);
+    assert_eq!((r.stray, r.socket_drops), (0, 0));
+}
+
+#[test]
+fn the_udp_path_delivers_as_the_frames_path_does() {
+    let _lock = traffic_lock().expect("lock");
+    let p = link("udp-path");
+    let streams = "239.1.1.1+5:5001+";
+    let (got, sent) = run(
+        &p,
+        &["-s", streams, "-i", "veth1", "--expect", "1000"],
+        &[
+            "-s", streams, "-i", "veth0", "--count", "1000", "--rate", "10k", "--via", "udp",
+            "--size", "64",
+        ],
+    );
+    assert_eq!(sent.path, "udp");
+    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+    assert_eq!(got.report.total.received, 5000);
+}
+
+#[test]
+fn joins_beyond_the_per_socket_limit_are_spread_over_sockets() {
+    let _lock = traffic_lock().expect("lock");
+    let p = link("many-joins");
+    assert_eq!(
+        p.sink
+            .sysctl_get("net.ipv4.igmp_max_memberships")
+            .expect("sysctl"),
+        "20"
+    );
+    // 45 groups on one port: 20 + 20 + 5 joins.
+    let streams = "239.2.0.1+45:5001";
+    let rx = Receiver::start(&p.sink, &["-s", streams, "-i", "veth1", "--expect", "200"])
+        .expect("ready");
+    // The joins are real: the kernel lists all 45 memberships on veth1
+    // (/proc/net/igmp shows 239.2.0.N as the little-endian hex NN0002EF).
+    let igmp = p.sink.exec("cat", ["/proc/net/igmp"]).expect("igmp");
+    assert_eq!(igmp.matches("0002EF").count(), 45, "{igmp}");
+    send(
+        &p.generator,
+        &[
+            "-s", streams, "-i", "veth0", "--count", "200", "--rate", "9k",
+        ],
+        MINUTE,
+    )
+    .expect("sent");
+    let got = rx.finish(MINUTE).expect("finished");
+    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+    assert_eq!(got.report.sockets, 3);
+    assert!(got.report.streams.iter().all(|s| s.unique == 200));
+    assert_eq!(
+        p.sink
+            .sysctl_get("net.ipv4.igmp_max_memberships")
+            .expect("sysctl"),
+        "20"
+    );
+}
+
+#[test]
+fn unicast_and_ipv6_destinations() {
+    let _lock = traffic_lock().expect("lock");
+    let p = link("unicast-v6");
+    let (got, sent) = run(
+        &p,
+        &["-s", "10.0.0.2:7000+3", "-i", "veth1", "--expect", "500"],
+        &[
+            "-s",
+            "10.0.0.2:7000+3",
+            "-i",
+            "veth0",
+            "--count",
+            "500",
+            "--rate",
+            "5k",
+        ],
+    );
+    assert_eq!(
+        sent.path, "udp",
+        "a unicast destination goes through the kernel"
+    );
+    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+
+    p.generator
+        .ip(&["-6", "addr", "add", "fd00::1/64", "dev", "veth0", "nodad"])
+        .expect("v6 addr");
+    p.sink
+        .ip(&["-6", "addr", "add", "fd00::2/64", "dev", "veth1", "nodad"])
+        .expect("v6 addr");
+    let v6 = "[ff3e::1:1]+4:6001+";
+    let (got, sent) = run(
+        &p,
+        &["-s", v6, "-i", "veth1", "--expect", "500"],
+        &["-s", v6, "-i", "veth0", "--count", "500", "--rate", "5k"],
+    );
+    assert_eq!(sent.path, "udp");
+    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+    assert_eq!(got.report.total.received, 2000);
+}
+
+/// Sends 3 streams × 2000 packets at 6000 pps through `mcrgen impair ARGS`
+/// in the middle of a chain; returns what the receiver saw and what the
+/// impairer did.
+fn through_impair(tag: &str, faults: &[&str]) -> (Received, ImpairReport) {
+    let c = Chain::new(tag).expect("chain");
+    let mut args = vec![
+        "--in",
+        Chain::RELAY_IN_IF,
+        "--out",
+        Chain::RELAY_OUT_IF,
+        "--seed",
+        "42",
+    ];
+    args.extend_from_slice(faults);
+    let imp = Impairer::start(&c.relay, &args).expect("impairer ready");
+    let streams = "239.3.1.1+3:5001+";
+    let rx = Receiver::start(
+        &c.sink,
+        &[
+            "-s",
+            streams,
+            "-i",
+            Chain::SINK_IF,
+            "--expect",
+            "2000",
+            "--idle-timeout",
+            "1s",
+        ],
+    )
+    .expect("receiver ready");
+    let sent = send(
+        &c.generator,
+        &[
+            "-s",
+            streams,
+            "-i",
+            Chain::GEN_IF,
+            "--count",
+            "2000",
+            "--rate",
+            "6000",
+        ],
+        MINUTE,
+    )
+    .expect("sender ran");
+    assert_eq!(sent.packets, 6000);
+    let got = rx.finish(MINUTE).expect("receiver finished");
+    let did = imp.stop().expect("impairer report");
+    assert_eq!(did.test_packets, 6000, "{did:?}");
+    assert_eq!(did.send_errors, 0);
+    assert_eq!(
+        got.code,
+        Some(1),
+        "--expect must fail: {:?}",
+        got.report.problems
+    );
+    (got, did)
+}
+
+#[test]
+fn loss_is_detected_and_counted_exactly() {
+    let _lock = traffic_lock().expect("lock");
+    let (got, did) = through_impair("impair-loss", &["--loss", "5%"]);
+    let t = &got.report.total;
+    assert!(did.dropped > 0);
+    assert_eq!(t.lost, did.dropped);
+    assert_eq!(t.unique + t.lost, 6000);
+    assert_eq!((t.duplicated, t.reordered, t.corrupted), (0, 0, 0));
+    assert!(
+        got.report.problems.iter().any(|p| p.contains("lost")),
+        "{:?}",
+        got.report.problems
+    );
+}
+
+#[test]
+fn duplication_is_detected_and_counted_exactly() {
+    let _lock = traffic_lock().expect("lock");
+    let (got, did) = through_impair("impair-dup", &["--duplicate", "5%"]);
+    let t = &got.report.total;
+    assert!(did.duplicated > 0);
+    assert_eq!(t.duplicated, did.duplicated);
+    assert_eq!(t.received, 6000 + did.duplicated);
+    assert_eq!((t.lost, t.reordered, t.corrupted), (0, 0, 0));
+    assert!(
+        got.report.problems.iter().any(|p| p.contains("duplicated")),
+        "{:?}",
+        got.report.problems
+    );
+}
+
+#[test]
+fn reordering_is_detected_and_counted_exactly() {
+    let _lock = traffic_lock().expect("lock");
+    let (got, did) = through_impair("impair-reorder", &["--reorder", "5%"]);
+    let t = &got.report.total;
+    assert!(did.reordered > 0);
+    assert_eq!(t.reordered, did.reordered);
+    assert_eq!(
+        (t.lost, t.duplicated, t.corrupted, t.unique),
+        (0, 0, 0, 6000)
+    );
+    assert!(
+        got.report.problems.iter().any(|p| p.contains("reordered")),
+        "{:?}",
+        got.report.problems
+    );
+}
+
+#[test]
+fn corruption_is_detected_and_counted_exactly() {
+    let _lock = traffic_lock().expect("lock");
+    let (got, did) = through_impair("impair-corrupt", &["--corrupt", "5%"]);
+    let t = &got.report.total;
+    assert!(did.corrupted > 0);
+    assert_eq!(t.corrupted, did.corrupted);
+    assert_eq!(
+        (t.lost, t.duplicated, t.reordered, t.unique),
+        (0, 0, 0, 6000)
+    );
+    assert!(
+        got.report.problems.iter().any(|p| p.contains("corrupted")),
+        "{:?}",
+        got.report.problems
+    );
+}
+
+#[test]
+fn all_faults_at_once_are_each_accounted_for() {
+    let _lock = traffic_lock().expect("lock");
+    let (got, did) = through_impair(
+        "impair-all",
+        &[
+            "--loss",
+            "2%",
+            "--duplicate",
+            "2%",
+            "--reorder",
+            "2%",
+            "--corrupt",
+            "2%",
+        ],
+    );
+    let t = &got.report.total;
+    assert_eq!(
+        (t.lost, t.duplicated, t.reordered, t.corrupted),
+        (did.dropped, did.duplicated, did.reordered, did.corrupted)
+    );
+}
+
+#[test]
+fn a_stream_that_falls_short_or_lands_in_the_wrong_place_fails_the_expectation() {
+    let _lock = traffic_lock().expect("lock");
+    let p = link("short-and-misdirected");
+    let (got, _) = run(
+        &p,
+        &[
+            "-s",
+            "239.4.1.1+2:5001+",
+            "-i",
+            "veth1",
+            "--expect",
+            "1000",
+            "--idle-timeout",
+            "1s",
+        ],
+        &[
+            "-s",
+            "239.4.1.1+2:5001+",
+            "-i",
+            "veth0",
+            "--count",
+            "900",
+            "--rate",
+            "5k",
+        ],
+    );
+    assert_eq!(got.code, Some(1));
+    assert!(
+        got.report
+            .streams
+            .iter()
+            .all(|s| s.lost == 100 && s.unique == 900)
+    );
+    assert_eq!(got.report.stopped_by, "idle timeout");
+
+    // The receiver expects ids 5 and 6 at these destinations; the sender
+    // sends 0 and 1 there.
+    let (got, _) = run(
+        &p,
+        &[
+            "-s",
+            "239.4.1.1+2:5001+",
+            "-i",
+            "veth1",
+            "--ids",
+            "5+",
+            "--idle-timeout",
+            "1s",
+        ],
+        &[
+            "-s",
+            "239.4.1.1+2:5001+",
+            "-i",
+            "veth0",
+            "--count",
+            "100",
+            "--rate",
+            "5k",
+        ],
+    );
+    assert_eq!(got.report.total.wrong_stream, 200);
+    assert!(
+        got.report
+            .problems
+            .iter()
+            .any(|p| p.contains("another stream"))
+    );
+}

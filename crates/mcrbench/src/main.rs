@@ -1,3 +1,50 @@
-fn main() {
-    println!("Hello, world!");
+//! `mcrbench`: MCR's demo and benchmarks.
+//!
+//! - `demo`: the README's first command: a chain of namespaces, test
+//!   streams across it, and what arrived.
+//! - `generator`: how fast and how accurately `mcrgen send` sends on this
+//!   machine; the ceiling every relay measurement here is bounded by.
+
+#![forbid(unsafe_code)]
+
+mod demo;
+mod generator;
+mod stats;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mcrbench",
+    version,
+    about = "MCR's demo and benchmarks (run as root)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Build a chain of namespaces, stream test traffic across it and show
+    /// what arrived.
+    Demo(demo::Args),
+    /// Measure `mcrgen send`: its highest rate and its pacing accuracy.
+    Generator(generator::Args),
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Command::Demo(a) => demo::run(&a),
+        Command::Generator(a) => generator::run(&a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("mcrbench: {e:#}");
+            ExitCode::from(2)
+        }
+    }
 }

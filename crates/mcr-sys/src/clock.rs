@@ -7,10 +7,7 @@ use std::io;
 
 /// Nanoseconds on `CLOCK_MONOTONIC`.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec that outlives the call, and
     // CLOCK_MONOTONIC always exists on Linux, so the call cannot fail.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -35,14 +32,8 @@ pub fn sleep_until_ns(deadline_ns: u64) {
     loop {
         // SAFETY: `ts` is a valid timespec; with TIMER_ABSTIME the remainder
         // pointer is not used, so passing null is allowed.
-        let rc = unsafe {
-            libc::clock_nanosleep(
-                libc::CLOCK_MONOTONIC,
-                libc::TIMER_ABSTIME,
-                &ts,
-                std::ptr::null_mut(),
-            )
-        };
+        let rc =
+            unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
         // clock_nanosleep returns the error number instead of setting errno.
         if rc != libc::EINTR {
             return;

@@ -32,14 +32,7 @@ impl Epoll {
             u64: token,
         };
         // SAFETY: `ev` is a valid epoll_event for the call; both fds are open.
-        let rc = unsafe {
-            libc::epoll_ctl(
-                self.fd.as_raw_fd(),
-                libc::EPOLL_CTL_ADD,
-                fd.as_raw_fd(),
-                &mut ev,
-            )
-        };
+        let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
         crate::check(rc).map(|_| ())
     }
 
@@ -48,14 +41,7 @@ impl Epoll {
         let mut ev = libc::epoll_event { events: 0, u64: 0 };
         // SAFETY: as above; the event argument is ignored for EPOLL_CTL_DEL
         // but must be non-null on old kernels.
-        let rc = unsafe {
-            libc::epoll_ctl(
-                self.fd.as_raw_fd(),
-                libc::EPOLL_CTL_DEL,
-                fd.as_raw_fd(),
-                &mut ev,
-            )
-        };
+        let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd.as_raw_fd(), &mut ev) };
         crate::check(rc).map(|_| ())
     }
 
@@ -95,8 +81,7 @@ mod tests {
         ep.add_readable(a.as_fd(), 10).expect("add a");
         ep.add_readable(b.as_fd(), 20).expect("add b");
         assert_eq!(ep.wait(0).expect("wait").count(), 0);
-        b.send_to(b"x", a.local_addr().expect("addr"))
-            .expect("send");
+        b.send_to(b"x", a.local_addr().expect("addr")).expect("send");
         let ready: Vec<u64> = ep.wait(5000).expect("wait").collect();
         assert_eq!(ready, vec![10]);
         ep.remove(a.as_fd()).expect("remove");

@@ -5,8 +5,8 @@ use std::io;
 
 /// The index of the interface called `name` in this network namespace.
 pub fn index(name: &str) -> io::Result<u32> {
-    let c = CString::new(name)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name contains NUL"))?;
+    let c =
+        CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name contains NUL"))?;
     // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
     let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
     if idx == 0 {
@@ -14,6 +14,50 @@ pub fn index(name: &str) -> io::Result<u32> {
     } else {
         Ok(idx)
     }
+}
+
+/// The names of every interface in this network namespace, sorted.
+pub fn names() -> Vec<String> {
+    // SAFETY: if_nameindex returns a list terminated by a zero entry, or
+    // null; it is freed below with if_freenameindex.
+    let head = unsafe { libc::if_nameindex() };
+    if head.is_null() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut cur = head;
+    loop {
+        // SAFETY: `cur` walks the list up to and including its terminator.
+        let entry = unsafe { &*cur };
+        if entry.if_index == 0 || entry.if_name.is_null() {
+            break;
+        }
+        // SAFETY: if_name is a NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(entry.if_name) };
+        out.push(name.to_string_lossy().into_owned());
+        cur = cur.wrapping_add(1);
+    }
+    // SAFETY: `head` came from if_nameindex and is freed exactly once.
+    unsafe { libc::if_freenameindex(head) };
+    out.sort();
+    out
+}
+
+/// An error for an interface name that does not exist, listing those that
+/// do: "interface `eth9` does not exist (known: eth0, lo)".
+pub fn unknown(name: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("interface `{name}` does not exist (known: {})", names().join(", ")),
+    )
+}
+
+/// The index of interface `name`, or an error listing the known ones.
+pub fn index_or_unknown(name: &str) -> io::Result<u32> {
+    index(name).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENODEV) => unknown(name),
+        _ => e,
+    })
 }
 
 /// The name of the interface with index `index`.
@@ -25,11 +69,7 @@ pub fn name(index: u32) -> io::Result<String> {
     if p.is_null() {
         return Err(io::Error::last_os_error());
     }
-    let bytes: Vec<u8> = buf
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
+    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
@@ -44,9 +84,12 @@ mod tests {
     }
 
     #[test]
-    fn unknown_interface_is_an_error() {
+    fn unknown_interface_is_an_error_that_lists_the_known() {
         assert!(index("no-such-if0").is_err());
         assert!(index("bad\0name").is_err());
+        assert!(names().contains(&"lo".to_string()));
+        let e = index_or_unknown("no-such-if0").expect_err("unknown").to_string();
+        assert!(e.contains("`no-such-if0` does not exist") && e.contains("lo"), "{e}");
     }
 }
 
@@ -68,8 +111,7 @@ fn ifreq(name: &str) -> io::Result<libc::ifreq> {
 
 /// Runs an interface ioctl that fills `req`, on a throwaway UDP socket.
 fn ioctl(request: libc::c_ulong, req: &mut libc::ifreq) -> io::Result<()> {
-    let sock =
-        std::net::UdpSocket::bind("0.0.0.0:0").or_else(|_| std::net::UdpSocket::bind("[::]:0"))?;
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0").or_else(|_| std::net::UdpSocket::bind("[::]:0"))?;
     use std::os::fd::AsRawFd;
     // SAFETY: `req` is a valid, writable ifreq; the SIOCGIF* requests used
     // here read its name and write one union member.
@@ -127,11 +169,7 @@ pub fn addresses(name: &str) -> io::Result<Vec<std::net::IpAddr>> {
                 // SAFETY: `len` bytes are readable at ifa_addr (a sockaddr of
                 // that family) and writable in `storage`, which is larger.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        ifa.ifa_addr.cast::<u8>(),
-                        (&raw mut storage).cast::<u8>(),
-                        len,
-                    )
+                    std::ptr::copy_nonoverlapping(ifa.ifa_addr.cast::<u8>(), (&raw mut storage).cast::<u8>(), len)
                 };
                 if let Some(a) = crate::sockaddr::from_storage(&storage, len as libc::socklen_t) {
                     out.push(a.ip());
@@ -155,10 +193,7 @@ mod more_tests {
         assert_eq!(mac("lo").expect("mac"), [0; 6]);
         assert!(mtu("lo").expect("mtu") >= 1500);
         let addrs = addresses("lo").expect("addrs");
-        assert!(
-            addrs.contains(&"127.0.0.1".parse().expect("literal")),
-            "{addrs:?}"
-        );
+        assert!(addrs.contains(&"127.0.0.1".parse().expect("literal")), "{addrs:?}");
         assert!(mac("no-such-if0").is_err());
         assert!(mac("").is_err());
         assert!(addresses("no-such-if0").expect("empty list").is_empty());

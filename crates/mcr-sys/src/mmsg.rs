@@ -75,15 +75,14 @@ pub struct RecvMeta {
     pub source: Option<SocketAddr>,
     /// The destination address in the IP header (needs [`crate::sockopt::set_recv_pktinfo`]).
     pub destination: Option<IpAddr>,
-    /// The socket's running count of datagrams dropped for want of buffer
-    /// space (needs [`crate::sockopt::set_recv_queue_overflow`]); the kernel
-    /// sends it only once it is non-zero.
-    pub queue_drops: Option<u32>,
+    /// The kernel had more control messages than room for them; some of
+    /// the fields above may be missing.
+    pub control_truncated: bool,
 }
 
-/// Room for the control messages asked for: one `in6_pktinfo` (the larger
-/// of the two pktinfo kinds) and one `u32` overflow count, with headers and
-/// padding, rounded up generously.
+/// Room for the control messages asked for (one `in6_pktinfo`, the larger
+/// of the two pktinfo kinds, with header and padding), rounded up
+/// generously.
 const CONTROL_BYTES: usize = 128;
 
 /// Buffers for receiving up to `batch` datagrams with one `recvmmsg` call.
@@ -177,7 +176,7 @@ impl RecvBatch {
                 truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
                 source: sockaddr::from_storage(&self.names[i], h.msg_hdr.msg_namelen),
                 destination: None,
-                queue_drops: None,
+                control_truncated: h.msg_hdr.msg_flags & libc::MSG_CTRUNC != 0,
             };
             read_control(&h.msg_hdr, &mut m);
             self.meta[i] = m;
@@ -199,15 +198,34 @@ impl RecvBatch {
     /// The `i`-th datagram of the last receive: its bytes and what the kernel
     /// said about it. Panics if `i >= self.len()`.
     pub fn get(&self, i: usize) -> (&[u8], &RecvMeta) {
-        assert!(
-            i < self.filled,
-            "datagram {i} of a batch of {}",
-            self.filled
-        );
+        assert!(i < self.filled, "datagram {i} of a batch of {}", self.filled);
         let m = &self.meta[i];
         let start = i * self.buf_bytes;
         (&self.bufs[start..start + m.len.min(self.buf_bytes)], m)
     }
+}
+
+/// Reads a `T` from the data of control message `cmsg`, if the message is
+/// long enough to hold one.
+///
+/// # Safety
+/// `cmsg` must point at a complete `cmsghdr` inside a control buffer that
+/// the kernel filled and that outlives the call, as `CMSG_FIRSTHDR` and
+/// `CMSG_NXTHDR` return.
+unsafe fn cmsg_data<T: Copy>(cmsg: *const libc::cmsghdr) -> Option<T> {
+    // SAFETY: the caller guarantees `cmsg` points at a complete header.
+    let len = unsafe { (*cmsg).cmsg_len };
+    // SAFETY: CMSG_LEN is pure arithmetic on a length.
+    let needed = unsafe { libc::CMSG_LEN(std::mem::size_of::<T>() as libc::c_uint) } as usize;
+    if len < needed {
+        // The kernel cut this message short for want of room.
+        return None;
+    }
+    // SAFETY: CMSG_DATA of a complete header points inside the same buffer.
+    let data = unsafe { libc::CMSG_DATA(cmsg) };
+    // SAFETY: cmsg_len covers the header and a whole `T`, all inside the
+    // control buffer; the data may be unaligned, so read it unaligned.
+    Some(unsafe { std::ptr::read_unaligned(data.cast::<T>()) })
 }
 
 /// Walks the control messages of one received datagram.
@@ -219,23 +237,19 @@ fn read_control(hdr: &libc::msghdr, m: &mut RecvMeta) {
         // SAFETY: CMSG_FIRSTHDR/CMSG_NXTHDR return either null or a pointer
         // to a complete cmsghdr inside the control buffer.
         let c = unsafe { &*cmsg };
-        // SAFETY: CMSG_DATA of a valid cmsghdr points inside the same buffer.
-        let data = unsafe { libc::CMSG_DATA(cmsg) };
-        match (c.cmsg_level, c.cmsg_type) {
+        let (level, kind) = (c.cmsg_level, c.cmsg_type);
+        match (level, kind) {
             (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
-                // SAFETY: the kernel wrote an in_pktinfo here; it may be
-                // unaligned, so read it unaligned.
-                let pi = unsafe { std::ptr::read_unaligned(data.cast::<libc::in_pktinfo>()) };
-                m.destination = Some(sockaddr::ip_from_in_addr(pi.ipi_addr));
+                // SAFETY: `cmsg` comes from CMSG_FIRSTHDR/CMSG_NXTHDR.
+                if let Some(pi) = unsafe { cmsg_data::<libc::in_pktinfo>(cmsg) } {
+                    m.destination = Some(sockaddr::ip_from_in_addr(pi.ipi_addr));
+                }
             }
             (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
-                // SAFETY: the kernel wrote an in6_pktinfo here; read unaligned.
-                let pi = unsafe { std::ptr::read_unaligned(data.cast::<libc::in6_pktinfo>()) };
-                m.destination = Some(IpAddr::V6(Ipv6Addr::from(pi.ipi6_addr.s6_addr)));
-            }
-            (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) => {
-                // SAFETY: the kernel wrote a u32 here; read unaligned.
-                m.queue_drops = Some(unsafe { std::ptr::read_unaligned(data.cast::<u32>()) });
+                // SAFETY: as above.
+                if let Some(pi) = unsafe { cmsg_data::<libc::in6_pktinfo>(cmsg) } {
+                    m.destination = Some(IpAddr::V6(Ipv6Addr::from(pi.ipi6_addr.s6_addr)));
+                }
             }
             _ => {}
         }
@@ -256,17 +270,10 @@ mod tests {
     fn batch_over_loopback_carries_payload_and_destination() {
         let rx = UdpSocket::bind("127.0.0.1:0").expect("bind rx");
         sockopt::set_recv_pktinfo(rx.as_fd(), false).expect("pktinfo");
-        sockopt::set_recv_queue_overflow(rx.as_fd()).expect("ovfl");
         let to = RawSockAddr::new(rx.local_addr().expect("addr"));
         let tx = UdpSocket::bind("127.0.0.1:0").expect("bind tx");
         let payloads: Vec<Vec<u8>> = (0u8..10).map(|i| vec![i; 100 + i as usize]).collect();
-        let msgs: Vec<Outgoing<'_>> = payloads
-            .iter()
-            .map(|p| Outgoing {
-                to: Some(&to),
-                data: p,
-            })
-            .collect();
+        let msgs: Vec<Outgoing<'_>> = payloads.iter().map(|p| Outgoing { to: Some(&to), data: p }).collect();
         assert_eq!(send_batch(tx.as_fd(), &msgs, false).expect("send"), 10);
 
         let mut batch = RecvBatch::new(16, 2048);
@@ -275,12 +282,9 @@ mod tests {
             let n = batch.recv(rx.as_fd()).expect("recv");
             for i in 0..n {
                 let (data, meta) = batch.get(i);
-                assert_eq!(
-                    meta.destination,
-                    Some("127.0.0.1".parse().expect("literal"))
-                );
+                assert_eq!(meta.destination, Some("127.0.0.1".parse().expect("literal")));
                 assert_eq!(meta.source, Some(tx.local_addr().expect("addr")));
-                assert!(!meta.truncated);
+                assert!(!meta.truncated && !meta.control_truncated);
                 got.push(data.to_vec());
             }
         }

@@ -41,10 +41,7 @@ impl PacketTx {
     /// Sends up to [`mmsg::MAX_BATCH`] frames in one call; returns how many
     /// the kernel took.
     pub fn send(&self, frames: &[&[u8]], dont_wait: bool) -> io::Result<usize> {
-        let mut msgs = [Outgoing {
-            to: None,
-            data: &[],
-        }; mmsg::MAX_BATCH];
+        let mut msgs = [Outgoing { to: None, data: &[] }; mmsg::MAX_BATCH];
         let n = frames.len().min(mmsg::MAX_BATCH);
         for (m, f) in msgs.iter_mut().zip(frames) {
             m.data = f;
@@ -57,9 +54,7 @@ impl PacketTx {
 fn raw_socket() -> io::Result<OwnedFd> {
     // SAFETY: socket(2) takes plain integers; protocol 0 means no frame is
     // queued to the socket before `bind` names a protocol.
-    let raw = crate::check(unsafe {
-        libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0)
-    })?;
+    let raw = crate::check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: `raw` is a freshly created fd that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }

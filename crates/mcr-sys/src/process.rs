@@ -41,6 +41,53 @@ pub fn send_signal(pid: u32, signal: Signal) -> io::Result<()> {
     crate::check(rc).map(|_| ())
 }
 
+/// A process pinned by a pidfd: signals sent through it reach that process
+/// and no other, even if its pid is reused after it exits.
+#[derive(Debug)]
+pub struct PidFd {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl PidFd {
+    /// Opens a pidfd for `pid`.
+    pub fn open(pid: u32) -> io::Result<PidFd> {
+        let pid = libc::pid_t::try_from(pid)
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a process id"))?;
+        // SAFETY: pidfd_open takes a pid and flags by value and returns a new
+        // fd or -1.
+        let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `rc` is a freshly created fd that nothing else owns.
+        let fd = unsafe { std::os::fd::FromRawFd::from_raw_fd(rc as libc::c_int) };
+        Ok(PidFd { fd })
+    }
+
+    /// Sends `signal` to the process (ESRCH once it has exited).
+    pub fn signal(&self, signal: Signal) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: pidfd_send_signal takes the pidfd, a signal number, a null
+        // siginfo (meaning: as kill(2) would) and flags 0.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.fd.as_raw_fd(),
+                signal.number(),
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+}
+
 /// Makes the child that `cmd` starts receive SIGKILL when the thread that
 /// spawned it ends, so a test or benchmark that dies leaves no process
 /// behind. The request survives `exec` (and `ip netns exec`).
@@ -48,7 +95,8 @@ pub fn kill_with_parent(cmd: &mut Command) {
     // SAFETY: getpid is async-signal-safe and touches no memory.
     let parent = unsafe { libc::getpid() };
     // SAFETY: the closure runs in the forked child before exec; it calls only
-    // prctl and getppid, both async-signal-safe, and allocates nothing.
+    // prctl and getppid, both async-signal-safe, and builds its errors from
+    // raw OS error numbers, which allocate nothing.
     unsafe { cmd.pre_exec(move || die_with_parent(parent)) };
 }
 
@@ -56,20 +104,13 @@ pub fn kill_with_parent(cmd: &mut Command) {
 fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
     // SAFETY: PR_SET_PDEATHSIG takes a signal number by value and touches no
     // memory of ours.
-    let rc = unsafe {
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
+    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
     crate::check(rc)?;
-    // The parent may have died before the request was in place.
+    // The parent may have died before the request was in place. The error
+    // must not allocate: this runs between fork and exec.
     // SAFETY: getppid cannot fail and touches no memory.
     if unsafe { libc::getppid() } != parent {
-        return Err(io::Error::other("parent exited before the child started"));
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
     }
     Ok(())
 }
@@ -77,10 +118,7 @@ fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("no CPU {cpu}"),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no CPU {cpu}")));
     }
     // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };

@@ -84,28 +84,19 @@ pub(crate) fn zeroed_storage() -> libc::sockaddr_storage {
 }
 
 /// Reads a socket address the kernel wrote into `storage` (`len` bytes).
-pub(crate) fn from_storage(
-    storage: &libc::sockaddr_storage,
-    len: libc::socklen_t,
-) -> Option<SocketAddr> {
+pub(crate) fn from_storage(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
     let len = len as usize;
     match storage.ss_family as libc::c_int {
         libc::AF_INET if len >= mem::size_of::<libc::sockaddr_in>() => {
             // SAFETY: the family says the storage holds a sockaddr_in, the
             // length covers it, and sockaddr_storage is aligned for it.
-            let sin =
-                unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let sin = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
             let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                ip,
-                u16::from_be(sin.sin_port),
-            )))
+            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
         }
         libc::AF_INET6 if len >= mem::size_of::<libc::sockaddr_in6>() => {
             // SAFETY: as above, for sockaddr_in6.
-            let sin6 = unsafe {
-                &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
-            };
+            let sin6 = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
             let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
             Some(SocketAddr::V6(SocketAddrV6::new(
                 ip,
@@ -129,21 +120,11 @@ mod tests {
 
     #[test]
     fn round_trips_both_families() {
-        for s in [
-            "239.1.2.3:5001",
-            "10.0.0.1:1",
-            "[ff3e::1:2]:6001",
-            "[fe80::1%7]:9",
-        ] {
+        for s in ["239.1.2.3:5001", "10.0.0.1:1", "[ff3e::1:2]:6001", "[fe80::1%7]:9"] {
             let addr: SocketAddr = match s.parse() {
                 Ok(a) => a,
                 // std does not parse a scope id; build that one by hand.
-                Err(_) => SocketAddr::V6(SocketAddrV6::new(
-                    "fe80::1".parse().expect("literal"),
-                    9,
-                    0,
-                    7,
-                )),
+                Err(_) => SocketAddr::V6(SocketAddrV6::new("fe80::1".parse().expect("literal"), 9, 0, 7)),
             };
             let raw = RawSockAddr::new(addr);
             assert_eq!(raw.to_std(), Some(addr), "{s}");

@@ -4,12 +4,7 @@ use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-fn set_raw<T>(
-    fd: BorrowedFd<'_>,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: &T,
-) -> io::Result<()> {
+fn set_raw<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
     // SAFETY: `value` points to a live `T` of `size_of::<T>()` bytes for the
     // duration of the call; the kernel only reads it.
     let rc = unsafe {
@@ -29,15 +24,7 @@ fn get_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Res
     let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `value` and `len` are valid and writable; `len` tells the
     // kernel how many bytes it may write.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&raw mut value).cast(),
-            &mut len,
-        )
-    };
+    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (&raw mut value).cast(), &mut len) };
     crate::check(rc).map(|_| value)
 }
 
@@ -55,10 +42,40 @@ pub fn set_recv_pktinfo(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
     }
 }
 
-/// Asks for `SO_RXQ_OVFL` control messages: the running count of datagrams
-/// this socket dropped because its receive buffer was full.
-pub fn set_recv_queue_overflow(fd: BorrowedFd<'_>) -> io::Result<()> {
-    set_flag(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, true)
+/// How many datagrams this socket has dropped so far because its receive
+/// buffer was full (`SO_MEMINFO`, `SK_MEMINFO_DROPS`).
+pub fn receive_drops(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    // SK_MEMINFO_VARS is 9 in every kernel since 4.x; ask for a little more
+    // room and read the index we need.
+    const SK_MEMINFO_DROPS: usize = 8;
+    let mut info = [0u32; 16];
+    let mut len = mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: `info` has `len` writable bytes and the kernel writes at most
+    // that many, updating `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    crate::check(rc)?;
+    if (len as usize) <= SK_MEMINFO_DROPS * 4 {
+        return Err(io::Error::other("SO_MEMINFO without a drop count"));
+    }
+    Ok(info[SK_MEMINFO_DROPS])
+}
+
+/// `IP_RECVERR` / `IPV6_RECVERR`: report errors to the sender. Without it,
+/// a UDP send that the queue below drops (ENOBUFS) looks like success.
+pub fn set_recv_errors(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
+    if ipv6 {
+        set_flag(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVERR, true)
+    } else {
+        set_flag(fd, libc::IPPROTO_IP, libc::IP_RECVERR, true)
+    }
 }
 
 /// `IP_MULTICAST_ALL` / `IPV6_MULTICAST_ALL`: when off, the socket receives
@@ -112,7 +129,8 @@ mod tests {
     fn options_apply_to_a_udp_socket() {
         let s = Socket::new(Domain::IPV4, Type::DGRAM, None).expect("socket");
         set_recv_pktinfo(s.as_fd(), false).expect("pktinfo");
-        set_recv_queue_overflow(s.as_fd()).expect("rxq_ovfl");
+        set_recv_errors(s.as_fd(), false).expect("recverr");
+        assert_eq!(receive_drops(s.as_fd()).expect("meminfo"), 0);
         set_multicast_all(s.as_fd(), false, false).expect("multicast_all");
         let granted = force_recv_buffer(s.as_fd(), 1 << 20).expect("rcvbuf");
         assert!(granted > 0);
@@ -120,5 +138,21 @@ mod tests {
         let s6 = Socket::new(Domain::IPV6, Type::DGRAM, None).expect("socket6");
         set_recv_pktinfo(s6.as_fd(), true).expect("pktinfo6");
         set_multicast_all(s6.as_fd(), true, false).expect("multicast_all6");
+    }
+
+    #[test]
+    fn receive_drops_count_what_a_full_buffer_turned_away() {
+        use std::net::UdpSocket;
+        let rx = UdpSocket::bind("127.0.0.1:0").expect("rx");
+        // The kernel rounds tiny buffers up to its minimum (a few KB).
+        let v: libc::c_int = 1;
+        set_raw(rx.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, &v).expect("rcvbuf");
+        let tx = UdpSocket::bind("127.0.0.1:0").expect("tx");
+        let big = [0u8; 1400];
+        for _ in 0..200 {
+            tx.send_to(&big, rx.local_addr().expect("addr")).expect("send");
+        }
+        let drops = receive_drops(rx.as_fd()).expect("meminfo");
+        assert!(drops > 0 && drops < 200, "drops {drops}");
     }
 }

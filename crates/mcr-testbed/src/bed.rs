@@ -38,8 +38,12 @@ impl Testbed {
             return Err(Error::NotRoot { uid });
         }
         reap_stale();
+        let prefix = new_prefix(tag).map_err(|source| Error::Io {
+            what: "name the test bed".into(),
+            source,
+        })?;
         Ok(Testbed {
-            prefix: new_prefix(tag),
+            prefix,
             namespaces: Vec::new(),
         })
     }

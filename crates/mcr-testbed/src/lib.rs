@@ -58,9 +58,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// Not running as root.
-    #[error(
-        "the test bed creates network namespaces and needs root; run the tests as root (uid is {uid})"
-    )]
+    #[error("the test bed creates network namespaces and needs root; run the tests as root (uid is {uid})")]
     NotRoot {
         /// The effective uid we run as.
         uid: u32,
@@ -88,9 +86,7 @@ pub enum Error {
         path: String,
     },
     /// A tool's report could not be read.
-    #[error(
-        "could not read the report of `{what}`: {reason}\n--- stdout:\n{stdout}\n--- stderr:\n{stderr}"
-    )]
+    #[error("could not read the report of `{what}`: {reason}\n--- stdout:\n{stdout}\n--- stderr:\n{stderr}")]
     Report {
         /// The tool.
         what: String,

@@ -9,7 +9,7 @@ use std::fs;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use mcr_sys::process::{Signal, send_signal};
+use mcr_sys::process::{PidFd, Signal};
 
 use crate::command;
 
@@ -21,12 +21,14 @@ const NETNS_DIR: &str = "/run/netns";
 static NEXT_SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A fresh prefix for a test bed of this process, e.g.
-/// `mcrtb_4242_1234567_0_chain_`.
-pub(crate) fn new_prefix(tag: &str) -> String {
+/// `mcrtb_4242_1234567_0_chain_`. Without our own start time the name
+/// would look stale to every other test bed, so that is an error.
+pub(crate) fn new_prefix(tag: &str) -> std::io::Result<String> {
     let pid = std::process::id();
-    let start = start_time(pid).unwrap_or(0);
+    let start =
+        start_time(pid).ok_or_else(|| std::io::Error::other("cannot read this process's start time from /proc"))?;
     let seq = NEXT_SEQ.fetch_add(1, Ordering::Relaxed);
-    format!("{PREFIX}{pid}_{start}_{seq}_{}_", sanitize(tag))
+    Ok(format!("{PREFIX}{pid}_{start}_{seq}_{}_", sanitize(tag)))
 }
 
 /// Keeps a tag short and made of characters safe in a file name.
@@ -100,33 +102,46 @@ pub(crate) fn remove_namespace(name: &str) {
     }
 }
 
-/// SIGKILLs every process in namespace `name` and waits briefly for them to
-/// be gone.
+/// SIGKILLs every process in namespace `name`, repeating until none is left
+/// (one may fork while we kill), and waits briefly for them to be gone.
+///
+/// Each process is pinned with a pidfd first and then checked to be still
+/// in this namespace, so a pid that was reused by an unrelated process in
+/// the meantime is never signalled.
 pub(crate) fn kill_processes_in(name: &str) {
-    let pids = pids_in(name);
-    for &pid in &pids {
-        let _ = send_signal(pid, Signal::Kill);
-    }
-    // A killed process leaves its namespaces when it exits; give it a moment
-    // so the namespace is really gone when we return.
-    for _ in 0..100 {
-        if pids
-            .iter()
-            .all(|&p| start_time(p).is_none() || is_zombie(p))
-        {
-            break;
+    let ns_inode = inode(&format!("{NETNS_DIR}/{name}"));
+    for _round in 0..20 {
+        let pids = pids_in(name);
+        if pids.is_empty() {
+            return;
         }
-        std::thread::sleep(std::time::Duration::from_millis(10));
+        for &pid in &pids {
+            let Ok(pidfd) = PidFd::open(pid) else { continue };
+            if ns_inode.is_some() && inode(&format!("/proc/{pid}/ns/net")) == ns_inode {
+                let _ = pidfd.signal(Signal::Kill);
+            }
+        }
+        // A killed process leaves its namespaces when it exits; give it a
+        // moment so the namespace is really gone when we return.
+        for _ in 0..100 {
+            if pids.iter().all(|&p| start_time(p).is_none() || is_zombie(p)) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
+}
+
+/// The inode number of a file (a namespace's identity), if it exists.
+fn inode(path: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path).ok().map(|m| m.ino())
 }
 
 fn is_zombie(pid: u32) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| {
-            s.rfind(')')
-                .map(|i| s[i + 1..].trim_start().starts_with('Z'))
-        })
+        .and_then(|s| s.rfind(')').map(|i| s[i + 1..].trim_start().starts_with('Z')))
         .unwrap_or(true)
 }
 
@@ -147,10 +162,7 @@ fn pids_in(name: &str) -> Vec<u32> {
 /// Removes the namespaces of test beds whose process is gone, and whatever
 /// still runs inside them. Returns the names removed.
 pub(crate) fn reap_stale() -> Vec<String> {
-    let stale: Vec<String> = live_namespaces(PREFIX)
-        .into_iter()
-        .filter(|n| is_stale(n))
-        .collect();
+    let stale: Vec<String> = live_namespaces(PREFIX).into_iter().filter(|n| is_stale(n)).collect();
     for name in &stale {
         remove_namespace(name);
     }
@@ -163,7 +175,7 @@ mod tests {
 
     #[test]
     fn prefix_encodes_this_process_as_a_live_owner() {
-        let p = new_prefix("Some Test::name");
+        let p = new_prefix("Some Test::name").expect("prefix");
         assert!(p.starts_with(PREFIX));
         assert!(p.contains("_some-test--name_"), "{p}");
         let (pid, start) = owner(&format!("{p}gen")).expect("parses");
@@ -174,7 +186,7 @@ mod tests {
 
     #[test]
     fn prefixes_differ_within_one_process() {
-        assert_ne!(new_prefix("a"), new_prefix("a"));
+        assert_ne!(new_prefix("a").expect("a"), new_prefix("a").expect("a"));
     }
 
     #[test]

@@ -59,14 +59,12 @@ impl Ns {
     /// Sets a sysctl inside the namespace (only `net.*` keys are per
     /// namespace), e.g. `sysctl("net.ipv4.igmp_max_memberships", "20")`.
     pub fn sysctl(&self, key: &str, value: &str) -> Result<()> {
-        self.exec("sysctl", ["-q", "-w", &format!("{key}={value}")])
-            .map(|_| ())
+        self.exec("sysctl", ["-q", "-w", &format!("{key}={value}")]).map(|_| ())
     }
 
     /// Reads a sysctl inside the namespace.
     pub fn sysctl_get(&self, key: &str) -> Result<String> {
-        self.exec("sysctl", ["-n", key])
-            .map(|s| s.trim().to_string())
+        self.exec("sysctl", ["-n", key]).map(|s| s.trim().to_string())
     }
 
     /// Turns the reverse-path filter off for every interface, present and
@@ -110,8 +108,7 @@ impl Ns {
 
     /// Sets a link's MTU.
     pub fn mtu(&self, ifname: &str, mtu: u32) -> Result<()> {
-        self.ip(&["link", "set", ifname, "mtu", &mtu.to_string()])
-            .map(|_| ())
+        self.ip(&["link", "set", ifname, "mtu", &mtu.to_string()]).map(|_| ())
     }
 
     /// The MAC address of a link, as `aa:bb:cc:dd:ee:ff`.
@@ -123,8 +120,7 @@ impl Ns {
     /// Turns generic receive offload off on a link (needs `ethtool`), so a
     /// receiver sees packets one by one, as a relay on real hardware would.
     pub fn gro_off(&self, ifname: &str) -> Result<()> {
-        self.exec("ethtool", ["-K", ifname, "gro", "off"])
-            .map(|_| ())
+        self.exec("ethtool", ["-K", ifname, "gro", "off"]).map(|_| ())
     }
 
     /// Steers receive processing of a link's first queue to the CPUs in

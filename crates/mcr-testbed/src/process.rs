@@ -86,9 +86,7 @@ impl Proc {
     /// Spawns `cmd` with stdin closed and stdout and stderr captured.
     pub fn spawn(mut cmd: Command) -> Result<Proc> {
         let what = command::describe(&cmd);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|source| Error::Spawn {
             program: what.clone(),
             source,
@@ -154,10 +152,7 @@ impl Proc {
                 if self.stderr.text().contains(needle) {
                     return Ok(());
                 }
-                return Err(self.timeout_error(
-                    &format!("print {needle:?} before exiting ({status})"),
-                    start,
-                ));
+                return Err(self.timeout_error(&format!("print {needle:?} before exiting ({status})"), start));
             }
             if start.elapsed() >= timeout {
                 return Err(self.timeout_error(&format!("print {needle:?}"), start));
@@ -224,8 +219,7 @@ mod tests {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "echo out; echo ready >&2; exit 3"]);
         let mut p = Proc::spawn(cmd).expect("spawn");
-        p.wait_for_stderr("ready", Duration::from_secs(10))
-            .expect("ready");
+        p.wait_for_stderr("ready", Duration::from_secs(10)).expect("ready");
         let f = p.finish(Duration::from_secs(10)).expect("finish");
         assert_eq!(f.status.code(), Some(3));
         assert_eq!(f.stdout, "out\n");
@@ -259,9 +253,7 @@ mod tests {
         cmd.arg("60");
         let p = Proc::spawn(cmd).expect("spawn");
         let pid = p.pid();
-        let e = p
-            .finish(Duration::from_millis(50))
-            .expect_err("still running");
+        let e = p.finish(Duration::from_millis(50)).expect_err("still running");
         assert!(matches!(e, Error::Timeout { .. }));
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
     }

@@ -55,12 +55,7 @@ impl Receiver {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(what: &str, f: &Finished) -> Result<T> {
-    let line = f
-        .stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or("");
+    let line = f.stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or("");
     serde_json::from_str(line).map_err(|e| Error::Report {
         what: what.to_string(),
         reason: format!("{e} (exit status {})", f.status),

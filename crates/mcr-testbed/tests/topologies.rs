@@ -19,10 +19,7 @@ fn pid_alive(pid: u32) -> bool {
     let running = || {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
-            .and_then(|s| {
-                s.rfind(')')
-                    .map(|i| !s[i + 1..].trim_start().starts_with('Z'))
-            })
+            .and_then(|s| s.rfind(')').map(|i| !s[i + 1..].trim_start().starts_with('Z')))
             .unwrap_or(false)
     };
     (0..200).all(|_| {
@@ -43,17 +40,8 @@ fn chain_links_neighbours_and_removes_everything_on_drop() {
     assert!(ping(&chain.relay, "10.0.1.2"));
     // The relay does not forward: the sink is out of the generator's reach.
     assert!(!ping(&chain.generator, "10.0.1.2"));
-    assert_eq!(
-        chain
-            .relay
-            .sysctl_get("net.ipv4.conf.all.rp_filter")
-            .expect("get"),
-        "0"
-    );
-    assert_eq!(
-        chain.relay.sysctl_get("net.ipv4.ip_forward").expect("get"),
-        "0"
-    );
+    assert_eq!(chain.relay.sysctl_get("net.ipv4.conf.all.rp_filter").expect("get"), "0");
+    assert_eq!(chain.relay.sysctl_get("net.ipv4.ip_forward").expect("get"), "0");
     let mac = chain.sink.mac(Chain::SINK_IF).expect("mac");
     assert_eq!(mac.len(), 17, "{mac}");
 
@@ -65,11 +53,24 @@ fn chain_links_neighbours_and_removes_everything_on_drop() {
     let sleeper = sleeper.expect("spawn");
     let pid = sleeper.pid();
     assert!(Path::new(&format!("/proc/{pid}")).exists());
-    // Drop the test bed first: it must kill what runs inside.
+    // Drop the test bed while its `Proc` still holds the process: the test
+    // bed itself must kill what runs inside (a zombie, unreaped as yet,
+    // counts as gone).
     drop(chain);
     assert!(live_namespaces(&prefix).is_empty());
+    assert!(!pid_alive(pid), "the test bed left process {pid} running");
     drop(sleeper);
-    assert!(!pid_alive(pid));
+}
+
+/// Starts a `sleep` in `ns` that no `Proc` owns and that has no
+/// parent-death signal (it is cleared on fork): only the test bed can end
+/// it. Returns its pid.
+fn detached_sleeper(ns: &Ns) -> u32 {
+    ns.exec("sh", ["-c", "sleep 600 >/dev/null 2>&1 & echo $!"])
+        .expect("start a detached sleep")
+        .trim()
+        .parse()
+        .expect("its pid")
 }
 
 #[test]
@@ -80,23 +81,14 @@ fn links_go_down_and_up_and_sysctls_apply() {
     chain.relay.link_up(Chain::RELAY_IN_IF).expect("up");
     // The link needs a moment to carry traffic again; retry briefly.
     assert!((0..20).any(|_| ping(&chain.generator, "10.0.0.2")));
-    chain
-        .sink
-        .sysctl("net.ipv4.igmp_max_memberships", "7")
-        .expect("set");
+    chain.sink.sysctl("net.ipv4.igmp_max_memberships", "7").expect("set");
     assert_eq!(
-        chain
-            .sink
-            .sysctl_get("net.ipv4.igmp_max_memberships")
-            .expect("get"),
+        chain.sink.sysctl_get("net.ipv4.igmp_max_memberships").expect("get"),
         "7"
     );
     // Other namespaces keep their own value.
     assert_eq!(
-        chain
-            .relay
-            .sysctl_get("net.ipv4.igmp_max_memberships")
-            .expect("get"),
+        chain.relay.sysctl_get("net.ipv4.igmp_max_memberships").expect("get"),
         "20"
     );
 }
@@ -109,17 +101,12 @@ fn pipeline_has_three_relays_in_a_line() {
     for i in 0..3 {
         let (out_if, out_addr) = Pipeline::relay_out(i);
         let (_, next_addr) = Pipeline::link_addrs(i + 1);
-        let shown = p.relays[i]
-            .ip(&["-4", "addr", "show", &out_if])
-            .expect("addr");
+        let shown = p.relays[i].ip(&["-4", "addr", "show", &out_if]).expect("addr");
         assert!(shown.contains(&out_addr.to_string()), "{shown}");
         assert!(ping(&p.relays[i], &next_addr.to_string()));
     }
     // Routes exist end to end, even though no relay forwards.
-    let route = p
-        .generator
-        .ip(&["route", "get", "10.0.3.2"])
-        .expect("route");
+    let route = p.generator.ip(&["route", "get", "10.0.3.2"]).expect("route");
     assert!(route.contains("via 10.0.0.2"), "{route}");
 }
 
@@ -154,8 +141,7 @@ fn dual_bridge_joins_hosts_to_the_relay_but_not_to_each_other() {
 fn bridge_without_snooping() {
     let mut tb = Testbed::new("bridge-flood").expect("tb");
     let sw = tb.ns("sw").expect("ns");
-    tb.bridge(&sw, "br0", BridgeOptions::default())
-        .expect("bridge");
+    tb.bridge(&sw, "br0", BridgeOptions::default()).expect("bridge");
     let snooping = sw
         .exec("cat", ["/sys/class/net/br0/bridge/multicast_snooping"])
         .expect("read");
@@ -181,8 +167,7 @@ fn a_panicking_test_leaves_no_namespace_or_process() {
         let mut c = chain.relay.command("sleep");
         c.arg("60");
         let p = chain.relay.spawn(c).expect("spawn");
-        tx.send((chain.tb.prefix().to_string(), p.pid()))
-            .expect("send");
+        tx.send((chain.tb.prefix().to_string(), p.pid())).expect("send");
         panic!("on purpose, to check the cleanup");
     })
     .join();
@@ -205,10 +190,8 @@ fn helper_build_and_hang() {
         return;
     }
     let chain = Chain::new("killed-run").expect("chain");
-    let mut c = chain.relay.command("sleep");
-    c.arg("600");
-    let p = chain.relay.spawn(c).expect("spawn");
-    println!("PREFIX {} PID {}", chain.tb.prefix(), p.pid());
+    let pid = detached_sleeper(&chain.relay);
+    println!("PREFIX {} PID {}", chain.tb.prefix(), pid);
     std::thread::sleep(Duration::from_secs(600));
 }
 
@@ -237,10 +220,7 @@ fn a_killed_run_is_reaped_by_the_next() {
             "helper exited: {}",
             helper.stderr_so_far()
         );
-        assert!(
-            std::time::Instant::now() < deadline,
-            "helper never built its chain"
-        );
+        assert!(std::time::Instant::now() < deadline, "helper never built its chain");
         std::thread::sleep(Duration::from_millis(20));
     };
     let words: Vec<&str> = line.split_whitespace().collect();
@@ -262,8 +242,5 @@ fn a_killed_run_is_reaped_by_the_next() {
         "not reaped: {:?}",
         live_namespaces(&prefix)
     );
-    assert!(
-        !pid_alive(sleeper),
-        "process {sleeper} of the killed run survived"
-    );
+    assert!(!pid_alive(sleeper), "process {sleeper} of the killed run survived");
 }

@@ -56,14 +56,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
     let size = a.size.to_string();
     let rx = Receiver::start(
         &chain.relay,
-        &[
-            "-s",
-            &a.streams,
-            "-i",
-            Chain::RELAY_IN_IF,
-            "--expect",
-            &count,
-        ],
+        &["-s", &a.streams, "-i", Chain::RELAY_IN_IF, "--expect", &count],
     )?;
     let sent = send(
         &chain.generator,

@@ -58,13 +58,7 @@ struct Point {
     runs: usize,
 }
 
-fn one_run(
-    p: &Pipeline,
-    a: &Args,
-    via: &str,
-    size: usize,
-    rate: &str,
-) -> anyhow::Result<(f64, Option<bool>)> {
+fn one_run(p: &Pipeline, a: &Args, via: &str, size: usize, rate: &str) -> anyhow::Result<(f64, Option<bool>)> {
     let secs = format!("{}s", a.seconds);
     let cpu = a.cpu.to_string();
     let size_s = size.to_string();
@@ -117,60 +111,55 @@ fn one_run(
 }
 
 pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
+    if !(a.seconds.is_finite() && a.seconds > 0.0 && a.seconds <= 3600.0) {
+        anyhow::bail!("--seconds {} is outside 0-3600", a.seconds);
+    }
     let p = Pipeline::new("bench-generator", 0)?;
     if a.with_receiver {
         let other = if a.cpu == 0 { 2 } else { 1 };
         p.sink.rps("veth1", other)?;
     }
     let mut points = Vec::new();
-    let mut measure =
-        |kind: &'static str, via: &str, size: usize, rate: &str| -> anyhow::Result<()> {
-            let target = mcrgen::units::parse_rate(rate).map_err(anyhow::Error::msg)?;
-            let mut achieved = Vec::new();
-            let mut clean = Some(true);
-            for _ in 0..a.runs.max(1) {
-                let (pps, c) = one_run(&p, a, via, size, rate)?;
-                achieved.push(pps);
-                clean = match (clean, c) {
-                    (Some(x), Some(y)) => Some(x && y),
-                    _ => None,
-                };
-            }
-            let errors: Vec<f64> = target.map_or_else(Vec::new, |t| {
-                achieved.iter().map(|x| (x / t - 1.0) * 100.0).collect()
-            });
-            let point = Point {
-                kind,
-                via: via.to_string(),
-                payload_bytes: size,
-                target_pps: target,
-                achieved_pps: Spread::of(&achieved).unwrap_or(Spread {
-                    median: 0.0,
-                    min: 0.0,
-                    max: 0.0,
-                }),
-                error_percent: Spread::of(&errors),
-                received_clean: clean,
-                runs: achieved.len(),
+    let mut measure = |kind: &'static str, via: &str, size: usize, rate: &str| -> anyhow::Result<()> {
+        let target = mcrgen::units::parse_rate(rate).map_err(anyhow::Error::msg)?;
+        let mut achieved = Vec::new();
+        let mut clean = Some(true);
+        for _ in 0..a.runs.max(1) {
+            let (pps, c) = one_run(&p, a, via, size, rate)?;
+            achieved.push(pps);
+            clean = match (clean, c) {
+                (Some(x), Some(y)) => Some(x && y),
+                _ => None,
             };
-            if a.json {
-                println!("{}", serde_json::to_string(&point)?);
-            } else {
-                print_point(&point);
-            }
-            points.push(point);
-            Ok(())
+        }
+        let errors: Vec<f64> =
+            target.map_or_else(Vec::new, |t| achieved.iter().map(|x| (x / t - 1.0) * 100.0).collect());
+        let point = Point {
+            kind,
+            via: via.to_string(),
+            payload_bytes: size,
+            target_pps: target,
+            achieved_pps: Spread::of(&achieved).unwrap_or(Spread {
+                median: 0.0,
+                min: 0.0,
+                max: 0.0,
+            }),
+            error_percent: Spread::of(&errors),
+            received_clean: clean,
+            runs: achieved.len(),
         };
+        if a.json {
+            println!("{}", serde_json::to_string(&point)?);
+        } else {
+            print_point(&point);
+        }
+        points.push(point);
+        Ok(())
+    };
     if !a.json {
         println!(
             "{:<8} {:<7} {:>6} {:>10} {:>28} {:>24} {:>6}",
-            "kind",
-            "via",
-            "bytes",
-            "target",
-            "achieved pps (median, min-max)",
-            "error % (median, range)",
-            "clean"
+            "kind", "via", "bytes", "target", "achieved pps (median, min-max)", "error % (median, range)", "clean"
         );
     }
     for via in &a.via {
@@ -196,12 +185,10 @@ fn print_point(p: &Point) {
         p.kind,
         p.via,
         p.payload_bytes,
-        p.target_pps
-            .map_or("max".to_string(), |t| format!("{t:.0}")),
+        p.target_pps.map_or("max".to_string(), |t| format!("{t:.0}")),
         format!("{:.0} ({:.0}-{:.0})", a.median, a.min, a.max),
         err,
         p.received_clean
-            .map_or("-".to_string(), |c| if c { "yes" } else { "NO" }
-                .to_string())
+            .map_or("-".to_string(), |c| if c { "yes" } else { "NO" }.to_string())
     );
 }

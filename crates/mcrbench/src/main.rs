@@ -16,11 +16,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "mcrbench",
-    version,
-    about = "MCR's demo and benchmarks (run as root)"
-)]
+#[command(name = "mcrbench", version, about = "MCR's demo and benchmarks (run as root)")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

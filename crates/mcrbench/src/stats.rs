@@ -43,10 +43,7 @@ mod tests {
     fn medians_of_odd_and_even_counts() {
         let s = Spread::of(&[3.0, 1.0, 2.0]).expect("values");
         assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
-        assert_eq!(
-            Spread::of(&[4.0, 1.0, 2.0, 3.0]).expect("values").median,
-            2.5
-        );
+        assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 3.0]).expect("values").median, 2.5);
         assert!(Spread::of(&[]).is_none());
         assert_eq!(Spread::of(&[f64::NAN, 5.0]).expect("values").median, 5.0);
     }

@@ -16,11 +16,7 @@ use mcrgen::units::{parse_duration, parse_rate};
 use mcrgen::{payload, spec};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "mcrgen",
-    version,
-    about = "Send and check test streams for MCR"
-)]
+#[command(name = "mcrgen", version, about = "Send and check test streams for MCR")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -97,9 +93,7 @@ fn impair(a: ImpairArgs) -> anyhow::Result<ExitCode> {
         seed: a.seed,
         duration: a.duration,
     };
-    let r = mcrgen::impair::run(&cfg, &*stop_flag()?, |line| {
-        eprintln!("mcrgen impair: {line}")
-    })?;
+    let r = mcrgen::impair::run(&cfg, &*stop_flag()?, |line| eprintln!("mcrgen impair: {line}"))?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
@@ -140,12 +134,7 @@ struct SendArgs {
     size: usize,
     /// Packets per second, all streams together: a number (50000, 50k,
     /// 1.5M) or `max`.
-    #[arg(
-        short,
-        long,
-        default_value = "1000",
-        conflicts_with = "rate_per_stream"
-    )]
+    #[arg(short, long, default_value = "1000", conflicts_with = "rate_per_stream")]
     rate: String,
     /// Packets per second for each stream (instead of --rate).
     #[arg(long)]
@@ -206,8 +195,8 @@ struct RecvArgs {
     #[arg(long, default_value_t = 16 << 20)]
     rcvbuf: usize,
     /// How many recent sequence numbers each stream remembers for telling
-    /// duplicates from late arrivals.
-    #[arg(long, default_value_t = 65536)]
+    /// duplicates from late arrivals (64 to 16777216).
+    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u64).range(64..=16_777_216))]
     window: u64,
     /// Pin the receiver to this CPU.
     #[arg(long)]
@@ -277,9 +266,7 @@ fn recv(a: RecvArgs) -> anyhow::Result<ExitCode> {
         window: a.window,
         cpu: a.cpu,
     };
-    let report = mcrgen::recv::run(&cfg, &*stop_flag()?, |line| {
-        eprintln!("mcrgen recv: {line}")
-    })?;
+    let report = mcrgen::recv::run(&cfg, &*stop_flag()?, |line| eprintln!("mcrgen recv: {line}"))?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

@@ -63,9 +63,7 @@ fn splitmix64(mut x: u64) -> u64 {
 }
 
 fn header_check(stream: u32, seq: u64, send_ns: u64, len: u32) -> u32 {
-    let h = splitmix64(
-        u64::from(stream) ^ seq.rotate_left(17) ^ send_ns.rotate_left(37) ^ (u64::from(len) << 40),
-    );
+    let h = splitmix64(u64::from(stream) ^ seq.rotate_left(17) ^ send_ns.rotate_left(37) ^ (u64::from(len) << 40));
     (h ^ (h >> 32)) as u32
 }
 
@@ -142,18 +140,11 @@ pub fn check(buf: &[u8]) -> Check {
         return Check::Damaged(h);
     }
     let key = pattern_key(h.stream, h.seq);
-    let intact = buf[HEADER_LEN..]
-        .chunks(8)
-        .zip(table())
-        .all(|(chunk, word)| {
-            let bytes = (word ^ key).to_le_bytes();
-            chunk == &bytes[..chunk.len()]
-        });
-    if intact {
-        Check::Intact(h)
-    } else {
-        Check::Damaged(h)
-    }
+    let intact = buf[HEADER_LEN..].chunks(8).zip(table()).all(|(chunk, word)| {
+        let bytes = (word ^ key).to_le_bytes();
+        chunk == &bytes[..chunk.len()]
+    });
+    if intact { Check::Intact(h) } else { Check::Damaged(h) }
 }
 
 #[cfg(test)]

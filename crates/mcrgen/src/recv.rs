@@ -6,7 +6,9 @@
 //! refuses one (`igmp_max_memberships`, 20 by default, is a limit per
 //! socket); then another socket takes the next ones. Each datagram's
 //! destination comes from `IP_PKTINFO`, so one socket can serve many
-//! streams, and `SO_RXQ_OVFL` says how many this receiver itself dropped.
+//! streams. At the end, `SO_MEMINFO` says how many datagrams each socket
+//! dropped because its buffer was full: loss at this receiver, not on the
+//! way.
 
 use std::collections::HashMap;
 use std::io;
@@ -24,6 +26,7 @@ use crate::histogram::Histogram;
 use crate::payload::{self, Check};
 use crate::report::{RecvReport, StreamStats};
 use crate::tracker::{Arrival, SeqTracker};
+use crate::units::as_ns;
 
 /// Which stream id each destination must carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,27 +117,23 @@ fn setup(what: impl Into<String>) -> impl FnOnce(io::Error) -> RecvError {
 struct Sock {
     socket: Socket,
     port: u16,
-    /// The last `SO_RXQ_OVFL` count the kernel reported.
-    drops: u32,
 }
 
 fn open_socket(cfg: &RecvConfig, port: u16, ipv6: bool) -> Result<Sock, RecvError> {
     let domain = if ipv6 { Domain::IPV6 } else { Domain::IPV4 };
-    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))
-        .map_err(setup("open a UDP socket"))?;
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).map_err(setup("open a UDP socket"))?;
     s.set_reuse_address(true).map_err(setup("SO_REUSEADDR"))?;
     if ipv6 {
         s.set_only_v6(true).map_err(setup("IPV6_V6ONLY"))?;
     }
-    mcr_sys::sockopt::set_multicast_all(s.as_fd(), ipv6, false)
-        .map_err(setup("IP_MULTICAST_ALL"))?;
+    mcr_sys::sockopt::set_multicast_all(s.as_fd(), ipv6, false).map_err(setup("IP_MULTICAST_ALL"))?;
     mcr_sys::sockopt::set_recv_pktinfo(s.as_fd(), ipv6).map_err(setup("IP_PKTINFO"))?;
-    mcr_sys::sockopt::set_recv_queue_overflow(s.as_fd()).map_err(setup("SO_RXQ_OVFL"))?;
-    mcr_sys::sockopt::force_recv_buffer(s.as_fd(), cfg.recv_buffer_bytes)
-        .map_err(setup("SO_RCVBUF"))?;
+    mcr_sys::sockopt::force_recv_buffer(s.as_fd(), cfg.recv_buffer_bytes).map_err(setup("SO_RCVBUF"))?;
     if let Some(ifname) = &cfg.interface {
-        s.bind_device(Some(ifname.as_bytes()))
-            .map_err(setup(format!("bind to interface `{ifname}`")))?;
+        s.bind_device(Some(ifname.as_bytes())).map_err(|e| RecvError::Setup {
+            what: format!("bind to interface `{ifname}`{}", privilege_hint(&e)),
+            source: e,
+        })?;
     }
     let any: IpAddr = if ipv6 {
         Ipv6Addr::UNSPECIFIED.into()
@@ -144,11 +143,31 @@ fn open_socket(cfg: &RecvConfig, port: u16, ipv6: bool) -> Result<Sock, RecvErro
     s.bind(&SocketAddr::new(any, port).into())
         .map_err(setup(format!("bind port {port}")))?;
     s.set_nonblocking(true).map_err(setup("O_NONBLOCK"))?;
-    Ok(Sock {
-        socket: s,
-        port,
-        drops: 0,
-    })
+    Ok(Sock { socket: s, port })
+}
+
+/// What to do about a permission error.
+fn privilege_hint(e: &io::Error) -> &'static str {
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        " (needs root or CAP_NET_RAW)"
+    } else {
+        ""
+    }
+}
+
+fn join_error(cfg: &RecvConfig, group: IpAddr, source: io::Error) -> RecvError {
+    let interface = match &cfg.interface {
+        Some(i) => i.clone(),
+        None if source.raw_os_error() == Some(19) => {
+            "the default interface (there is no route for it: give --interface)".into()
+        }
+        None => "the default interface".into(),
+    };
+    RecvError::Join {
+        group,
+        interface,
+        source,
+    }
 }
 
 fn join(s: &Sock, group: IpAddr, ifindex: u32) -> io::Result<()> {
@@ -169,7 +188,7 @@ fn is_limit(e: &io::Error) -> bool {
 /// Opens the sockets and joins every group; returns the sockets.
 fn open_all(cfg: &RecvConfig) -> Result<Vec<Sock>, RecvError> {
     let ifindex = match &cfg.interface {
-        Some(n) => mcr_sys::iface::index(n).map_err(setup(format!("interface `{n}`")))?,
+        Some(n) => mcr_sys::iface::index_or_unknown(n).map_err(setup("--interface"))?,
         None => 0,
     };
     let mut sockets: Vec<Sock> = Vec::new();
@@ -192,27 +211,11 @@ fn open_all(cfg: &RecvConfig) -> Result<Vec<Sock>, RecvError> {
             Ok(()) => {}
             Err(e) if is_limit(&e) => {
                 let fresh = open_socket(cfg, key.0, key.1)?;
-                join(&fresh, dest.ip(), ifindex).map_err(|source| RecvError::Join {
-                    group: dest.ip(),
-                    interface: cfg
-                        .interface
-                        .clone()
-                        .unwrap_or_else(|| "the default interface".into()),
-                    source,
-                })?;
+                join(&fresh, dest.ip(), ifindex).map_err(|e| join_error(cfg, dest.ip(), e))?;
                 sockets.push(fresh);
                 current.insert(key, sockets.len() - 1);
             }
-            Err(source) => {
-                return Err(RecvError::Join {
-                    group: dest.ip(),
-                    interface: cfg
-                        .interface
-                        .clone()
-                        .unwrap_or_else(|| "the default interface".into()),
-                    source,
-                });
-            }
+            Err(e) => return Err(join_error(cfg, dest.ip(), e)),
         }
     }
     Ok(sockets)
@@ -280,10 +283,7 @@ impl Counters {
         if matches!(arrival, Arrival::InOrder | Arrival::Reordered) {
             d.latency.record(now.saturating_sub(header.send_ns));
         }
-        if self
-            .expect
-            .is_some_and(|n| before < n && d.tracker.unique() >= n)
-        {
+        if self.expect.is_some_and(|n| before < n && d.tracker.unique() >= n) {
             self.complete += 1;
         }
     }
@@ -291,16 +291,12 @@ impl Counters {
 
 /// Joins, signals readiness through `ready`, receives until a stop
 /// condition, and reports.
-pub fn run(
-    cfg: &RecvConfig,
-    stop: &AtomicBool,
-    ready: impl FnOnce(&str),
-) -> Result<RecvReport, RecvError> {
+pub fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str)) -> Result<RecvReport, RecvError> {
     mcr_sys::process::raise_fd_limit().map_err(setup("raise the open-file limit"))?;
     if let Some(cpu) = cfg.cpu {
         mcr_sys::process::pin_current_thread(cpu).map_err(setup(format!("pin to CPU {cpu}")))?;
     }
-    let mut sockets = open_all(cfg)?;
+    let sockets = open_all(cfg)?;
     let mut epoll = Epoll::new(sockets.len().min(1024)).map_err(setup("epoll"))?;
     for (i, s) in sockets.iter().enumerate() {
         epoll
@@ -324,12 +320,7 @@ pub fn run(
                 bytes: 0,
             })
             .collect(),
-        index: cfg
-            .streams
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (*a, i))
-            .collect(),
+        index: cfg.streams.iter().enumerate().map(|(i, a)| (*a, i)).collect(),
         stray: 0,
         expect: cfg.expect,
         complete: 0,
@@ -338,17 +329,14 @@ pub fn run(
         "ready: {} streams on {} sockets{}",
         cfg.streams.len(),
         sockets.len(),
-        cfg.interface
-            .as_ref()
-            .map(|i| format!(" on {i}"))
-            .unwrap_or_default()
+        cfg.interface.as_ref().map(|i| format!(" on {i}")).unwrap_or_default()
     ));
 
     let mut batch = RecvBatch::new(MAX_BATCH, payload::MAX_PAYLOAD + 64);
     let start = monotonic_ns();
     let (mut first, mut last): (Option<u64>, u64) = (None, start);
     let mut complete_at: Option<u64> = None;
-    let ns = |d: Duration| d.as_nanos() as u64;
+    let ns = as_ns;
     let stopped_by = loop {
         let now = monotonic_ns();
         if stop.load(Ordering::Relaxed) {
@@ -367,7 +355,7 @@ pub fn run(
         }
         let ready_socks: Vec<u64> = epoll.wait(20).map_err(RecvError::Recv)?.collect();
         for token in ready_socks {
-            let s = &mut sockets[token as usize];
+            let s = &sockets[token as usize];
             loop {
                 let n = batch.recv(s.socket.as_fd()).map_err(RecvError::Recv)?;
                 if n == 0 {
@@ -378,9 +366,6 @@ pub fn run(
                 last = now;
                 for i in 0..n {
                     let (data, meta) = batch.get(i);
-                    if let Some(d) = meta.queue_drops {
-                        s.drops = d;
-                    }
                     c.handle(data, meta, s.port, now);
                 }
                 if n < MAX_BATCH {
@@ -401,13 +386,7 @@ pub fn run(
     ))
 }
 
-fn report(
-    cfg: &RecvConfig,
-    c: &Counters,
-    sockets: &[Sock],
-    active_s: f64,
-    stopped_by: &str,
-) -> RecvReport {
+fn report(cfg: &RecvConfig, c: &Counters, sockets: &[Sock], active_s: f64, stopped_by: &str) -> RecvReport {
     let mut total = StreamStats {
         destination: "total".into(),
         ..Default::default()
@@ -445,7 +424,10 @@ fn report(
         .collect();
     total.latency = all_latency.summary();
     total.highest_seq = streams.iter().filter_map(|s| s.highest_seq).max();
-    let socket_drops: u64 = sockets.iter().map(|s| u64::from(s.drops)).sum();
+    let socket_drops: u64 = sockets
+        .iter()
+        .map(|s| mcr_sys::sockopt::receive_drops(s.socket.as_fd()).map_or(0, u64::from))
+        .sum();
     if c.stray > 0 {
         problems.push(format!("{} packets to destinations not asked for", c.stray));
     }

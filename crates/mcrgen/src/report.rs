@@ -95,7 +95,7 @@ pub struct RecvReport {
     /// How many sockets carried the joins.
     pub sockets: usize,
     /// Datagrams the kernel dropped because a socket's buffer was full
-    /// (`SO_RXQ_OVFL`): lost at this receiver, not on the way.
+    /// (`SO_MEMINFO`): lost at this receiver, not on the way.
     pub socket_drops: u64,
     /// Packets to a destination that was not asked for.
     pub stray: u64,
@@ -135,6 +135,9 @@ pub struct SendReport {
     /// Sends the kernel refused for lack of buffer (ENOBUFS/EAGAIN) and that
     /// were retried; no packet was skipped.
     pub retries: u64,
+    /// Sends refused because of an ICMP error for an earlier packet (a
+    /// unicast host or port that was unreachable), retried.
+    pub icmp_errors: u64,
     /// Why it stopped: `count`, `duration` or `signal`.
     pub stopped_by: String,
 }
@@ -156,18 +159,7 @@ impl RecvReport {
         let mut out = String::new();
         let header = format!(
             "{:<26} {:>6} {:>10} {:>8} {:>6} {:>6} {:>7} {:>6} {:>9} {:>9} {:>9} {:>9}\n",
-            "stream",
-            "id",
-            "received",
-            "lost",
-            "dup",
-            "reord",
-            "corrupt",
-            "other",
-            "p50",
-            "p99",
-            "p99.9",
-            "max"
+            "stream", "id", "received", "lost", "dup", "reord", "corrupt", "other", "p50", "p99", "p99.9", "max"
         );
         out.push_str(&header);
         let show_all = all_streams || self.streams.len() <= 20;
@@ -180,10 +172,7 @@ impl RecvReport {
             }
         }
         if hidden > 0 {
-            let _ = writeln!(
-                out,
-                "({hidden} clean streams not shown; --all-streams lists them)"
-            );
+            let _ = writeln!(out, "({hidden} clean streams not shown; --all-streams lists them)");
         }
         out.push_str(&row(&self.total));
         let _ = writeln!(
@@ -219,11 +208,7 @@ impl RecvReport {
 }
 
 fn row(s: &StreamStats) -> String {
-    let lat = |f: fn(&Summary) -> u64| {
-        s.latency
-            .as_ref()
-            .map_or("-".to_string(), |l| human_ns(f(l)))
-    };
+    let lat = |f: fn(&Summary) -> u64| s.latency.as_ref().map_or("-".to_string(), |l| human_ns(f(l)));
     format!(
         "{:<26} {:>6} {:>10} {:>8} {:>6} {:>6} {:>7} {:>6} {:>9} {:>9} {:>9} {:>9}\n",
         s.destination,
@@ -246,12 +231,7 @@ impl SendReport {
     pub fn table(&self) -> String {
         let mut out = format!(
             "sent {} packets ({} streams x {} bytes, via {}) in {:.3} s: {:.0} pps",
-            self.packets,
-            self.streams,
-            self.payload_bytes,
-            self.path,
-            self.duration_s,
-            self.achieved_pps
+            self.packets, self.streams, self.payload_bytes, self.path, self.duration_s, self.achieved_pps
         );
         match self.target_pps {
             Some(t) => {
@@ -263,11 +243,7 @@ impl SendReport {
             }
             None => out.push_str(" (as fast as possible)"),
         }
-        let _ = write!(
-            out,
-            ", {} retries, stopped by {}",
-            self.retries, self.stopped_by
-        );
+        let _ = write!(out, ", {} retries, stopped by {}", self.retries, self.stopped_by);
         out.push('\n');
         if self.reached_target == Some(false) {
             let _ = writeln!(
@@ -306,13 +282,7 @@ mod tests {
             ..Default::default()
         };
         let p = s.problems(Some(10)).join("; ");
-        for needle in [
-            "1 lost",
-            "1 duplicated",
-            "2 reordered",
-            "3 corrupted",
-            "up to 10",
-        ] {
+        for needle in ["1 lost", "1 duplicated", "2 reordered", "3 corrupted", "up to 10"] {
             assert!(p.contains(needle), "{p}");
         }
         let clean = StreamStats {

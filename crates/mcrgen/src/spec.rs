@@ -17,7 +17,7 @@ use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// The most streams one spec may expand to.
-pub const MAX_STREAMS: usize = 100_000;
+pub const MAX_STREAMS: usize = 20_000;
 
 /// Why a spec was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,34 +76,24 @@ fn expand_item(item: &str, out: &mut Vec<SocketAddr>) -> Result<(), SpecError> {
         let colon = after
             .find(':')
             .ok_or_else(|| bad("no port: write ADDRESS:PORT, e.g. [ff3e::1]:5001".into()))?;
-        (
-            format!("{}{}", &rest[..close], &after[..colon]),
-            &after[colon + 1..],
-        )
+        (format!("{}{}", &rest[..close], &after[..colon]), &after[colon + 1..])
     } else {
         let colon = item
             .find(':')
             .ok_or_else(|| bad("no port: write ADDRESS:PORT, e.g. 239.1.1.1:5001".into()))?;
         if item[colon + 1..].contains(':') {
-            return Err(bad(
-                "an IPv6 address goes in brackets, e.g. [ff3e::1]:5001".into()
-            ));
+            return Err(bad("an IPv6 address goes in brackets, e.g. [ff3e::1]:5001".into()));
         }
         (item[..colon].to_string(), &item[colon + 1..])
     };
-    let (addr_text, addr_count) =
-        split_count(&addr_part).map_err(|r| bad(format!("address: {r}")))?;
+    let (addr_text, addr_count) = split_count(&addr_part).map_err(|r| bad(format!("address: {r}")))?;
     let addr: IpAddr = addr_text
         .parse()
         .map_err(|_| bad(format!("`{addr_text}` is not an IPv4 or IPv6 address")))?;
     let (port_text, port_plus, port_count) = match port_part.split_once('+') {
         None => (port_part, false, None),
         Some((p, "")) => (p, true, None),
-        Some((p, n)) => (
-            p,
-            true,
-            Some(parse_count(n).map_err(|r| bad(format!("port: {r}")))?),
-        ),
+        Some((p, n)) => (p, true, Some(parse_count(n).map_err(|r| bad(format!("port: {r}")))?)),
     };
     let port: u16 = port_text
         .parse()
@@ -138,8 +128,7 @@ fn expand_item(item: &str, out: &mut Vec<SocketAddr>) -> Result<(), SpecError> {
             return Err(bad(format!("the range leaves the multicast range at {a}")));
         }
         let p = if port_up {
-            u16::try_from(u64::from(port) + i)
-                .map_err(|_| bad(format!("port {port} + {i} is past 65535")))?
+            u16::try_from(u64::from(port) + i).map_err(|_| bad(format!("port {port} + {i} is past 65535")))?
         } else {
             port
         };
@@ -250,21 +239,13 @@ mod tests {
         for (spec, needle) in cases {
             let e = parse(spec).expect_err(spec).to_string();
             assert!(e.contains(needle), "{spec}: {e}");
-            assert!(
-                e.contains(spec.split(',').next().unwrap_or(spec)),
-                "{spec}: {e}"
-            );
+            assert!(e.contains(spec.split(',').next().unwrap_or(spec)), "{spec}: {e}");
         }
         assert_eq!(parse(" , "), Err(SpecError::Empty));
         assert_eq!(
             parse("239.1.1.1:5001,239.1.1.1:5001"),
-            Err(SpecError::Duplicate(
-                "239.1.1.1:5001".parse().expect("literal")
-            ))
+            Err(SpecError::Duplicate("239.1.1.1:5001".parse().expect("literal")))
         );
-        assert!(matches!(
-            parse("239.1.1.1+200000:5001"),
-            Err(SpecError::TooMany(_))
-        ));
+        assert!(matches!(parse("239.1.1.1+200000:5001"), Err(SpecError::TooMany(_))));
     }
 }

@@ -42,10 +42,13 @@ pub struct SeqTracker {
 }
 
 impl SeqTracker {
+    /// The most sequence numbers a tracker remembers (2 MiB of bits).
+    pub const MAX_WINDOW: u64 = 1 << 24;
+
     /// A tracker that remembers the last `window` sequence numbers (rounded
-    /// up to a multiple of 64, at least 64).
+    /// up to a multiple of 64, from 64 to [`Self::MAX_WINDOW`]).
     pub fn new(window: u64) -> Self {
-        let words = window.div_ceil(64).max(1);
+        let words = window.clamp(1, Self::MAX_WINDOW).div_ceil(64);
         SeqTracker {
             bits: vec![0; words as usize],
             window: words * 64,
@@ -148,7 +151,10 @@ impl SeqTracker {
     /// Sequence numbers never seen, out of `0..=highest`, or out of
     /// `0..expected` if that is more.
     pub fn lost(&self, expected: Option<u64>) -> u64 {
-        let span = self.highest.map_or(0, |h| h + 1).max(expected.unwrap_or(0));
+        let span = self
+            .highest
+            .map_or(0, |h| h.saturating_add(1))
+            .max(expected.unwrap_or(0));
         span.saturating_sub(self.unique)
     }
 }
@@ -178,6 +184,14 @@ mod tests {
         assert_eq!(t.record(1), Arrival::Duplicate);
         assert_eq!(t.record(5), Arrival::InOrder);
         assert_eq!((t.duplicated(), t.reordered(), t.lost(None)), (1, 1, 2));
+    }
+
+    #[test]
+    fn the_highest_sequence_number_does_not_overflow() {
+        let mut t = SeqTracker::new(64);
+        t.record(u64::MAX);
+        assert_eq!(t.record(u64::MAX), Arrival::Duplicate);
+        assert_eq!(t.lost(Some(10)), u64::MAX - 1);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 /// `m` or `h` (plain numbers are seconds).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
+    let split = s.find(char::is_alphabetic).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let v: f64 = num
         .parse()
@@ -20,16 +20,15 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "m" | "min" => 60.0,
         "h" => 3600.0,
         _ => {
-            return Err(format!(
-                "`{s}`: unknown unit `{unit}` (use ns, us, ms, s, m or h)"
-            ));
+            return Err(format!("`{s}`: unknown unit `{unit}` (use ns, us, ms, s, m or h)"));
         }
     };
-    let secs = v * scale;
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("`{s}` is not a duration of zero or more"));
-    }
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(v * scale).map_err(|_| format!("`{s}` is not a duration from zero to about 584 years"))
+}
+
+/// A duration in nanoseconds, saturating at `u64::MAX` (584 years).
+pub fn as_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Parses a rate in packets per second: a number with an optional `k` or
@@ -51,9 +50,7 @@ pub fn parse_rate(s: &str) -> Result<Option<f64>, String> {
         .map_err(|_| format!("`{s}` is not a rate: write e.g. 50000, 50k, 1.5M or max"))?;
     let v = v * scale;
     if !(v.is_finite() && v > 0.0) {
-        return Err(format!(
-            "`{s}`: a rate must be more than 0 packets per second"
-        ));
+        return Err(format!("`{s}`: a rate must be more than 0 packets per second"));
     }
     Ok(Some(v))
 }
@@ -69,12 +66,14 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("ten").is_err());
-        assert!(
-            parse_duration("5parsecs")
-                .expect_err("unit")
-                .contains("unknown unit")
-        );
+        assert!(parse_duration("5parsecs").expect_err("unit").contains("unknown unit"));
         assert!(parse_duration("-1s").is_err());
+        assert_eq!(parse_duration("5µs"), Ok(Duration::from_micros(5)));
+        assert!(
+            parse_duration("20000000000000000000").is_err(),
+            "too long must be an error, not a panic"
+        );
+        assert_eq!(as_ns(Duration::MAX), u64::MAX);
     }
 
     #[test]

@@ -32,39 +32,19 @@ fn fifty_streams_cross_a_veth_with_every_packet_accounted_for() {
     let (got, sent) = run(
         &p,
         &["-s", streams, "-i", "veth1", "--expect", "2000"],
-        &[
-            "-s", streams, "-i", "veth0", "--count", "2000", "--rate", "20k",
-        ],
+        &["-s", streams, "-i", "veth0", "--count", "2000", "--rate", "20k"],
     );
     assert_eq!(sent.packets, 100_000);
     assert_eq!(sent.path, "frames");
     let r = &got.report;
-    assert_eq!(
-        got.code,
-        Some(0),
-        "problems: {:?}\n{}",
-        r.problems,
-        got.stderr
-    );
+    assert_eq!(got.code, Some(0), "problems: {:?}\n{}", r.problems, got.stderr);
     assert!(r.problems.is_empty());
     assert_eq!(r.streams.len(), 50);
     for (i, s) in r.streams.iter().enumerate() {
         assert_eq!(s.stream_id, Some(i as u32));
-        assert_eq!(
-            (s.received, s.unique, s.highest_seq),
-            (2000, 2000, Some(1999)),
-            "{s:?}"
-        );
-        assert_eq!(
-            (s.lost, s.duplicated, s.reordered, s.too_late),
-            (0, 0, 0, 0),
-            "{s:?}"
-        );
-        assert_eq!(
-            (s.corrupted, s.wrong_stream, s.unrecognized),
-            (0, 0, 0),
-            "{s:?}"
-        );
+        assert_eq!((s.received, s.unique, s.highest_seq), (2000, 2000, Some(1999)), "{s:?}");
+        assert_eq!((s.lost, s.duplicated, s.reordered, s.too_late), (0, 0, 0, 0), "{s:?}");
+        assert_eq!((s.corrupted, s.wrong_stream, s.unrecognized), (0, 0, 0), "{s:?}");
         assert_eq!(s.bytes, 2000 * 1024);
         let l = s.latency.expect("latency measured");
         assert!(
@@ -85,8 +65,7 @@ fn the_udp_path_delivers_as_the_frames_path_does() {
         &p,
         &["-s", streams, "-i", "veth1", "--expect", "1000"],
         &[
-            "-s", streams, "-i", "veth0", "--count", "1000", "--rate", "10k", "--via", "udp",
-            "--size", "64",
+            "-s", streams, "-i", "veth0", "--count", "1000", "--rate", "10k", "--via", "udp", "--size", "64",
         ],
     );
     assert_eq!(sent.path, "udp");
@@ -99,24 +78,19 @@ fn joins_beyond_the_per_socket_limit_are_spread_over_sockets() {
     let _lock = traffic_lock().expect("lock");
     let p = link("many-joins");
     assert_eq!(
-        p.sink
-            .sysctl_get("net.ipv4.igmp_max_memberships")
-            .expect("sysctl"),
+        p.sink.sysctl_get("net.ipv4.igmp_max_memberships").expect("sysctl"),
         "20"
     );
     // 45 groups on one port: 20 + 20 + 5 joins.
     let streams = "239.2.0.1+45:5001";
-    let rx = Receiver::start(&p.sink, &["-s", streams, "-i", "veth1", "--expect", "200"])
-        .expect("ready");
+    let rx = Receiver::start(&p.sink, &["-s", streams, "-i", "veth1", "--expect", "200"]).expect("ready");
     // The joins are real: the kernel lists all 45 memberships on veth1
     // (/proc/net/igmp shows 239.2.0.N as the little-endian hex NN0002EF).
     let igmp = p.sink.exec("cat", ["/proc/net/igmp"]).expect("igmp");
     assert_eq!(igmp.matches("0002EF").count(), 45, "{igmp}");
     send(
         &p.generator,
-        &[
-            "-s", streams, "-i", "veth0", "--count", "200", "--rate", "9k",
-        ],
+        &["-s", streams, "-i", "veth0", "--count", "200", "--rate", "9k"],
         MINUTE,
     )
     .expect("sent");
@@ -125,9 +99,7 @@ fn joins_beyond_the_per_socket_limit_are_spread_over_sockets() {
     assert_eq!(got.report.sockets, 3);
     assert!(got.report.streams.iter().all(|s| s.unique == 200));
     assert_eq!(
-        p.sink
-            .sysctl_get("net.ipv4.igmp_max_memberships")
-            .expect("sysctl"),
+        p.sink.sysctl_get("net.ipv4.igmp_max_memberships").expect("sysctl"),
         "20"
     );
 }
@@ -139,21 +111,9 @@ fn unicast_and_ipv6_destinations() {
     let (got, sent) = run(
         &p,
         &["-s", "10.0.0.2:7000+3", "-i", "veth1", "--expect", "500"],
-        &[
-            "-s",
-            "10.0.0.2:7000+3",
-            "-i",
-            "veth0",
-            "--count",
-            "500",
-            "--rate",
-            "5k",
-        ],
+        &["-s", "10.0.0.2:7000+3", "-i", "veth0", "--count", "500", "--rate", "5k"],
     );
-    assert_eq!(
-        sent.path, "udp",
-        "a unicast destination goes through the kernel"
-    );
+    assert_eq!(sent.path, "udp", "a unicast destination goes through the kernel");
     assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
 
     p.generator
@@ -178,14 +138,7 @@ fn unicast_and_ipv6_destinations() {
 /// impairer did.
 fn through_impair(tag: &str, faults: &[&str]) -> (Received, ImpairReport) {
     let c = Chain::new(tag).expect("chain");
-    let mut args = vec![
-        "--in",
-        Chain::RELAY_IN_IF,
-        "--out",
-        Chain::RELAY_OUT_IF,
-        "--seed",
-        "42",
-    ];
+    let mut args = vec!["--in", Chain::RELAY_IN_IF, "--out", Chain::RELAY_OUT_IF, "--seed", "42"];
     args.extend_from_slice(faults);
     let imp = Impairer::start(&c.relay, &args).expect("impairer ready");
     let streams = "239.3.1.1+3:5001+";
@@ -205,16 +158,7 @@ fn through_impair(tag: &str, faults: &[&str]) -> (Received, ImpairReport) {
     .expect("receiver ready");
     let sent = send(
         &c.generator,
-        &[
-            "-s",
-            streams,
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            "2000",
-            "--rate",
-            "6000",
-        ],
+        &["-s", streams, "-i", Chain::GEN_IF, "--count", "2000", "--rate", "6000"],
         MINUTE,
     )
     .expect("sender ran");
@@ -223,12 +167,7 @@ fn through_impair(tag: &str, faults: &[&str]) -> (Received, ImpairReport) {
     let did = imp.stop().expect("impairer report");
     assert_eq!(did.test_packets, 6000, "{did:?}");
     assert_eq!(did.send_errors, 0);
-    assert_eq!(
-        got.code,
-        Some(1),
-        "--expect must fail: {:?}",
-        got.report.problems
-    );
+    assert_eq!(got.code, Some(1), "--expect must fail: {:?}", got.report.problems);
     (got, did)
 }
 
@@ -271,10 +210,7 @@ fn reordering_is_detected_and_counted_exactly() {
     let t = &got.report.total;
     assert!(did.reordered > 0);
     assert_eq!(t.reordered, did.reordered);
-    assert_eq!(
-        (t.lost, t.duplicated, t.corrupted, t.unique),
-        (0, 0, 0, 6000)
-    );
+    assert_eq!((t.lost, t.duplicated, t.corrupted, t.unique), (0, 0, 0, 6000));
     assert!(
         got.report.problems.iter().any(|p| p.contains("reordered")),
         "{:?}",
@@ -289,10 +225,7 @@ fn corruption_is_detected_and_counted_exactly() {
     let t = &got.report.total;
     assert!(did.corrupted > 0);
     assert_eq!(t.corrupted, did.corrupted);
-    assert_eq!(
-        (t.lost, t.duplicated, t.reordered, t.unique),
-        (0, 0, 0, 6000)
-    );
+    assert_eq!((t.lost, t.duplicated, t.reordered, t.unique), (0, 0, 0, 6000));
     assert!(
         got.report.problems.iter().any(|p| p.contains("corrupted")),
         "{:?}",
@@ -351,12 +284,7 @@ fn a_stream_that_falls_short_or_lands_in_the_wrong_place_fails_the_expectation()
         ],
     );
     assert_eq!(got.code, Some(1));
-    assert!(
-        got.report
-            .streams
-            .iter()
-            .all(|s| s.lost == 100 && s.unique == 900)
-    );
+    assert!(got.report.streams.iter().all(|s| s.lost == 100 && s.unique == 900));
     assert_eq!(got.report.stopped_by, "idle timeout");
 
     // The receiver expects ids 5 and 6 at these destinations; the sender
@@ -385,10 +313,5 @@ fn a_stream_that_falls_short_or_lands_in_the_wrong_place_fails_the_expectation()
         ],
     );
     assert_eq!(got.report.total.wrong_stream, 200);
-    assert!(
-        got.report
-            .problems
-            .iter()
-            .any(|p| p.contains("another stream"))
-    );
+    assert!(got.report.problems.iter().any(|p| p.contains("another stream")));
 }

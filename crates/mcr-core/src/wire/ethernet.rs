@@ -20,9 +20,7 @@ pub const HEADER_LEN: usize = 14;
 pub type Mac = [u8; 6];
 
 /// An Ethernet II header.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct EthernetHeader {
     /// Destination MAC.
@@ -35,9 +33,7 @@ pub struct EthernetHeader {
 
 /// The four bytes of an 802.1Q tag after the TPID, i.e. TCI and the inner
 /// EtherType.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct VlanTag {
     /// Priority (3 bits), drop eligible (1 bit), VLAN id (12 bits).

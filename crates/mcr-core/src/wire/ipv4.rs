@@ -19,9 +19,7 @@ pub const FLAG_DF: u16 = 0x4000;
 pub const FLAG_MF: u16 = 0x2000;
 
 /// An IPv4 header without options (options follow it when `ihl > 5`).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct Ipv4Header {
     /// Version (4 bits) and header length in 32-bit words (4 bits).
@@ -96,8 +94,7 @@ impl Ipv4Header {
         let old = u16::from_be_bytes([self.ttl, self.protocol]);
         self.ttl = ttl;
         let new = u16::from_be_bytes([self.ttl, self.protocol]);
-        self.checksum
-            .set(checksum::update16(self.checksum.get(), old, new));
+        self.checksum.set(checksum::update16(self.checksum.get(), old, new));
     }
 
     /// Sets the DSCP (keeping ECN) and updates the checksum incrementally.
@@ -105,8 +102,7 @@ impl Ipv4Header {
         let old = u16::from_be_bytes([self.version_ihl, self.dscp_ecn]);
         self.dscp_ecn = (dscp << 2) | (self.dscp_ecn & 0x03);
         let new = u16::from_be_bytes([self.version_ihl, self.dscp_ecn]);
-        self.checksum
-            .set(checksum::update16(self.checksum.get(), old, new));
+        self.checksum.set(checksum::update16(self.checksum.get(), old, new));
     }
 
     /// Sets the source address and updates the checksum incrementally.
@@ -132,17 +128,14 @@ mod tests {
 
     /// A UDP datagram from 192.168.0.1 to 192.168.0.199, TTL 64, DF.
     const HDR: [u8; 20] = [
-        0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0x00,
-        0x01, 0xc0, 0xa8, 0x00, 0xc7,
+        0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8,
+        0x00, 0xc7,
     ];
 
     #[test]
     fn fields_of_a_real_header() {
         let h = Ipv4Header::ref_from_bytes(&HDR).expect("20 bytes");
-        assert_eq!(
-            (h.version(), h.header_len(), h.total_len.get()),
-            (4, 20, 0x73)
-        );
+        assert_eq!((h.version(), h.header_len(), h.total_len.get()), (4, 20, 0x73));
         assert_eq!((h.ttl, h.protocol), (64, PROTO_UDP));
         assert_eq!(h.src_addr(), Ipv4Addr::new(192, 168, 0, 1));
         assert_eq!(h.dst_addr(), Ipv4Addr::new(192, 168, 0, 199));

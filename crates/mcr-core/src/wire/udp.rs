@@ -10,9 +10,7 @@ use super::ipv4::PROTO_UDP;
 pub const HEADER_LEN: usize = 8;
 
 /// A UDP header.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct UdpHeader {
     /// Source port.

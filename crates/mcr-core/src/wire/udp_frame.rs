@@ -52,11 +52,7 @@ pub enum FrameError {
 /// around a payload of `payload_len` bytes that is already in place at
 /// `frame[UDP_V4_HEADERS..]`, with both checksums computed. Returns the
 /// frame's length.
-pub fn write_udp_v4_frame(
-    frame: &mut [u8],
-    spec: &UdpFrameSpec,
-    payload_len: usize,
-) -> Result<usize, FrameError> {
+pub fn write_udp_v4_frame(frame: &mut [u8], spec: &UdpFrameSpec, payload_len: usize) -> Result<usize, FrameError> {
     if payload_len > 65507 {
         return Err(FrameError::TooLong(payload_len));
     }
@@ -94,22 +90,15 @@ pub fn write_udp_v4_frame(
         len: U16::new((udp::HEADER_LEN + payload_len) as u16),
         checksum: U16::new(0),
     };
-    u.checksum
-        .set(u.compute_checksum_v4(ip.src, ip.dst, payload));
+    u.checksum.set(u.compute_checksum_v4(ip.src, ip.dst, payload));
     let (e, h) = headers.split_at_mut(ethernet::HEADER_LEN);
     let (i, d) = h.split_at_mut(ipv4::HEADER_LEN);
-    eth.write_to(e).map_err(|_| FrameError::TooSmall {
-        needed: total,
-        have: 0,
-    })?;
-    ip.write_to(i).map_err(|_| FrameError::TooSmall {
-        needed: total,
-        have: 0,
-    })?;
-    u.write_to(d).map_err(|_| FrameError::TooSmall {
-        needed: total,
-        have: 0,
-    })?;
+    eth.write_to(e)
+        .map_err(|_| FrameError::TooSmall { needed: total, have: 0 })?;
+    ip.write_to(i)
+        .map_err(|_| FrameError::TooSmall { needed: total, have: 0 })?;
+    u.write_to(d)
+        .map_err(|_| FrameError::TooSmall { needed: total, have: 0 })?;
     debug_assert!(Ipv4Header::ref_from_bytes(i).is_ok_and(|h| h.checksum_ok(&[])));
     Ok(total)
 }
@@ -124,8 +113,7 @@ mod tests {
         let mut frame = vec![0u8; 200];
         frame[UDP_V4_HEADERS..UDP_V4_HEADERS + payload.len()].copy_from_slice(payload);
         let spec = UdpFrameSpec {
-            dst_mac: ethernet::multicast_mac("239.1.1.1".parse().expect("literal"))
-                .expect("multicast"),
+            dst_mac: ethernet::multicast_mac("239.1.1.1".parse().expect("literal")).expect("multicast"),
             src_mac: [2, 0, 0, 0, 0, 1],
             src: "10.0.0.1:40000".parse().expect("literal"),
             dst: "239.1.1.1:5001".parse().expect("literal"),
@@ -150,6 +138,34 @@ mod tests {
         assert!(u.checksum.get() != 0 && u.checksum_ok_v4(ip.src, ip.dst, data));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_frame_built_parses_back_with_valid_checksums(
+            payload in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..1500),
+            src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, ttl: u8, dscp in 0u8..64, ident: u16,
+        ) {
+            let mut frame = vec![0u8; UDP_V4_HEADERS + payload.len()];
+            frame[UDP_V4_HEADERS..].copy_from_slice(&payload);
+            let spec = UdpFrameSpec {
+                dst_mac: [1, 2, 3, 4, 5, 6],
+                src_mac: [6, 5, 4, 3, 2, 1],
+                src: std::net::SocketAddrV4::new(src.into(), sport),
+                dst: std::net::SocketAddrV4::new(dst.into(), dport),
+                ttl, dscp, ident,
+            };
+            let n = write_udp_v4_frame(&mut frame, &spec, payload.len()).expect("fits");
+            proptest::prop_assert_eq!(n, frame.len());
+            let (_, rest) = EthernetHeader::ref_from_prefix(&frame).expect("eth");
+            let (ip, rest) = Ipv4Header::ref_from_prefix(rest).expect("ip");
+            proptest::prop_assert!(ip.checksum_ok(&[]));
+            proptest::prop_assert_eq!((ip.src, ip.dst, ip.ttl, ip.dscp()), (src, dst, ttl, dscp));
+            let (u, data) = UdpHeader::ref_from_prefix(rest).expect("udp");
+            proptest::prop_assert_eq!(data, &payload[..]);
+            proptest::prop_assert!(u.checksum.get() != 0 && u.checksum_ok_v4(ip.src, ip.dst, data));
+            proptest::prop_assert_eq!((u.src_port.get(), u.dst_port.get()), (sport, dport));
+        }
+    }
+
     #[test]
     fn refuses_what_does_not_fit() {
         let spec = UdpFrameSpec {
@@ -164,10 +180,7 @@ mod tests {
         let mut small = [0u8; 50];
         assert_eq!(
             write_udp_v4_frame(&mut small, &spec, 10),
-            Err(FrameError::TooSmall {
-                needed: 52,
-                have: 50
-            })
+            Err(FrameError::TooSmall { needed: 52, have: 50 })
         );
         assert_eq!(
             write_udp_v4_frame(&mut small, &spec, 70000),

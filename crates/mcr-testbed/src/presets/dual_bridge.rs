@@ -50,6 +50,7 @@ impl DualBridge {
         let sinks = sinks.clamp(1, Self::MAX_HOSTS);
         let mut tb = Testbed::new(tag)?;
         let switch = tb.ns("switch")?;
+        switch.rp_filter_off()?;
         tb.bridge(&switch, "br0", opts)?;
         tb.bridge(&switch, "br1", opts)?;
         switch.addr("br0", "10.0.0.254/24")?;
@@ -65,12 +66,7 @@ impl DualBridge {
         relay.addr(Self::RELAY_OUT_IF, &format!("{}/24", Self::RELAY_OUT_ADDR))?;
 
         // Switch ports are named after their segment: a0.. on br0, b0.. on br1.
-        let mut hosts = |role: &str,
-                         port_prefix: &str,
-                         n: usize,
-                         bridge: &str,
-                         subnet: u8|
-         -> Result<Vec<Ns>> {
+        let mut hosts = |role: &str, port_prefix: &str, n: usize, bridge: &str, subnet: u8| -> Result<Vec<Ns>> {
             (0..n)
                 .map(|i| {
                     let ns = tb.ns(&format!("{role}{i}"))?;

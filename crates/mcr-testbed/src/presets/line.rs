@@ -135,9 +135,7 @@ impl Chain {
             mut relays,
             sink,
         } = Pipeline::new(tag, 1)?;
-        let relay = relays
-            .pop()
-            .expect("Pipeline::new(_, 1) makes exactly one relay");
+        let relay = relays.pop().expect("Pipeline::new(_, 1) makes exactly one relay");
         Ok(Chain {
             tb,
             generator,
@@ -153,26 +151,14 @@ mod tests {
 
     #[test]
     fn chain_names_match_the_line_scheme() {
-        assert_eq!(
-            Pipeline::link_ifs(0),
-            (Chain::GEN_IF.into(), Chain::RELAY_IN_IF.into())
-        );
+        assert_eq!(Pipeline::link_ifs(0), (Chain::GEN_IF.into(), Chain::RELAY_IN_IF.into()));
         assert_eq!(
             Pipeline::link_ifs(1),
             (Chain::RELAY_OUT_IF.into(), Chain::SINK_IF.into())
         );
-        assert_eq!(
-            Pipeline::link_addrs(0),
-            (Chain::GEN_ADDR, Chain::RELAY_IN_ADDR)
-        );
-        assert_eq!(
-            Pipeline::link_addrs(1),
-            (Chain::RELAY_OUT_ADDR, Chain::SINK_ADDR)
-        );
-        assert_eq!(
-            Pipeline::relay_in(0),
-            (Chain::RELAY_IN_IF.into(), Chain::RELAY_IN_ADDR)
-        );
+        assert_eq!(Pipeline::link_addrs(0), (Chain::GEN_ADDR, Chain::RELAY_IN_ADDR));
+        assert_eq!(Pipeline::link_addrs(1), (Chain::RELAY_OUT_ADDR, Chain::SINK_ADDR));
+        assert_eq!(Pipeline::relay_in(0), (Chain::RELAY_IN_IF.into(), Chain::RELAY_IN_ADDR));
         assert_eq!(
             Pipeline::relay_out(0),
             (Chain::RELAY_OUT_IF.into(), Chain::RELAY_OUT_ADDR)

@@ -8,8 +8,8 @@
 //! - *duplicated*: sent twice;
 //! - *reordered*: held back and sent right after the next packet of the same
 //!   destination, so the receiver sees it arrive after a higher sequence
-//!   number (a held packet that no later one overtakes within 20 ms is sent
-//!   as it is and counted as *released in order*);
+//!   number (a held packet that no later one overtakes within
+//!   [`HOLD_NS`] is sent as it is and counted as *released in order*);
 //! - *corrupted*: one bit of the pattern flipped, with the UDP checksum
 //!   fixed up, so only a byte-for-byte check of the payload can tell.
 //!
@@ -92,6 +92,10 @@ enum Fault {
     Corrupt,
 }
 
+/// How long a packet held for reordering waits for a later one of its
+/// destination before it is sent as it is (20 ms).
+pub const HOLD_NS: u64 = 20_000_000;
+
 /// Where a test packet goes: destination address and port.
 type Flow = ([u8; 4], u16);
 
@@ -100,7 +104,8 @@ type Flow = ([u8; 4], u16);
 pub struct Impairer {
     faults: Faults,
     rng: u64,
-    held: HashMap<Flow, Vec<u8>>,
+    /// Per destination: the held frame and when it was held.
+    held: HashMap<Flow, (Vec<u8>, u64)>,
     report: ImpairReport,
 }
 
@@ -158,8 +163,9 @@ impl Impairer {
         out.push(frame);
     }
 
-    /// Takes one arriving frame; appends what to send, in order, to `out`.
-    pub fn frame(&mut self, frame: &[u8], out: &mut Vec<Vec<u8>>) {
+    /// Takes one frame that arrived at `now_ns`; appends what to send, in
+    /// order, to `out`.
+    pub fn frame(&mut self, frame: &[u8], now_ns: u64, out: &mut Vec<Vec<u8>>) {
         self.report.frames_in += 1;
         let Some((payload_at, flow)) = test_packet(frame) else {
             self.report.other_frames += 1;
@@ -180,7 +186,7 @@ impl Impairer {
             // One packet per flow is held at a time; another that draws
             // this fault meanwhile passes unharmed.
             Some(Fault::Reorder) if !self.held.contains_key(&flow) => {
-                self.held.insert(flow, copy);
+                self.held.insert(flow, (copy, now_ns));
                 return;
             }
             Some(Fault::Corrupt) if copy.len() > payload_at + HEADER_LEN => {
@@ -190,9 +196,26 @@ impl Impairer {
             _ => {}
         }
         self.emit(copy, out);
-        if let Some(h) = self.held.remove(&flow) {
+        if let Some((h, _)) = self.held.remove(&flow) {
             self.report.reordered += 1;
             self.emit(h, out);
+        }
+    }
+
+    /// Sends, as they are, the held packets that have waited [`HOLD_NS`] or
+    /// longer by `now_ns`.
+    pub fn expire(&mut self, now_ns: u64, out: &mut Vec<Vec<u8>>) {
+        let due: Vec<Flow> = self
+            .held
+            .iter()
+            .filter(|(_, (_, at))| now_ns.saturating_sub(*at) >= HOLD_NS)
+            .map(|(f, _)| *f)
+            .collect();
+        for f in due {
+            if let Some((h, _)) = self.held.remove(&f) {
+                self.report.released_in_order += 1;
+                self.emit(h, out);
+            }
         }
     }
 
@@ -239,9 +262,9 @@ impl Impairer {
         }
     }
 
-    /// Sends every held packet as it is (when traffic pauses, or at the end).
+    /// Sends every held packet as it is (at the end).
     pub fn flush(&mut self, out: &mut Vec<Vec<u8>>) {
-        let held: Vec<Vec<u8>> = self.held.drain().map(|(_, f)| f).collect();
+        let held: Vec<Vec<u8>> = self.held.drain().map(|(_, (f, _))| f).collect();
         for h in held {
             self.report.released_in_order += 1;
             self.emit(h, out);
@@ -285,9 +308,9 @@ mod tests {
         let mut imp = Impairer::new(Faults::default(), 1);
         let mut out = Vec::new();
         for s in 0..10 {
-            imp.frame(&frame(s, 5001), &mut out);
+            imp.frame(&frame(s, 5001), s, &mut out);
         }
-        imp.frame(b"not even ethernet", &mut out);
+        imp.frame(b"not even ethernet", 0, &mut out);
         assert_eq!(seqs(&out[..10]), (0..10).collect::<Vec<_>>());
         assert_eq!(out[10], b"not even ethernet");
         assert_eq!(imp.report().other_frames, 1);
@@ -300,7 +323,7 @@ mod tests {
             let mut imp = Impairer::new(f, 7);
             let mut out = Vec::new();
             for s in 0..100 {
-                imp.frame(&frame(s, 5001), &mut out);
+                imp.frame(&frame(s, 5001), s, &mut out);
             }
             imp.flush(&mut out);
             (imp.report(), out)
@@ -323,10 +346,10 @@ mod tests {
         // otherwise unharmed.
         assert_eq!((r.reordered, r.corrupted), (50, 0));
         assert_eq!(&seqs(&out)[..4], &[1, 0, 3, 2]);
-        assert!(out.iter().all(|f| matches!(
-            payload::check(&f[UDP_V4_HEADERS..]),
-            payload::Check::Intact(_)
-        )));
+        assert!(
+            out.iter()
+                .all(|f| matches!(payload::check(&f[UDP_V4_HEADERS..]), payload::Check::Intact(_)))
+        );
         let (r, out) = all(Faults {
             corrupt: 1.0,
             ..Default::default()
@@ -356,12 +379,28 @@ mod tests {
             3,
         );
         let mut out = Vec::new();
-        imp.frame(&frame(0, 5001), &mut out); // held
-        imp.frame(&frame(0, 5002), &mut out); // held, other flow
+        imp.frame(&frame(0, 5001), 0, &mut out); // held
+        imp.frame(&frame(0, 5002), HOLD_NS / 2, &mut out); // held, other flow
         assert!(out.is_empty());
+        // The first has waited long enough; the second not yet.
+        imp.expire(HOLD_NS, &mut out);
+        assert_eq!(out.len(), 1);
         imp.flush(&mut out);
         assert_eq!(imp.report().released_in_order, 2);
         assert_eq!(imp.report().reordered, 0);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_never_panic_and_pass_through(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let mut imp = Impairer::new(Faults { loss: 0.3, duplicate: 0.2, reorder: 0.2, corrupt: 0.3 }, 9);
+            let mut out = Vec::new();
+            imp.frame(&bytes, 0, &mut out);
+            // Whatever is not a test packet passes unchanged.
+            if test_packet(&bytes).is_none() {
+                proptest::prop_assert_eq!(out, vec![bytes]);
+            }
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ use mcr_sys::mmsg::{MAX_BATCH, RecvBatch};
 use mcr_sys::packet::{PacketRx, PacketTx};
 
 use super::{Faults, ImpairReport, Impairer};
+use crate::units::as_ns;
 
 /// Everything `impair` needs.
 #[derive(Debug, Clone)]
@@ -51,48 +52,28 @@ pub enum ImpairError {
     },
 }
 
-/// A held packet is released in order after this long without traffic.
-const HOLD_NS: u64 = 20_000_000;
-
 /// Forwards frames from input to output, impairing test packets, until
 /// `stop` or the duration; reports what it did.
-pub fn run(
-    cfg: &ImpairConfig,
-    stop: &AtomicBool,
-    ready: impl FnOnce(&str),
-) -> Result<ImpairReport, ImpairError> {
+pub fn run(cfg: &ImpairConfig, stop: &AtomicBool, ready: impl FnOnce(&str)) -> Result<ImpairReport, ImpairError> {
     cfg.faults.validate().map_err(ImpairError::Faults)?;
     let setup = |what: String| move |source| ImpairError::Setup { what, source };
-    let in_idx =
-        mcr_sys::iface::index(&cfg.input).map_err(setup(format!("interface `{}`", cfg.input)))?;
-    let out_idx =
-        mcr_sys::iface::index(&cfg.output).map_err(setup(format!("interface `{}`", cfg.output)))?;
-    let rx = PacketRx::open(in_idx, 16 << 20)
-        .map_err(setup(format!("AF_PACKET socket on `{}`", cfg.input)))?;
-    let tx = PacketTx::open(out_idx, false)
-        .map_err(setup(format!("AF_PACKET socket on `{}`", cfg.output)))?;
+    let in_idx = mcr_sys::iface::index(&cfg.input).map_err(setup(format!("interface `{}`", cfg.input)))?;
+    let out_idx = mcr_sys::iface::index(&cfg.output).map_err(setup(format!("interface `{}`", cfg.output)))?;
+    let rx = PacketRx::open(in_idx, 16 << 20).map_err(setup(format!("AF_PACKET socket on `{}`", cfg.input)))?;
+    let tx = PacketTx::open(out_idx, false).map_err(setup(format!("AF_PACKET socket on `{}`", cfg.output)))?;
     let mut epoll = Epoll::new(1).map_err(setup("epoll".into()))?;
-    epoll
-        .add_readable(rx.as_fd(), 0)
-        .map_err(setup("epoll_ctl".into()))?;
+    epoll.add_readable(rx.as_fd(), 0).map_err(setup("epoll_ctl".into()))?;
     let mut imp = Impairer::new(cfg.faults, cfg.seed);
     let mut batch = RecvBatch::new(MAX_BATCH, 9216 + 64);
     let mut out: Vec<Vec<u8>> = Vec::new();
     let start = monotonic_ns();
-    let mut last = start;
     ready(&format!("ready: impairing {} -> {}", cfg.input, cfg.output));
     loop {
         let now = monotonic_ns();
-        if stop.load(Ordering::Relaxed)
-            || cfg
-                .duration
-                .is_some_and(|d| now - start >= d.as_nanos() as u64)
-        {
+        if stop.load(Ordering::Relaxed) || cfg.duration.is_some_and(|d| now - start >= as_ns(d)) {
             break;
         }
-        if now - last >= HOLD_NS {
-            imp.flush(&mut out);
-        }
+        imp.expire(now, &mut out);
         let readable = epoll.wait(5).map_err(setup("epoll_wait".into()))?.count() > 0;
         if readable {
             loop {
@@ -100,11 +81,9 @@ pub fn run(
                     interface: cfg.input.clone(),
                     source,
                 })?;
+                let now = monotonic_ns();
                 for i in 0..n {
-                    imp.frame(batch.get(i).0, &mut out);
-                }
-                if n > 0 {
-                    last = monotonic_ns();
+                    imp.frame(batch.get(i).0, now, &mut out);
                 }
                 if n < MAX_BATCH {
                     break;

@@ -7,7 +7,7 @@ use mcr_core::wire::{UDP_V4_HEADERS, UdpFrameSpec, ethernet, write_udp_v4_frame}
 use mcr_sys::mmsg::MAX_BATCH;
 use mcr_sys::packet::PacketTx;
 
-use super::{SendConfig, SendError, Transmit, send_all, setup, stream_and_seq};
+use super::{SendConfig, SendError, Sent, Transmit, send_all, setup, stream_and_seq};
 use crate::payload;
 
 pub(super) struct FramePath {
@@ -47,12 +47,9 @@ impl FramePath {
             .interface
             .as_deref()
             .ok_or_else(|| bad("frames go out on one interface: give --interface".into()))?;
-        let ifindex =
-            mcr_sys::iface::index(ifname).map_err(setup(format!("interface `{ifname}`")))?;
-        let src_mac =
-            mcr_sys::iface::mac(ifname).map_err(setup(format!("MAC address of `{ifname}`")))?;
-        let mtu =
-            mcr_sys::iface::mtu(ifname).map_err(setup(format!("MTU of `{ifname}`")))? as usize;
+        let ifindex = mcr_sys::iface::index(ifname).map_err(setup(format!("interface `{ifname}`")))?;
+        let src_mac = mcr_sys::iface::mac(ifname).map_err(setup(format!("MAC address of `{ifname}`")))?;
+        let mtu = mcr_sys::iface::mtu(ifname).map_err(setup(format!("MTU of `{ifname}`")))? as usize;
         if cfg.payload_bytes + UDP_V4_HEADERS - ethernet::HEADER_LEN > mtu {
             return Err(bad(format!(
                 "a {}-byte payload makes a {}-byte datagram, more than the MTU {mtu} of `{ifname}`",
@@ -63,9 +60,7 @@ impl FramePath {
         let src_ip = match cfg.source {
             Some(IpAddr::V4(a)) => a,
             Some(IpAddr::V6(_)) => {
-                return Err(bad(
-                    "frames are built for IPv4 only; use --via udp for IPv6".into(),
-                ));
+                return Err(bad("frames are built for IPv4 only; use --via udp for IPv6".into()));
             }
             None => mcr_sys::iface::addresses(ifname)
                 .map_err(setup(format!("addresses of `{ifname}`")))?
@@ -78,19 +73,13 @@ impl FramePath {
         };
         // Reserve a source port the kernel would otherwise hand to another
         // socket (and answer with port-unreachable for).
-        let port = UdpSocket::bind((src_ip, 0))
-            .map_err(setup(format!("reserve a source port on {src_ip}")))?;
-        let src_port = port
-            .local_addr()
-            .map_err(setup("read the reserved port"))?
-            .port();
+        let port = UdpSocket::bind((src_ip, 0)).map_err(setup(format!("reserve a source port on {src_ip}")))?;
+        let src_port = port.local_addr().map_err(setup("read the reserved port"))?.port();
         let ttl = u8::try_from(cfg.ttl).map_err(|_| SendError::Ttl(cfg.ttl))?;
         let mut specs = Vec::with_capacity(cfg.streams.len());
         for dst in &cfg.streams {
             let SocketAddr::V4(dst4) = dst else {
-                return Err(bad(
-                    "frames are built for IPv4 only; use --via udp for IPv6".into(),
-                ));
+                return Err(bad("frames are built for IPv4 only; use --via udp for IPv6".into()));
             };
             let dst_mac = match ethernet::multicast_mac(dst.ip()) {
                 Some(m) => m,
@@ -111,8 +100,7 @@ impl FramePath {
                 ident: 0,
             });
         }
-        let tx = PacketTx::open(ifindex, false)
-            .map_err(setup(format!("AF_PACKET socket on `{ifname}`")))?;
+        let tx = PacketTx::open(ifindex, false).map_err(setup(format!("AF_PACKET socket on `{ifname}`")))?;
         Ok(FramePath {
             tx,
             streams: cfg.streams.clone(),
@@ -129,7 +117,7 @@ impl FramePath {
 }
 
 impl Transmit for FramePath {
-    fn send(&mut self, first: u64, n: usize, now_ns: u64) -> Result<u64, SendError> {
+    fn send(&mut self, first: u64, n: usize, now_ns: u64, stop: &dyn Fn() -> bool) -> Result<Sent, SendError> {
         let s = self.streams.len();
         for (i, buf) in self.bufs.iter_mut().take(n).enumerate() {
             let (stream, seq) = stream_and_seq(first + i as u64, s);
@@ -143,19 +131,16 @@ impl Transmit for FramePath {
             spec.ident = self.ident;
             self.ident = self.ident.wrapping_add(1);
             // The buffer was sized for headers and payload in `open`.
-            write_udp_v4_frame(buf, &spec, self.payload_bytes)
-                .map_err(|e| SendError::Frames(e.to_string()))?;
+            write_udp_v4_frame(buf, &spec, self.payload_bytes).map_err(|e| SendError::Frames(e.to_string()))?;
         }
         let mut frames: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
         for (f, b) in frames.iter_mut().zip(&self.bufs).take(n) {
             *f = b;
         }
         let tx = &self.tx;
-        send_all(n, |off| tx.send(&frames[off..n], false)).map_err(|(off, source)| {
-            SendError::Send {
-                destination: self.streams[stream_and_seq(first + off as u64, s).0],
-                source,
-            }
+        send_all(n, stop, |off| tx.send(&frames[off..n], false)).map_err(|(off, source)| SendError::Send {
+            destination: self.streams[stream_and_seq(first + off as u64, s).0],
+            source,
         })
     }
 

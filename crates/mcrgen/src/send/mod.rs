@@ -27,6 +27,7 @@ use mcr_sys::mmsg::{MAX_BATCH, is_queue_full};
 
 use crate::payload::{MAX_PAYLOAD, MIN_PAYLOAD};
 use crate::report::SendReport;
+use crate::units::as_ns;
 
 /// How fast to send.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -122,6 +123,12 @@ pub enum SendError {
         /// The OS error.
         source: io::Error,
     },
+    /// The kernel has no route for a destination.
+    #[error("no route to {destination}: give --interface, or add a route for it")]
+    NoRoute {
+        /// The destination.
+        destination: SocketAddr,
+    },
     /// A send failed for a reason other than a full buffer.
     #[error("sending to {destination}: {source}")]
     Send {
@@ -140,10 +147,22 @@ fn setup(what: impl Into<String>) -> impl FnOnce(io::Error) -> SendError {
 /// A way of putting the run's packets on the wire.
 trait Transmit {
     /// Builds packets `first .. first + n` of the run, stamped with
-    /// `now_ns`, and sends them all; returns how many sends were retried.
-    fn send(&mut self, first: u64, n: usize, now_ns: u64) -> Result<u64, SendError>;
+    /// `now_ns`, and sends them, giving up early only when `stop` says so.
+    fn send(&mut self, first: u64, n: usize, now_ns: u64, stop: &dyn Fn() -> bool) -> Result<Sent, SendError>;
     /// The path's name in the report.
     fn name(&self) -> &'static str;
+}
+
+/// What one call of [`Transmit::send`] achieved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Sent {
+    /// Packets the kernel took.
+    packets: usize,
+    /// Sends refused for want of buffer, retried.
+    retries: u64,
+    /// Sends refused because of an ICMP error about an earlier packet,
+    /// retried.
+    icmp_errors: u64,
 }
 
 /// Which stream and sequence number packet `k` of the run carries.
@@ -152,28 +171,56 @@ fn stream_and_seq(k: u64, streams: usize) -> (usize, u64) {
     ((k % s) as usize, k / s)
 }
 
+/// After this many ICMP errors in a row for one batch, the destination is
+/// taken to be unreachable for good.
+const MAX_ICMP_RETRIES: u64 = 10_000;
+
 /// Sends `n` items with `attempt(offset)`, which sends from `offset` on and
 /// returns how many it sent. A full queue below (ENOBUFS, EAGAIN) is waited
-/// out and the same packets sent again, so no sequence number is skipped.
-/// Returns how many attempts were retried.
+/// out and the same packets are sent again, so no sequence number is
+/// skipped; so is an error the kernel reports for an earlier packet (with
+/// `IP_RECVERR`, an ICMP port or host unreachable fails the next send, which
+/// did not go out). Returns early, with what was sent, once `stop()` is true.
 fn send_all(
     n: usize,
+    stop: &dyn Fn() -> bool,
     mut attempt: impl FnMut(usize) -> io::Result<usize>,
-) -> Result<u64, (usize, io::Error)> {
-    let mut off = 0;
-    let mut retries = 0;
-    while off < n {
-        match attempt(off) {
-            Ok(m) => off += m,
+) -> Result<Sent, (usize, io::Error)> {
+    let mut r = Sent::default();
+    let mut icmp_in_a_row = 0;
+    while r.packets < n {
+        match attempt(r.packets) {
+            Ok(m) => {
+                r.packets += m;
+                icmp_in_a_row = 0;
+            }
             Err(e) if is_queue_full(&e) => {
-                retries += 1;
-                sleep_until_ns(monotonic_ns() + 50_000);
+                r.retries += 1;
+                sleep_until_ns(monotonic_ns().saturating_add(50_000));
+            }
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc_errno::ECONNREFUSED | libc_errno::EHOSTUNREACH)
+                ) && icmp_in_a_row < MAX_ICMP_RETRIES =>
+            {
+                r.icmp_errors += 1;
+                icmp_in_a_row += 1;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err((off, e)),
+            Err(e) => return Err((r.packets, e)),
+        }
+        if r.packets < n && stop() {
+            break;
         }
     }
-    Ok(retries)
+    Ok(r)
+}
+
+/// The error numbers `send_all` tells apart (Linux values).
+mod libc_errno {
+    pub const ECONNREFUSED: i32 = 111;
+    pub const EHOSTUNREACH: i32 = 113;
 }
 
 fn validate(cfg: &SendConfig) -> Result<(bool, Option<f64>), SendError> {
@@ -202,8 +249,7 @@ fn validate(cfg: &SendConfig) -> Result<(bool, Option<f64>), SendError> {
 }
 
 fn open_path(cfg: &SendConfig, ipv6: bool) -> Result<Box<dyn Transmit>, SendError> {
-    let frames_fit =
-        cfg.interface.is_some() && !ipv6 && cfg.streams.iter().all(|a| a.ip().is_multicast());
+    let frames_fit = cfg.interface.is_some() && !ipv6 && cfg.streams.iter().all(|a| a.ip().is_multicast());
     match cfg.via {
         Via::Udp => Ok(Box::new(udp::UdpPath::open(cfg, ipv6)?)),
         Via::Frames => Ok(Box::new(frames::FramePath::open(cfg)?)),
@@ -227,11 +273,11 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
     let limit = cfg.count.map(|c| c.saturating_mul(streams));
     let interval_ns = pps.map(|r| 1e9 / r);
     let start = monotonic_ns();
-    let deadline = cfg
-        .duration
-        .map(|d| start.saturating_add(d.as_nanos() as u64));
+    let deadline = cfg.duration.map(|d| start.saturating_add(as_ns(d)));
+    let stopping = || stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| monotonic_ns() >= d);
     let mut sent: u64 = 0;
     let mut retries: u64 = 0;
+    let mut icmp_errors: u64 = 0;
     let mut first_send: Option<u64> = None;
     let mut last_send = start;
     let stopped_by = loop {
@@ -246,19 +292,24 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
             break "duration";
         }
         let due = match interval_ns {
-            Some(iv) => ((now - start) as f64 / iv) as u64 + 1,
+            // Float-to-integer casts saturate.
+            Some(iv) => (((now - start) as f64 / iv) as u64).saturating_add(1),
             None => u64::MAX,
         };
         if due <= sent {
-            let next = start + (sent as f64 * interval_ns.unwrap_or(0.0)) as u64;
-            sleep_until_ns(deadline.map_or(next, |d| next.min(d)));
+            let next = start.saturating_add((sent as f64 * interval_ns.unwrap_or(0.0)) as u64);
+            // Wake at least every 100 ms to notice a signal.
+            let wake = next.min(now.saturating_add(100_000_000));
+            sleep_until_ns(deadline.map_or(wake, |d| wake.min(d)));
             continue;
         }
         let n = (due - sent)
             .min(MAX_BATCH as u64)
             .min(limit.map_or(u64::MAX, |l| l - sent)) as usize;
-        retries += path.send(sent, n, now)?;
-        sent += n as u64;
+        let r = path.send(sent, n, now, &stopping)?;
+        retries += r.retries;
+        icmp_errors += r.icmp_errors;
+        sent += r.packets as u64;
         last_send = monotonic_ns();
         first_send.get_or_insert(now);
     };
@@ -279,6 +330,7 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
         achieved_pps,
         reached_target: pps.map(|t| achieved_pps >= 0.99 * t),
         retries,
+        icmp_errors,
         stopped_by: stopped_by.to_string(),
     })
 }
@@ -296,20 +348,34 @@ mod tests {
     }
 
     #[test]
-    fn a_full_queue_is_retried_and_nothing_skipped() {
+    fn a_full_queue_or_an_icmp_report_is_retried_and_nothing_skipped() {
         let mut calls = 0;
-        let r = send_all(10, |off| {
+        let r = send_all(10, &|| false, |off| {
             calls += 1;
             match calls {
                 1 => Ok(4),
                 2 => Err(io::Error::from_raw_os_error(105)),
-                3 => Ok(10 - off),
-                _ => unreachable!("all sent after three calls"),
+                3 => Err(io::Error::from_raw_os_error(111)),
+                4 => Ok(10 - off),
+                _ => unreachable!("all sent after four calls"),
             }
         });
-        assert_eq!(r.expect("sent"), 1);
-        let e = send_all(3, |_| Err(io::Error::from_raw_os_error(1))).expect_err("EPERM is real");
+        assert_eq!(
+            r.expect("sent"),
+            Sent {
+                packets: 10,
+                retries: 1,
+                icmp_errors: 1
+            }
+        );
+        let e = send_all(3, &|| false, |_| Err(io::Error::from_raw_os_error(1))).expect_err("EPERM is real");
         assert_eq!(e.0, 0);
+    }
+
+    #[test]
+    fn a_queue_that_stays_full_gives_way_to_stop() {
+        let r = send_all(5, &|| true, |_| Err(io::Error::from_raw_os_error(105))).expect("stopped");
+        assert_eq!((r.packets, r.retries), (0, 1));
     }
 
     fn cfg() -> SendConfig {
@@ -332,12 +398,7 @@ mod tests {
     fn bad_settings_are_refused_with_their_value() {
         let mut c = cfg();
         c.payload_bytes = 10;
-        assert!(
-            validate(&c)
-                .expect_err("size")
-                .to_string()
-                .contains("10 bytes")
-        );
+        assert!(validate(&c).expect_err("size").to_string().contains("10 bytes"));
         let mut c = cfg();
         c.ttl = 300;
         assert!(validate(&c).expect_err("ttl").to_string().contains("300"));

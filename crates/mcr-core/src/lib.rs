@@ -4,7 +4,24 @@
 //!
 //! - [`wire`]: checked views over Ethernet, IPv4 and UDP headers, checksums
 //!   (full and incremental), and the builder of UDP frames.
+//! - [`rule`]: the rule model and its text form; [`validate`]: the checks
+//!   every rule passes before it is used; [`interfaces`]: the facts about
+//!   interfaces that validation and forwarding need.
+//! - [`snapshot`]: the whole rule table as workers receive it;
+//!   [`table`]: the match table compiled from it; [`forward`]: parsing a
+//!   frame and rewriting it for an output; [`bpf`]: the ingress filter.
+//! - [`stats`]: where every counter lives in the shared statistics memory.
+//! - [`control`]: the control protocol between `mcrctl` and `mcrd`.
 
 #![forbid(unsafe_code)]
 
+pub mod bpf;
+pub mod control;
+pub mod forward;
+pub mod interfaces;
+pub mod rule;
+pub mod snapshot;
+pub mod stats;
+pub mod table;
+pub mod validate;
 pub mod wire;

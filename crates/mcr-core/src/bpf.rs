@@ -1,0 +1,160 @@
+//! The classic BPF program each ingress socket filters with, so that only
+//! frames a rule could take enter the ring: IPv4 UDP to a multicast group,
+//! or to one of the unicast addresses rules take. Everything else never
+//! costs the worker a thing.
+
+use std::net::Ipv4Addr;
+
+use serde::{Deserialize, Serialize};
+
+/// One classic BPF instruction (`struct sock_filter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Insn {
+    /// Opcode.
+    pub code: u16,
+    /// Jump offset if true.
+    pub jt: u8,
+    /// Jump offset if false.
+    pub jf: u8,
+    /// Operand.
+    pub k: u32,
+}
+
+// The opcodes used here (linux/bpf_common.h).
+const LD_H_ABS: u16 = 0x28;
+const LD_B_ABS: u16 = 0x30;
+const LD_W_ABS: u16 = 0x20;
+const JEQ_K: u16 = 0x15;
+const JGE_K: u16 = 0x35;
+const RET_K: u16 = 0x06;
+
+/// The most unicast addresses the filter names one by one; with more, it
+/// lets in UDP to any unicast address (the worker counts what no rule
+/// takes).
+pub const MAX_UNICAST: usize = 200;
+
+fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
+    Insn { code, jt, jf, k }
+}
+
+/// The filter for an input interface whose rules take `unicast` besides
+/// multicast groups.
+pub fn ingress_filter(unicast: &[Ipv4Addr]) -> Vec<Insn> {
+    let any_unicast = unicast.len() > MAX_UNICAST;
+    let names: &[Ipv4Addr] = if any_unicast { &[] } else { unicast };
+    let n = names.len() as u8;
+    // Layout, with `accept` and `drop` at the end:
+    //  0 ldh [12]                 ethertype
+    //  1 jeq #0x0800  ?  : drop
+    //  2 ldb [23]                 protocol
+    //  3 jeq #17      ?  : drop
+    //  4 ld  [30]                 destination
+    //  5 jge #0xe0000000 ? : unicast
+    //  6 jge #0xf0000000 unicast : accept
+    //  7.. jeq #addr  accept : next      (one per unicast address)
+    //  7+n  ret #0 (drop), or ret #-1 when any unicast is let in
+    //  8+n  ret #-1 (accept)
+    let drop_at = 7 + n;
+    let accept_at = 8 + n;
+    let to = |from: u8, target: u8| target - from - 1;
+    let mut p = vec![
+        insn(LD_H_ABS, 0, 0, 12),
+        insn(JEQ_K, 0, to(1, drop_at), 0x0800),
+        insn(LD_B_ABS, 0, 0, 23),
+        insn(JEQ_K, 0, to(3, drop_at), 17),
+        insn(LD_W_ABS, 0, 0, 30),
+        insn(JGE_K, 0, to(5, 7), 0xe000_0000),
+        insn(JGE_K, to(6, 7), to(6, accept_at), 0xf000_0000),
+    ];
+    for (i, a) in names.iter().enumerate() {
+        let at = 7 + i as u8;
+        p.push(insn(JEQ_K, to(at, accept_at), 0, u32::from(*a)));
+    }
+    p.push(insn(RET_K, 0, 0, if any_unicast { u32::MAX } else { 0 }));
+    p.push(insn(RET_K, 0, 0, u32::MAX));
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs a program of the opcodes above over a frame, as the kernel
+    /// would: returns the number of bytes to keep (0: drop).
+    fn run(p: &[Insn], frame: &[u8]) -> u32 {
+        let mut a: u32 = 0;
+        let mut pc = 0usize;
+        loop {
+            let i = p[pc];
+            let load = |at: usize, n: usize| -> Option<u32> {
+                frame
+                    .get(at..at + n)
+                    .map(|b| b.iter().fold(0u32, |v, &x| (v << 8) | u32::from(x)))
+            };
+            match i.code {
+                LD_H_ABS | LD_B_ABS | LD_W_ABS => {
+                    let n = match i.code {
+                        LD_H_ABS => 2,
+                        LD_B_ABS => 1,
+                        _ => 4,
+                    };
+                    match load(i.k as usize, n) {
+                        Some(v) => a = v,
+                        None => return 0,
+                    }
+                    pc += 1;
+                }
+                JEQ_K | JGE_K => {
+                    let t = if i.code == JEQ_K { a == i.k } else { a >= i.k };
+                    pc += 1 + usize::from(if t { i.jt } else { i.jf });
+                }
+                RET_K => return i.k,
+                other => panic!("opcode {other:#x} not used by the filter"),
+            }
+        }
+    }
+
+    fn udp_to(dst: [u8; 4], proto: u8, ethertype: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 42];
+        f[12..14].copy_from_slice(&ethertype.to_be_bytes());
+        f[23] = proto;
+        f[30..34].copy_from_slice(&dst);
+        f
+    }
+
+    #[test]
+    fn lets_in_udp_to_groups_and_named_unicast_only() {
+        let p = ingress_filter(&[Ipv4Addr::new(10, 0, 0, 2)]);
+        assert_ne!(run(&p, &udp_to([239, 1, 1, 1], 17, 0x0800)), 0);
+        assert_ne!(run(&p, &udp_to([224, 0, 1, 1], 17, 0x0800)), 0);
+        assert_ne!(run(&p, &udp_to([10, 0, 0, 2], 17, 0x0800)), 0);
+        assert_eq!(run(&p, &udp_to([10, 0, 0, 3], 17, 0x0800)), 0);
+        assert_eq!(run(&p, &udp_to([240, 0, 0, 1], 17, 0x0800)), 0);
+        assert_eq!(run(&p, &udp_to([239, 1, 1, 1], 6, 0x0800)), 0, "TCP");
+        assert_eq!(run(&p, &udp_to([239, 1, 1, 1], 2, 0x0800)), 0, "IGMP");
+        assert_eq!(run(&p, &udp_to([239, 1, 1, 1], 17, 0x0806)), 0, "ARP");
+        assert_eq!(run(&p, &[0u8; 10]), 0, "short frame");
+    }
+
+    #[test]
+    fn without_unicast_rules_only_groups_pass() {
+        let p = ingress_filter(&[]);
+        assert_ne!(run(&p, &udp_to([239, 1, 1, 1], 17, 0x0800)), 0);
+        assert_eq!(run(&p, &udp_to([10, 0, 0, 2], 17, 0x0800)), 0);
+    }
+
+    #[test]
+    fn many_unicast_addresses_fall_back_to_all_unicast() {
+        let many: Vec<Ipv4Addr> = (0..=MAX_UNICAST as u32)
+            .map(|i| Ipv4Addr::from(0x0a00_0000 + i))
+            .collect();
+        let p = ingress_filter(&many);
+        assert!(p.len() < 20);
+        assert_ne!(run(&p, &udp_to([10, 9, 9, 9], 17, 0x0800)), 0);
+        let p = ingress_filter(&many[..MAX_UNICAST]);
+        for a in &many[..MAX_UNICAST] {
+            assert_ne!(run(&p, &udp_to(a.octets(), 17, 0x0800)), 0, "{a}");
+        }
+        assert_eq!(run(&p, &udp_to([10, 9, 9, 9], 17, 0x0800)), 0);
+    }
+}

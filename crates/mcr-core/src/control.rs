@@ -1,0 +1,315 @@
+//! The control protocol: newline-delimited JSON over a Unix stream socket,
+//! one request per line and one response per request, several per
+//! connection.
+//!
+//! ```text
+//! → {"cmd":"version","protocol":1}
+//! ← {"ok":true,"result":"version","daemon":"0.1.0","protocol":1}
+//! → {"cmd":"add","rule":{"name":"a","input":{...},"outputs":[...]}}
+//! ← {"ok":false,"result":"error","error":{"kind":"invalid_rule","field":"outputs[0].interface","message":"..."}}
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::rule::Rule;
+
+/// The protocol version this build speaks.
+pub const PROTOCOL: u32 = 1;
+/// The longest request line accepted, in bytes.
+pub const MAX_REQUEST_BYTES: usize = 1 << 20;
+
+/// A request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Who are you? With `protocol`, also: do we speak the same protocol?
+    Version {
+        /// The client's protocol version.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        protocol: Option<u32>,
+    },
+    /// Add a rule (or replace the rule of the same name).
+    Add {
+        /// The rule.
+        rule: Rule,
+    },
+    /// Remove a rule.
+    Remove {
+        /// Its name.
+        name: String,
+    },
+    /// Every rule, with its group memberships.
+    List,
+    /// Counters and rates.
+    Stats,
+    /// The worker processes.
+    Workers,
+}
+
+/// A response: `ok` and one of the replies.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    /// False exactly when the reply is an error.
+    pub ok: bool,
+    /// The reply.
+    #[serde(flatten)]
+    pub reply: Reply,
+}
+
+impl From<Reply> for Response {
+    fn from(reply: Reply) -> Self {
+        Response {
+            ok: !matches!(reply, Reply::Error { .. }),
+            reply,
+        }
+    }
+}
+
+/// What the daemon answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Reply {
+    /// To `version`.
+    Version {
+        /// The daemon's version.
+        daemon: String,
+        /// The protocol it speaks.
+        protocol: u32,
+    },
+    /// To `add`: the rule is in every worker's table.
+    Added {
+        /// The rule's name.
+        rule: String,
+        /// Whether it replaced a rule of the same name.
+        replaced: bool,
+        /// Its group memberships.
+        joins: Vec<JoinState>,
+    },
+    /// To `remove`.
+    Removed {
+        /// The rule's name.
+        rule: String,
+    },
+    /// To `list`.
+    Rules {
+        /// Every rule, in the order added.
+        rules: Vec<RuleStatus>,
+    },
+    /// To `stats`.
+    Stats(Box<StatsReport>),
+    /// To `workers`.
+    Workers {
+        /// Every worker.
+        workers: Vec<WorkerStatus>,
+    },
+    /// To anything that failed.
+    Error {
+        /// What failed.
+        error: ControlError,
+    },
+}
+
+/// What went wrong with a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct ControlError {
+    /// The kind of failure.
+    pub kind: ErrorKind,
+    /// The field at fault, when there is one (`outputs[0].interface`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// What is wrong and what to change.
+    pub message: String,
+}
+
+/// Kinds of failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The line is not JSON, or not a request.
+    BadRequest,
+    /// The line is longer than [`MAX_REQUEST_BYTES`].
+    TooLarge,
+    /// The client speaks another protocol version.
+    Protocol,
+    /// The rule was refused.
+    InvalidRule,
+    /// No rule of that name.
+    NotFound,
+    /// The daemon could not carry out a valid request.
+    Internal,
+}
+
+impl ControlError {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ControlError {
+            kind,
+            field: None,
+            message: message.into(),
+        }
+    }
+}
+
+/// One group membership a rule needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinState {
+    /// The interface joined on.
+    pub interface: String,
+    /// The group.
+    pub group: IpAddr,
+    /// The source, for a source-specific join.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<IpAddr>,
+    /// Whether the kernel holds the membership.
+    pub joined: bool,
+    /// Why not, when it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A rule and how it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleStatus {
+    /// The rule.
+    pub rule: Rule,
+    /// Its memberships (none for a unicast input).
+    pub joins: Vec<JoinState>,
+}
+
+/// Counters of one output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputStats {
+    /// The output, in the rule's text form.
+    pub output: String,
+    /// Packets sent.
+    pub packets: u64,
+    /// Payload bytes sent.
+    pub bytes: u64,
+    /// Packets per second over the last interval.
+    pub pps: f64,
+    /// Payload bits per second over the last interval.
+    pub bps: f64,
+    /// Drops by reason.
+    pub drops: BTreeMap<String, u64>,
+}
+
+/// Counters of one rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuleStats {
+    /// The rule's name.
+    pub name: String,
+    /// Its input, in text form.
+    pub input: String,
+    /// Packets matched.
+    pub packets: u64,
+    /// Payload bytes matched.
+    pub bytes: u64,
+    /// Packets per second over the last interval.
+    pub pps: f64,
+    /// Payload bits per second over the last interval.
+    pub bps: f64,
+    /// Per output.
+    pub outputs: Vec<OutputStats>,
+}
+
+/// Counters of one worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerStats {
+    /// Its index.
+    pub index: usize,
+    /// Frames taken from its rings.
+    pub rx_frames: u64,
+    /// Their bytes.
+    pub rx_bytes: u64,
+    /// Frames and datagrams it sent.
+    pub tx_packets: u64,
+    /// Frames the kernel dropped because its ring was full.
+    pub ring_drops: u64,
+    /// Frames it dropped, by reason.
+    pub drops: BTreeMap<String, u64>,
+    /// Frames per second taken over the last interval.
+    pub rx_pps: f64,
+}
+
+/// The answer to `stats`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatsReport {
+    /// Seconds since the daemon started.
+    pub uptime_s: f64,
+    /// The interval the rates are over, in seconds.
+    pub interval_s: f64,
+    /// Per rule.
+    pub rules: Vec<RuleStats>,
+    /// Per worker.
+    pub workers: Vec<WorkerStats>,
+}
+
+/// A worker process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    /// Its index.
+    pub index: usize,
+    /// Its process id, when running.
+    pub pid: Option<u32>,
+    /// The CPU it is pinned to.
+    pub cpu: usize,
+    /// `running`, `starting` or `restarting`.
+    pub state: String,
+    /// How often it was restarted.
+    pub restarts: u64,
+    /// The table version it runs.
+    pub table_version: u64,
+    /// Why it last ended, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_strict() {
+        let r: Request = serde_json::from_str(r#"{"cmd":"list"}"#).expect("list");
+        assert_eq!(r, Request::List);
+        let r: Request = serde_json::from_str(r#"{"cmd":"remove","name":"a"}"#).expect("remove");
+        assert_eq!(r, Request::Remove { name: "a".into() });
+        let r: Request = serde_json::from_str(r#"{"cmd":"version"}"#).expect("version");
+        assert_eq!(r, Request::Version { protocol: None });
+        for bad in [
+            r#"{"cmd":"explode"}"#,
+            r#"{"cmd":"remove"}"#,
+            r#"{"cmd":"remove","name":"a","force":true}"#,
+            r#"{"name":"a"}"#,
+            r#"[1,2]"#,
+        ] {
+            assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn responses_carry_ok_and_their_kind() {
+        let ok: Response = Reply::Removed { rule: "a".into() }.into();
+        let line = serde_json::to_string(&ok).expect("json");
+        assert_eq!(line, r#"{"ok":true,"result":"removed","rule":"a"}"#);
+        assert_eq!(serde_json::from_str::<Response>(&line).expect("back"), ok);
+        let e: Response = Reply::Error {
+            error: ControlError {
+                kind: ErrorKind::InvalidRule,
+                field: Some("input.interface".into()),
+                message: "no".into(),
+            },
+        }
+        .into();
+        let line = serde_json::to_string(&e).expect("json");
+        assert!(
+            line.starts_with(r#"{"ok":false,"result":"error","error":{"kind":"invalid_rule""#),
+            "{line}"
+        );
+        assert_eq!(serde_json::from_str::<Response>(&line).expect("back"), e);
+    }
+}

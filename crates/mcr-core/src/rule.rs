@@ -1,0 +1,369 @@
+//! The rule model: what MCR forwards, from where to where.
+//!
+//! A rule takes one input (an interface, a destination group or unicast
+//! address and port, and optionally one source) and sends every packet to
+//! one or more outputs (an interface, a destination group or unicast host
+//! and port, a TTL policy and a source-address policy). Every type holds
+//! IPv6 addresses as well as IPv4 ones.
+//!
+//! The compact text form, used by `mcrctl` and the config file:
+//!
+//! ```text
+//! input:  IFACE:ADDRESS:PORT[,source=ADDRESS]          veth1:239.1.1.1:5001,source=10.0.0.1
+//! output: IFACE:ADDRESS:PORT[,ttl=N][,source=POLICY]   veth2:239.10.1.1:6001,ttl=8,source=keep
+//! ```
+//!
+//! IPv6 addresses go in brackets (`veth1:[ff3e::1]:5001`).
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// A forwarding rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// A name, unique among the rules: letters, digits, `.`, `_`, `-`.
+    pub name: String,
+    /// Where the stream comes in.
+    pub input: Input,
+    /// Where it goes out; at least one.
+    pub outputs: Vec<Output>,
+}
+
+/// The stream a rule takes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Input {
+    /// The interface it arrives on.
+    pub interface: String,
+    /// Its destination: a multicast group, or a unicast address of the
+    /// interface, and the UDP port.
+    pub destination: SocketAddr,
+    /// Only packets from this source (an (S,G) rule); any source if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<IpAddr>,
+}
+
+/// One place a rule sends its stream.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Output {
+    /// The interface it leaves on.
+    pub interface: String,
+    /// Its new destination: a multicast group, or a unicast host, and port.
+    pub destination: SocketAddr,
+    /// TTL (hop limit) of what leaves.
+    #[serde(default, skip_serializing_if = "Ttl::is_default")]
+    pub ttl: Ttl,
+    /// Source address of what leaves.
+    #[serde(default, skip_serializing_if = "SourcePolicy::is_default")]
+    pub source: SourcePolicy,
+}
+
+/// The TTL of an output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "TtlText", into = "TtlText")]
+pub enum Ttl {
+    /// The input's TTL minus one (a packet that arrives with TTL 1 is not
+    /// sent on). Written `decrement`.
+    #[default]
+    Decrement,
+    /// This value, 1 to 255.
+    Fixed(u8),
+}
+
+impl Ttl {
+    fn is_default(&self) -> bool {
+        *self == Ttl::Decrement
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum TtlText {
+    Number(u16),
+    Word(String),
+}
+
+impl TryFrom<TtlText> for Ttl {
+    type Error = String;
+    fn try_from(t: TtlText) -> Result<Self, String> {
+        match t {
+            TtlText::Number(n) => match u8::try_from(n) {
+                Ok(v) if v > 0 => Ok(Ttl::Fixed(v)),
+                _ => Err(format!("ttl {n} is outside 1-255")),
+            },
+            TtlText::Word(w) => w.parse(),
+        }
+    }
+}
+
+impl From<Ttl> for TtlText {
+    fn from(t: Ttl) -> Self {
+        match t {
+            Ttl::Decrement => TtlText::Word("decrement".into()),
+            Ttl::Fixed(v) => TtlText::Number(u16::from(v)),
+        }
+    }
+}
+
+impl FromStr for Ttl {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "decrement" {
+            return Ok(Ttl::Decrement);
+        }
+        match s.parse::<u8>() {
+            Ok(v) if v > 0 => Ok(Ttl::Fixed(v)),
+            _ => Err(format!("ttl `{s}`: write a number from 1 to 255, or decrement")),
+        }
+    }
+}
+
+impl fmt::Display for Ttl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ttl::Decrement => f.write_str("decrement"),
+            Ttl::Fixed(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+/// The source address of an output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum SourcePolicy {
+    /// The output interface's own address. Written `interface`.
+    #[default]
+    Interface,
+    /// The address the packet arrived with. Written `keep`.
+    Keep,
+    /// This address.
+    Address(IpAddr),
+}
+
+impl SourcePolicy {
+    fn is_default(&self) -> bool {
+        *self == SourcePolicy::Interface
+    }
+}
+
+impl FromStr for SourcePolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "interface" => Ok(SourcePolicy::Interface),
+            "keep" => Ok(SourcePolicy::Keep),
+            _ => s
+                .parse()
+                .map(SourcePolicy::Address)
+                .map_err(|_| format!("source `{s}`: write interface, keep, or an IP address")),
+        }
+    }
+}
+
+impl TryFrom<String> for SourcePolicy {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<SourcePolicy> for String {
+    fn from(p: SourcePolicy) -> String {
+        p.to_string()
+    }
+}
+
+impl fmt::Display for SourcePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SourcePolicy::Interface => f.write_str("interface"),
+            SourcePolicy::Keep => f.write_str("keep"),
+            SourcePolicy::Address(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+/// Splits `IFACE:ADDRESS:PORT[,k=v...]` into its parts.
+fn split_spec(spec: &str) -> Result<(String, SocketAddr, Vec<(String, String)>), String> {
+    let spec = spec.trim();
+    let (main, opts) = match spec.split_once(',') {
+        Some((m, o)) => (m, Some(o)),
+        None => (spec, None),
+    };
+    let (iface, addr) = main
+        .split_once(':')
+        .ok_or_else(|| format!("`{spec}`: write INTERFACE:ADDRESS:PORT, e.g. eth0:239.1.1.1:5001"))?;
+    if iface.is_empty() {
+        return Err(format!("`{spec}`: the interface is missing before the first `:`"));
+    }
+    let destination: SocketAddr = addr
+        .parse()
+        .map_err(|_| format!("`{spec}`: `{addr}` is not ADDRESS:PORT (IPv6 in brackets, e.g. [ff3e::1]:5001)"))?;
+    let mut kv = Vec::new();
+    for o in opts.into_iter().flat_map(|o| o.split(',')) {
+        let (k, v) = o
+            .split_once('=')
+            .ok_or_else(|| format!("`{spec}`: option `{o}` is not KEY=VALUE"))?;
+        kv.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    Ok((iface.to_string(), destination, kv))
+}
+
+impl FromStr for Input {
+    type Err = String;
+    fn from_str(spec: &str) -> Result<Self, String> {
+        let (interface, destination, opts) = split_spec(spec)?;
+        let mut input = Input {
+            interface,
+            destination,
+            source: None,
+        };
+        for (k, v) in opts {
+            match k.as_str() {
+                "source" => {
+                    input.source = Some(
+                        v.parse()
+                            .map_err(|_| format!("`{spec}`: source `{v}` is not an IP address"))?,
+                    )
+                }
+                _ => return Err(format!("`{spec}`: unknown input option `{k}` (known: source)")),
+            }
+        }
+        Ok(input)
+    }
+}
+
+impl FromStr for Output {
+    type Err = String;
+    fn from_str(spec: &str) -> Result<Self, String> {
+        let (interface, destination, opts) = split_spec(spec)?;
+        let mut out = Output {
+            interface,
+            destination,
+            ttl: Ttl::default(),
+            source: SourcePolicy::default(),
+        };
+        for (k, v) in opts {
+            match k.as_str() {
+                "ttl" => out.ttl = v.parse().map_err(|e| format!("`{spec}`: {e}"))?,
+                "source" => out.source = v.parse().map_err(|e| format!("`{spec}`: {e}"))?,
+                _ => return Err(format!("`{spec}`: unknown output option `{k}` (known: ttl, source)")),
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn write_addr(f: &mut fmt::Formatter<'_>, iface: &str, a: &SocketAddr) -> fmt::Result {
+    write!(f, "{iface}:{a}")
+}
+
+impl fmt::Display for Input {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_addr(f, &self.interface, &self.destination)?;
+        if let Some(s) = self.source {
+            write!(f, ",source={s}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Output {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_addr(f, &self.interface, &self.destination)?;
+        if self.ttl != Ttl::Decrement {
+            write!(f, ",ttl={}", self.ttl)?;
+        }
+        if self.source != SourcePolicy::Interface {
+            write!(f, ",source={}", self.source)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_print_back() {
+        for s in [
+            "veth1:239.1.1.1:5001",
+            "veth1:239.1.1.1:5001,source=10.0.0.1",
+            "veth1:[ff3e::1]:5001",
+        ] {
+            let i: Input = s.parse().expect(s);
+            assert_eq!(i.to_string(), s);
+        }
+        for s in [
+            "veth2:239.10.1.1:6001",
+            "veth2:239.10.1.1:6001,ttl=8",
+            "veth2:10.0.1.2:7000,ttl=3,source=keep",
+            "veth2:239.10.1.1:6001,source=10.9.9.9",
+        ] {
+            let o: Output = s.parse().expect(s);
+            assert_eq!(o.to_string(), s);
+        }
+    }
+
+    #[test]
+    fn spec_mistakes_are_named() {
+        let cases = [
+            ("239.1.1.1:5001", "not ADDRESS:PORT"),
+            (":239.1.1.1:5001", "interface is missing"),
+            ("veth1:239.1.1.1", "not ADDRESS:PORT"),
+            ("veth1:239.1.1.1:5001,ttl=3", "unknown input option `ttl`"),
+            ("veth1:239.1.1.1:5001,source", "not KEY=VALUE"),
+            ("veth1:239.1.1.1:5001,source=me", "not an IP address"),
+        ];
+        for (s, needle) in cases {
+            let e = s.parse::<Input>().expect_err(s);
+            assert!(e.contains(needle), "{s}: {e}");
+        }
+        let e = "veth2:239.1.1.1:6001,ttl=0".parse::<Output>().expect_err("ttl 0");
+        assert!(e.contains("1 to 255"), "{e}");
+        let e = "veth2:239.1.1.1:6001,source=nowhere"
+            .parse::<Output>()
+            .expect_err("source");
+        assert!(e.contains("interface, keep"), "{e}");
+        let e = "veth2:239.1.1.1:6001,color=red".parse::<Output>().expect_err("option");
+        assert!(e.contains("known: ttl, source"), "{e}");
+    }
+
+    #[test]
+    fn json_form_is_compact_and_strict() {
+        let r = Rule {
+            name: "feed-a".into(),
+            input: "veth1:239.1.1.1:5001".parse().expect("input"),
+            outputs: vec!["veth2:239.10.1.1:6001,ttl=8,source=keep".parse().expect("output")],
+        };
+        let j = serde_json::to_string(&r).expect("json");
+        assert_eq!(
+            j,
+            r#"{"name":"feed-a","input":{"interface":"veth1","destination":"239.1.1.1:5001"},"outputs":[{"interface":"veth2","destination":"239.10.1.1:6001","ttl":8,"source":"keep"}]}"#
+        );
+        assert_eq!(serde_json::from_str::<Rule>(&j).expect("back"), r);
+        let unknown = j.replace(r#""name""#, r#""colour":"red","name""#);
+        let e = serde_json::from_str::<Rule>(&unknown)
+            .expect_err("unknown field")
+            .to_string();
+        assert!(e.contains("unknown field `colour`"), "{e}");
+        let bad_ttl = j.replace(r#""ttl":8"#, r#""ttl":300"#);
+        assert!(
+            serde_json::from_str::<Rule>(&bad_ttl)
+                .expect_err("ttl")
+                .to_string()
+                .contains("1-255")
+        );
+        let word = j.replace(r#""ttl":8"#, r#""ttl":"decrement""#);
+        assert_eq!(
+            serde_json::from_str::<Rule>(&word).expect("word").outputs[0].ttl,
+            Ttl::Decrement
+        );
+    }
+}

@@ -1,0 +1,194 @@
+//! Where every counter lives in the statistics memory that workers write
+//! and the supervisor reads.
+//!
+//! The memory is an array of `u64`, one block per worker; within a block,
+//! the worker's own counters, then one cache line per rule slot, then one
+//! per output slot. Each counter has exactly one writer (its worker), so a
+//! worker only ever adds to its own block and the supervisor sums across
+//! blocks. A worker that restarts keeps writing the same block, so nothing
+//! is lost.
+
+use serde::{Deserialize, Serialize};
+
+/// `u64`s in a cache line.
+const LINE: usize = 8;
+
+/// A worker's own counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum WorkerCounter {
+    /// Frames taken from the receive rings.
+    RxFrames,
+    /// Bytes of those frames.
+    RxBytes,
+    /// Frames the kernel dropped because a receive ring was full
+    /// (`PACKET_STATISTICS`).
+    RingDrops,
+    /// Frames and datagrams handed to the kernel for sending.
+    TxPackets,
+    /// The table version the worker runs.
+    TableVersion,
+    /// Dropped: no rule for the destination.
+    NoRule,
+    /// Dropped: a rule for the destination, but only for other sources.
+    WrongSource,
+    /// Dropped: not IPv4.
+    NotIpv4,
+    /// Dropped: not UDP.
+    NotUdp,
+    /// Dropped: an IP fragment.
+    Fragment,
+    /// Dropped: IP options.
+    IpOptions,
+    /// Dropped: lengths that do not add up.
+    BadLength,
+    /// Dropped: IP header checksum wrong.
+    BadIpChecksum,
+    /// Dropped: UDP checksum wrong.
+    BadUdpChecksum,
+    /// Dropped: cut short by the capture.
+    Truncated,
+}
+
+impl WorkerCounter {
+    /// The drop reasons, in order, with their names in reports.
+    pub const DROPS: [(WorkerCounter, &'static str); 10] = [
+        (WorkerCounter::NoRule, "no_rule"),
+        (WorkerCounter::WrongSource, "wrong_source"),
+        (WorkerCounter::NotIpv4, "not_ipv4"),
+        (WorkerCounter::NotUdp, "not_udp"),
+        (WorkerCounter::Fragment, "fragment"),
+        (WorkerCounter::IpOptions, "ip_options"),
+        (WorkerCounter::BadLength, "bad_length"),
+        (WorkerCounter::BadIpChecksum, "bad_ip_checksum"),
+        (WorkerCounter::BadUdpChecksum, "bad_udp_checksum"),
+        (WorkerCounter::Truncated, "truncated"),
+    ];
+}
+
+/// Room for a worker's own counters: four cache lines.
+const WORKER_COUNTERS: usize = 4 * LINE;
+
+/// A rule's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum RuleCounter {
+    /// Packets matched.
+    Packets,
+    /// Their UDP payload bytes.
+    Bytes,
+}
+
+/// An output's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum OutputCounter {
+    /// Packets sent.
+    Packets,
+    /// Their UDP payload bytes.
+    Bytes,
+    /// Dropped: the output's send queue was full.
+    QueueFull,
+    /// Dropped: the kernel refused the send.
+    SendError,
+    /// Dropped: the TTL would have reached 0.
+    TtlExpired,
+    /// Dropped: larger than the output interface's MTU.
+    TooBig,
+}
+
+impl OutputCounter {
+    /// The drop reasons, in order, with their names in reports.
+    pub const DROPS: [(OutputCounter, &'static str); 4] = [
+        (OutputCounter::QueueFull, "queue_full"),
+        (OutputCounter::SendError, "send_error"),
+        (OutputCounter::TtlExpired, "ttl_expired"),
+        (OutputCounter::TooBig, "too_big"),
+    ];
+}
+
+/// The shape of the statistics memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatsLayout {
+    /// Worker blocks.
+    pub workers: usize,
+    /// Rule slots per worker block.
+    pub rule_slots: usize,
+    /// Output slots per worker block.
+    pub output_slots: usize,
+}
+
+impl StatsLayout {
+    /// The default capacity: 16384 rules and 65536 outputs.
+    pub fn new(workers: usize) -> Self {
+        StatsLayout {
+            workers,
+            rule_slots: 16_384,
+            output_slots: 65_536,
+        }
+    }
+
+    fn per_worker(&self) -> usize {
+        WORKER_COUNTERS + (self.rule_slots + self.output_slots) * LINE
+    }
+
+    /// How many `u64` counters in all.
+    pub fn len(&self) -> usize {
+        self.workers * self.per_worker()
+    }
+
+    /// True when there is no counter at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Where worker `w`'s counter `c` lives.
+    pub fn worker(&self, w: usize, c: WorkerCounter) -> usize {
+        w * self.per_worker() + c as usize
+    }
+
+    /// Where worker `w`'s counter `c` of rule slot `slot` lives.
+    pub fn rule(&self, w: usize, slot: u32, c: RuleCounter) -> usize {
+        w * self.per_worker() + WORKER_COUNTERS + slot as usize * LINE + c as usize
+    }
+
+    /// Where worker `w`'s counter `c` of output slot `slot` lives.
+    pub fn output(&self, w: usize, slot: u32, c: OutputCounter) -> usize {
+        w * self.per_worker() + WORKER_COUNTERS + (self.rule_slots + slot as usize) * LINE + c as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_counter_has_its_own_place() {
+        let l = StatsLayout {
+            workers: 2,
+            rule_slots: 3,
+            output_slots: 4,
+        };
+        let mut all = std::collections::HashSet::new();
+        for w in 0..2 {
+            for i in 0..WORKER_COUNTERS {
+                assert!(all.insert(w * l.per_worker() + i));
+            }
+            for s in 0..3 {
+                for c in [RuleCounter::Packets, RuleCounter::Bytes] {
+                    assert!(all.insert(l.rule(w, s, c)));
+                }
+            }
+            for s in 0..4 {
+                for c in [OutputCounter::Packets, OutputCounter::TooBig] {
+                    assert!(all.insert(l.output(w, s, c)));
+                }
+            }
+        }
+        assert!(all.iter().all(|&i| i < l.len()));
+        assert!((WorkerCounter::Truncated as usize) < WORKER_COUNTERS);
+        // Rule and output lines start on cache-line boundaries.
+        assert_eq!(l.rule(1, 2, RuleCounter::Packets) % LINE, 0);
+        assert_eq!(l.output(1, 3, OutputCounter::Packets) % LINE, 0);
+    }
+}

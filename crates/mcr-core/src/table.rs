@@ -1,0 +1,326 @@
+//! The match table a worker forwards with: built from a
+//! [`TableSnapshot`], looked up once per packet by (input interface,
+//! destination, port) and then by source, (S,G) before (*,G).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use rustc_hash::FxHashMap;
+
+use crate::forward::FrameRewrite;
+use crate::rule::{SourcePolicy, Ttl};
+use crate::snapshot::TableSnapshot;
+use crate::wire::ethernet;
+
+/// How one output sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputKind {
+    /// A multicast output: a frame built here, sent on an AF_PACKET socket
+    /// of the interface.
+    Frame(FrameRewrite),
+    /// A unicast output: the payload sent through a UDP socket, which the
+    /// kernel routes.
+    Udp {
+        /// Where to.
+        destination: SocketAddr,
+        /// The address to send from (the interface's).
+        source: IpAddr,
+        /// TTL policy.
+        ttl: Ttl,
+    },
+}
+
+/// One output, ready to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledOutput {
+    /// Its statistics slot.
+    pub slot: u32,
+    /// The index of its interface.
+    pub ifindex: u32,
+    /// The interface's name.
+    pub interface: String,
+    /// How it sends.
+    pub kind: OutputKind,
+}
+
+/// One rule, ready to forward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledRule {
+    /// Its name.
+    pub name: String,
+    /// Its statistics slot.
+    pub slot: u32,
+    /// Its outputs.
+    pub outputs: Vec<CompiledOutput>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Entry {
+    any_source: Option<usize>,
+    by_source: Vec<(IpAddr, usize)>,
+}
+
+/// The result of a lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup<'a> {
+    /// The rule that takes the packet.
+    Rule(&'a CompiledRule),
+    /// Rules exist for the destination, but only for other sources.
+    WrongSource,
+    /// No rule for the destination.
+    NoRule,
+}
+
+/// The compiled rule table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MatchTable {
+    /// The snapshot version it was built from.
+    pub version: u64,
+    rules: Vec<CompiledRule>,
+    entries: FxHashMap<(u32, IpAddr, u16), Entry>,
+}
+
+/// Why a snapshot could not be compiled (the supervisor validated it, so
+/// this means an interface changed under it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("rule `{rule}`: {reason}")]
+pub struct CompileError {
+    /// The rule.
+    pub rule: String,
+    /// What is missing.
+    pub reason: String,
+}
+
+impl MatchTable {
+    /// Builds the table from a snapshot.
+    pub fn compile(snap: &TableSnapshot) -> Result<MatchTable, CompileError> {
+        let mut t = MatchTable {
+            version: snap.version,
+            ..Default::default()
+        };
+        for sr in &snap.rules {
+            let r = &sr.rule;
+            let bad = |reason: String| CompileError {
+                rule: r.name.clone(),
+                reason,
+            };
+            let input_if = snap
+                .interfaces
+                .get(&r.input.interface)
+                .ok_or_else(|| bad(format!("input interface `{}` is unknown", r.input.interface)))?;
+            let mut outputs = Vec::with_capacity(r.outputs.len());
+            for (o, &slot) in r.outputs.iter().zip(&sr.output_slots) {
+                let iface = snap
+                    .interfaces
+                    .get(&o.interface)
+                    .ok_or_else(|| bad(format!("output interface `{}` is unknown", o.interface)))?;
+                let dst = o.destination.ip();
+                let kind = match (dst, ethernet::multicast_mac(dst)) {
+                    (IpAddr::V4(dst4), Some(dst_mac)) => OutputKind::Frame(FrameRewrite {
+                        dst_mac,
+                        src_mac: iface.mac,
+                        dst: dst4,
+                        dst_port: o.destination.port(),
+                        src: match o.source {
+                            SourcePolicy::Keep => None,
+                            SourcePolicy::Address(IpAddr::V4(a)) => Some(a),
+                            SourcePolicy::Interface => match iface.address_like(dst) {
+                                Some(IpAddr::V4(a)) => Some(a),
+                                _ => return Err(bad(format!("`{}` has no IPv4 address", o.interface))),
+                            },
+                            SourcePolicy::Address(a) => return Err(bad(format!("source {a} is not IPv4"))),
+                        },
+                        ttl: o.ttl,
+                        mtu: iface.mtu,
+                    }),
+                    (_, Some(_)) => return Err(bad(format!("{dst}: IPv6 outputs are not supported yet"))),
+                    (_, None) => OutputKind::Udp {
+                        destination: o.destination,
+                        source: iface
+                            .address_like(dst)
+                            .ok_or_else(|| bad(format!("`{}` has no address of {dst}'s family", o.interface)))?,
+                        ttl: o.ttl,
+                    },
+                };
+                outputs.push(CompiledOutput {
+                    slot,
+                    ifindex: iface.index,
+                    interface: o.interface.clone(),
+                    kind,
+                });
+            }
+            let idx = t.rules.len();
+            t.rules.push(CompiledRule {
+                name: r.name.clone(),
+                slot: sr.slot,
+                outputs,
+            });
+            let key = (input_if.index, r.input.destination.ip(), r.input.destination.port());
+            let e = t.entries.entry(key).or_default();
+            match r.input.source {
+                Some(s) => e.by_source.push((s, idx)),
+                None => e.any_source = Some(idx),
+            }
+        }
+        Ok(t)
+    }
+
+    /// The rule for a packet that arrived on `ifindex`, sent from `src` to
+    /// `dst:port`: the (S,G) rule for its source if there is one, otherwise
+    /// the (*,G) rule.
+    pub fn lookup(&self, ifindex: u32, dst: IpAddr, port: u16, src: IpAddr) -> Lookup<'_> {
+        let Some(e) = self.entries.get(&(ifindex, dst, port)) else {
+            return Lookup::NoRule;
+        };
+        let idx = e
+            .by_source
+            .iter()
+            .find(|(s, _)| *s == src)
+            .map(|&(_, i)| i)
+            .or(e.any_source);
+        match idx {
+            Some(i) => Lookup::Rule(&self.rules[i]),
+            None => Lookup::WrongSource,
+        }
+    }
+
+    /// Every compiled rule.
+    pub fn rules(&self) -> &[CompiledRule] {
+        &self.rules
+    }
+
+    /// The unicast destinations rules take on interface `ifindex` (the
+    /// ingress filter lets them in besides multicast).
+    pub fn unicast_inputs(&self, ifindex: u32) -> Vec<Ipv4Addr> {
+        let mut v: Vec<Ipv4Addr> = self
+            .entries
+            .keys()
+            .filter(|(i, _, _)| *i == ifindex)
+            .filter_map(|(_, a, _)| match a {
+                IpAddr::V4(v4) if !v4.is_multicast() => Some(*v4),
+                _ => None,
+            })
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// The input interfaces the rules use.
+    pub fn input_interfaces(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.entries.keys().map(|(i, _, _)| *i).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interfaces::{InterfaceInfo, Interfaces};
+    use crate::rule::Rule;
+    use crate::snapshot::SlottedRule;
+
+    fn snap(rules: &[(&str, &str, &[&str])]) -> TableSnapshot {
+        let iface = |name: &str, index, addr: &str| InterfaceInfo {
+            name: name.into(),
+            index,
+            mac: [2, 0, 0, 0, 0, index as u8],
+            mtu: 1500,
+            addresses: vec![addr.parse().expect("literal")],
+        };
+        TableSnapshot {
+            version: 7,
+            rules: rules
+                .iter()
+                .enumerate()
+                .map(|(i, (name, input, outs))| SlottedRule {
+                    rule: Rule {
+                        name: name.to_string(),
+                        input: input.parse().expect("input"),
+                        outputs: outs.iter().map(|o| o.parse().expect("output")).collect(),
+                    },
+                    slot: i as u32 + 10,
+                    output_slots: (0..outs.len() as u32).map(|k| 100 * i as u32 + k).collect(),
+                })
+                .collect(),
+            interfaces: Interfaces::new([iface("veth1", 2, "10.0.0.2"), iface("veth2", 3, "10.0.1.1")]),
+        }
+    }
+
+    #[test]
+    fn source_specific_wins_over_any_source() {
+        let t = MatchTable::compile(&snap(&[
+            ("any", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]),
+            ("s1", "veth1:239.1.1.1:5001,source=10.0.0.1", &["veth2:239.10.1.2:6001"]),
+        ]))
+        .expect("compiles");
+        let g: IpAddr = "239.1.1.1".parse().expect("literal");
+        let from = |s: &str| t.lookup(2, g, 5001, s.parse().expect("literal"));
+        assert!(matches!(from("10.0.0.1"), Lookup::Rule(r) if r.name == "s1"));
+        assert!(matches!(from("10.0.0.9"), Lookup::Rule(r) if r.name == "any"));
+        assert_eq!(
+            t.lookup(2, g, 5002, "10.0.0.1".parse().expect("literal")),
+            Lookup::NoRule
+        );
+        assert_eq!(
+            t.lookup(3, g, 5001, "10.0.0.1".parse().expect("literal")),
+            Lookup::NoRule
+        );
+    }
+
+    #[test]
+    fn only_source_specific_rules_turn_other_sources_away() {
+        let t = MatchTable::compile(&snap(&[(
+            "s1",
+            "veth1:239.1.1.1:5001,source=10.0.0.1",
+            &["veth2:239.10.1.2:6001"],
+        )]))
+        .expect("compiles");
+        let g: IpAddr = "239.1.1.1".parse().expect("literal");
+        assert_eq!(
+            t.lookup(2, g, 5001, "10.0.0.9".parse().expect("literal")),
+            Lookup::WrongSource
+        );
+    }
+
+    #[test]
+    fn outputs_resolve_macs_sources_and_slots() {
+        let t = MatchTable::compile(&snap(&[(
+            "a",
+            "veth1:10.0.0.2:5001",
+            &[
+                "veth2:239.10.1.1:6001,ttl=4",
+                "veth2:239.10.1.2:6002,source=keep",
+                "veth2:10.0.1.2:7000",
+            ],
+        )]))
+        .expect("compiles");
+        assert_eq!(t.version, 7);
+        let r = &t.rules()[0];
+        assert_eq!(r.slot, 10);
+        let OutputKind::Frame(f) = &r.outputs[0].kind else {
+            panic!("multicast output builds frames")
+        };
+        assert_eq!(f.dst_mac, [1, 0, 0x5e, 10, 1, 1]);
+        assert_eq!(f.src_mac, [2, 0, 0, 0, 0, 3]);
+        assert_eq!(f.src, Some(Ipv4Addr::new(10, 0, 1, 1)));
+        assert_eq!(f.ttl, Ttl::Fixed(4));
+        let OutputKind::Frame(k) = &r.outputs[1].kind else {
+            panic!("frames")
+        };
+        assert_eq!(k.src, None);
+        assert!(matches!(r.outputs[2].kind, OutputKind::Udp { .. }));
+        assert_eq!(r.outputs.iter().map(|o| o.slot).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(t.unicast_inputs(2), vec![Ipv4Addr::new(10, 0, 0, 2)]);
+        assert_eq!(t.input_interfaces(), vec![2]);
+    }
+
+    #[test]
+    fn a_vanished_interface_is_a_compile_error() {
+        let mut s = snap(&[("a", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])]);
+        s.interfaces = Interfaces::default();
+        let e = MatchTable::compile(&s).expect_err("no interfaces");
+        assert!(e.to_string().contains("`veth1` is unknown"), "{e}");
+    }
+}

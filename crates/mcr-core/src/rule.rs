@@ -188,8 +188,15 @@ impl fmt::Display for SourcePolicy {
     }
 }
 
+/// The parts of `IFACE:ADDRESS:PORT[,k=v...]`.
+struct SpecParts {
+    interface: String,
+    destination: SocketAddr,
+    options: Vec<(String, String)>,
+}
+
 /// Splits `IFACE:ADDRESS:PORT[,k=v...]` into its parts.
-fn split_spec(spec: &str) -> Result<(String, SocketAddr, Vec<(String, String)>), String> {
+fn split_spec(spec: &str) -> Result<SpecParts, String> {
     let spec = spec.trim();
     let (main, opts) = match spec.split_once(',') {
         Some((m, o)) => (m, Some(o)),
@@ -211,19 +218,23 @@ fn split_spec(spec: &str) -> Result<(String, SocketAddr, Vec<(String, String)>),
             .ok_or_else(|| format!("`{spec}`: option `{o}` is not KEY=VALUE"))?;
         kv.push((k.trim().to_string(), v.trim().to_string()));
     }
-    Ok((iface.to_string(), destination, kv))
+    Ok(SpecParts {
+        interface: iface.to_string(),
+        destination,
+        options: kv,
+    })
 }
 
 impl FromStr for Input {
     type Err = String;
     fn from_str(spec: &str) -> Result<Self, String> {
-        let (interface, destination, opts) = split_spec(spec)?;
+        let p = split_spec(spec)?;
         let mut input = Input {
-            interface,
-            destination,
+            interface: p.interface,
+            destination: p.destination,
             source: None,
         };
-        for (k, v) in opts {
+        for (k, v) in p.options {
             match k.as_str() {
                 "source" => {
                     input.source = Some(
@@ -241,14 +252,14 @@ impl FromStr for Input {
 impl FromStr for Output {
     type Err = String;
     fn from_str(spec: &str) -> Result<Self, String> {
-        let (interface, destination, opts) = split_spec(spec)?;
+        let p = split_spec(spec)?;
         let mut out = Output {
-            interface,
-            destination,
+            interface: p.interface,
+            destination: p.destination,
             ttl: Ttl::default(),
             source: SourcePolicy::default(),
         };
-        for (k, v) in opts {
+        for (k, v) in p.options {
             match k.as_str() {
                 "ttl" => out.ttl = v.parse().map_err(|e| format!("`{spec}`: {e}"))?,
                 "source" => out.source = v.parse().map_err(|e| format!("`{spec}`: {e}"))?,

@@ -32,13 +32,29 @@ pub struct Datagram {
     pub payload_at: usize,
     /// Length of the UDP payload.
     pub payload_len: usize,
+    /// The UDP checksum field holds only a partial sum, to be completed by
+    /// the sender's hardware: an output must compute it in full.
+    pub checksum_partial: bool,
+}
+
+/// What the kernel knows about an arriving frame's UDP checksum (from the
+/// ring's status flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxChecksum {
+    /// Nothing: check it.
+    Unknown,
+    /// Already checked and valid (`TP_STATUS_CSUM_VALID`).
+    Valid,
+    /// Not computed yet (`TP_STATUS_CSUMNOTREADY`): the frame was built on
+    /// this host with checksum offload, and the field holds a partial sum.
+    NotReady,
 }
 
 /// Finds the UDP datagram in an Ethernet frame, or says why there is none
 /// to forward. `wire_len` is the frame's length on the wire (more than
-/// `frame.len()` if the capture cut it); `udp_checksum_verified` is true
-/// when the kernel has already checked the UDP checksum.
-pub fn parse(frame: &[u8], wire_len: usize, udp_checksum_verified: bool) -> Result<Datagram, WorkerCounter> {
+/// `frame.len()` if the capture cut it); `checksum` is what the kernel
+/// knows of the UDP checksum.
+pub fn parse(frame: &[u8], wire_len: usize, checksum: RxChecksum) -> Result<Datagram, WorkerCounter> {
     if frame.len() < wire_len {
         return Err(WorkerCounter::Truncated);
     }
@@ -84,7 +100,7 @@ pub fn parse(frame: &[u8], wire_len: usize, udp_checksum_verified: bool) -> Resu
         return Err(WorkerCounter::BadLength);
     }
     let payload = &l4[udp::HEADER_LEN..udp_len];
-    if !udp_checksum_verified && !u.checksum_ok_v4(ip.src, ip.dst, payload) {
+    if checksum == RxChecksum::Unknown && !u.checksum_ok_v4(ip.src, ip.dst, payload) {
         return Err(WorkerCounter::BadUdpChecksum);
     }
     Ok(Datagram {
@@ -96,6 +112,7 @@ pub fn parse(frame: &[u8], wire_len: usize, udp_checksum_verified: bool) -> Resu
         ttl: ip.ttl,
         payload_at: ip_at + ipv4::HEADER_LEN + udp::HEADER_LEN,
         payload_len: udp_len - udp::HEADER_LEN,
+        checksum_partial: checksum == RxChecksum::NotReady,
     })
 }
 
@@ -131,7 +148,8 @@ pub fn output_ttl(policy: Ttl, ttl: u8) -> Result<u8, OutputCounter> {
 /// Writes the frame that output `out` sends for datagram `d` of `frame`
 /// into `buf`, and returns its length: Ethernet header anew, IPv4 and UDP
 /// headers copied with destination, port, source and TTL rewritten and both
-/// checksums updated incrementally, the payload copied once.
+/// checksums updated incrementally, the payload copied once. (A datagram
+/// whose UDP checksum was never completed gets it computed in full.)
 pub fn rewrite(frame: &[u8], d: &Datagram, out: &FrameRewrite, buf: &mut [u8]) -> Result<usize, OutputCounter> {
     let ttl = output_ttl(out.ttl, d.ttl)?;
     let ip_len = ipv4::HEADER_LEN + udp::HEADER_LEN + d.payload_len;
@@ -157,11 +175,14 @@ pub fn rewrite(frame: &[u8], d: &Datagram, out: &FrameRewrite, buf: &mut [u8]) -
     }
     ip.set_dst(out.dst);
     let (new_src, new_dst) = (ip.src, ip.dst);
-    let (u, _) = UdpHeader::mut_from_prefix(l4).map_err(|_| OutputCounter::TooBig)?;
+    let (u, payload) = UdpHeader::mut_from_prefix(l4).map_err(|_| OutputCounter::TooBig)?;
     let old_port = u.dst_port.get();
     u.dst_port.set(out.dst_port);
     let c = u.checksum.get();
-    if c != 0 {
+    if d.checksum_partial {
+        let full = u.compute_checksum_v4(new_src, new_dst, payload);
+        u.checksum.set(full);
+    } else if c != 0 {
         // The pseudo-header holds both addresses; the header, the port.
         let mut c = checksum::update32(c, old_src, new_src);
         c = checksum::update32(c, old_dst, new_dst);
@@ -208,7 +229,7 @@ mod tests {
     #[test]
     fn parses_a_real_frame() {
         let f = frame(b"hello", 64);
-        let d = parse(&f, f.len(), false).expect("valid");
+        let d = parse(&f, f.len(), RxChecksum::Unknown).expect("valid");
         assert_eq!(
             (d.src, d.dst, d.src_port, d.dst_port, d.ttl),
             (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(239, 1, 1, 1), 40000, 5001, 64)
@@ -240,15 +261,18 @@ mod tests {
             ),
         ];
         for (i, (b, want)) in cases.into_iter().enumerate() {
-            assert_eq!(parse(&b, b.len(), false), Err(want), "case {i}");
+            assert_eq!(parse(&b, b.len(), RxChecksum::Unknown), Err(want), "case {i}");
         }
-        assert_eq!(parse(&good[..40], good.len(), false), Err(WorkerCounter::Truncated));
+        assert_eq!(
+            parse(&good[..40], good.len(), RxChecksum::Unknown),
+            Err(WorkerCounter::Truncated)
+        );
         // The kernel vouching for the UDP checksum skips the check.
         let bad_udp = with(&|b| {
             let n = b.len();
             b[n - 1] ^= 1
         });
-        assert!(parse(&bad_udp, bad_udp.len(), true).is_ok());
+        assert!(parse(&bad_udp, bad_udp.len(), RxChecksum::Valid).is_ok());
     }
 
     #[test]
@@ -264,11 +288,14 @@ mod tests {
             .flags_fragment
             .set(ipv4::FLAG_MF);
         fix(&mut frag);
-        assert_eq!(parse(&frag, frag.len(), false), Err(WorkerCounter::Fragment));
+        assert_eq!(
+            parse(&frag, frag.len(), RxChecksum::Unknown),
+            Err(WorkerCounter::Fragment)
+        );
         let mut tcp = frame(b"abc", 64);
         Ipv4Header::mut_from_prefix(&mut tcp[14..]).expect("ip").0.protocol = 6;
         fix(&mut tcp);
-        assert_eq!(parse(&tcp, tcp.len(), false), Err(WorkerCounter::NotUdp));
+        assert_eq!(parse(&tcp, tcp.len(), RxChecksum::Unknown), Err(WorkerCounter::NotUdp));
     }
 
     #[test]
@@ -277,18 +304,18 @@ mod tests {
         let mut t = f[..12].to_vec();
         t.extend_from_slice(&[0x81, 0x00, 0x00, 0x64]);
         t.extend_from_slice(&f[12..]);
-        let d = parse(&t, t.len(), false).expect("valid");
+        let d = parse(&t, t.len(), RxChecksum::Unknown).expect("valid");
         assert_eq!(d.ip_at, 18);
     }
 
     #[test]
     fn rewrite_changes_what_it_should_and_keeps_checksums_valid() {
         let f = frame(b"payload bytes", 9);
-        let d = parse(&f, f.len(), false).expect("valid");
+        let d = parse(&f, f.len(), RxChecksum::Unknown).expect("valid");
         let mut buf = [0u8; 2048];
         let n = rewrite(&f, &d, &out(), &mut buf).expect("sent");
         let o = &buf[..n];
-        let back = parse(o, o.len(), false).expect("the rewritten frame is valid, checksums included");
+        let back = parse(o, o.len(), RxChecksum::Unknown).expect("the rewritten frame is valid, checksums included");
         assert_eq!(
             (back.dst, back.dst_port, back.src, back.src_port, back.ttl),
             (Ipv4Addr::new(239, 10, 1, 1), 6001, Ipv4Addr::new(10, 0, 1, 1), 40000, 8)
@@ -300,14 +327,14 @@ mod tests {
         keep.src = None;
         keep.ttl = Ttl::Fixed(3);
         let n = rewrite(&f, &d, &keep, &mut buf).expect("sent");
-        let back = parse(&buf[..n], n, false).expect("valid");
+        let back = parse(&buf[..n], n, RxChecksum::Unknown).expect("valid");
         assert_eq!((back.src, back.ttl), (Ipv4Addr::new(10, 0, 0, 1), 3));
     }
 
     #[test]
     fn ttl_and_mtu_limits_are_drops_of_the_output() {
         let f = frame(&[0u8; 100], 1);
-        let d = parse(&f, f.len(), false).expect("valid");
+        let d = parse(&f, f.len(), RxChecksum::Unknown).expect("valid");
         let mut buf = [0u8; 2048];
         assert_eq!(rewrite(&f, &d, &out(), &mut buf), Err(OutputCounter::TtlExpired));
         let mut small = out();
@@ -329,29 +356,48 @@ mod tests {
     }
 
     #[test]
+    fn a_partial_checksum_is_completed_on_output() {
+        let mut f = frame(b"offloaded", 9);
+        // What a sender with checksum offload leaves in the field: some
+        // partial sum, not the checksum.
+        let at = 14 + 20 + 6;
+        f[at] = 0x12;
+        f[at + 1] = 0x34;
+        assert_eq!(
+            parse(&f, f.len(), RxChecksum::Unknown),
+            Err(WorkerCounter::BadUdpChecksum)
+        );
+        let d = parse(&f, f.len(), RxChecksum::NotReady).expect("trusted as not ready");
+        let mut buf = [0u8; 2048];
+        let n = rewrite(&f, &d, &out(), &mut buf).expect("sent");
+        parse(&buf[..n], n, RxChecksum::Unknown).expect("the output carries a full, valid checksum");
+    }
+
+    #[test]
     fn a_zero_udp_checksum_stays_zero() {
         let mut f = frame(b"no checksum", 9);
         let at = 14 + 20 + 6;
         f[at] = 0;
         f[at + 1] = 0;
-        let d = parse(&f, f.len(), false).expect("no checksum is valid");
+        let d = parse(&f, f.len(), RxChecksum::Unknown).expect("no checksum is valid");
         let mut buf = [0u8; 2048];
         let n = rewrite(&f, &d, &out(), &mut buf).expect("sent");
         assert_eq!(&buf[at..at + 2], &[0, 0]);
-        parse(&buf[..n], n, false).expect("valid");
+        parse(&buf[..n], n, RxChecksum::Unknown).expect("valid");
     }
 
     proptest! {
         #[test]
         fn any_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200), extra in 0usize..10, verified: bool) {
-            let _ = parse(&bytes, bytes.len() + extra % 2, verified);
+            let c = if verified { RxChecksum::Valid } else { RxChecksum::Unknown };
+            let _ = parse(&bytes, bytes.len() + extra % 2, c);
         }
 
         #[test]
         fn any_bytes_after_a_valid_ethernet_and_ip_start_never_panic(tail in proptest::collection::vec(any::<u8>(), 0..100)) {
             let mut f = frame(b"x", 9)[..34].to_vec();
             f.extend_from_slice(&tail);
-            if let Ok(d) = parse(&f, f.len(), false) {
+            if let Ok(d) = parse(&f, f.len(), RxChecksum::Unknown) {
                 let mut buf = [0u8; 256];
                 let _ = rewrite(&f, &d, &out(), &mut buf);
             }
@@ -371,7 +417,7 @@ mod tests {
                 ttl, dscp: 0, ident: 0,
             };
             write_udp_v4_frame(&mut f, &spec, payload.len()).expect("fits");
-            let d = parse(&f, f.len(), false).expect("valid");
+            let d = parse(&f, f.len(), RxChecksum::Unknown).expect("valid");
             let o = FrameRewrite {
                 dst: dst.into(), dst_port: port, src: new_src.map(Into::into),
                 ttl: fixed.filter(|&t| t > 0).map_or(Ttl::Decrement, Ttl::Fixed),
@@ -379,7 +425,7 @@ mod tests {
             };
             let mut buf = [0u8; 1600];
             let n = rewrite(&f, &d, &o, &mut buf).expect("fits");
-            let back = parse(&buf[..n], n, false).expect("checksums valid");
+            let back = parse(&buf[..n], n, RxChecksum::Unknown).expect("checksums valid");
             prop_assert_eq!(back.dst, Ipv4Addr::from(dst));
             prop_assert_eq!(back.dst_port, port);
             prop_assert_eq!(back.src, new_src.map_or(Ipv4Addr::from(src), Ipv4Addr::from));

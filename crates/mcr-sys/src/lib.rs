@@ -8,15 +8,21 @@
 //! batched UDP I/O with `sendmmsg`/`recvmmsg` ([`mmsg`]), AF_PACKET frame
 //! sockets ([`packet`]), socket addresses in
 //! the kernel's layout ([`sockaddr`]), socket options that `socket2` does not
-//! cover ([`sockopt`]), interface lookups ([`iface`]) and process helpers
-//! ([`process`]).
+//! cover ([`sockopt`]), interface lookups ([`iface`]), process helpers
+//! ([`process`]), AF_PACKET receive rings with fanout and filters
+//! ([`ring`]), counters in shared memory ([`shm`]) and network namespaces
+//! ([`netns`]).
 
 pub mod clock;
 pub mod epoll;
 pub mod iface;
+mod mmap;
 pub mod mmsg;
+pub mod netns;
 pub mod packet;
 pub mod process;
+pub mod ring;
+pub mod shm;
 pub mod sockaddr;
 pub mod sockopt;
 

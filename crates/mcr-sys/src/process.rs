@@ -115,6 +115,31 @@ fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes the child that `cmd` starts find `fd` open as descriptor number
+/// `target` (without close-on-exec). The caller keeps `fd` open until the
+/// child has started.
+pub fn pass_fd(cmd: &mut Command, fd: std::os::fd::BorrowedFd<'_>, target: i32) {
+    use std::os::fd::AsRawFd;
+    let src = fd.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and calls
+    // only dup2 and fcntl, which are async-signal-safe; it allocates nothing.
+    unsafe { cmd.pre_exec(move || dup_to(src, target)) };
+}
+
+/// In a freshly forked child: make `src` available as `target`.
+fn dup_to(src: i32, target: i32) -> io::Result<()> {
+    if src == target {
+        // dup2 onto itself keeps close-on-exec: clear the flag instead.
+        // SAFETY: fcntl on an fd number with plain integer arguments.
+        crate::check(unsafe { libc::fcntl(src, libc::F_SETFD, 0) })?;
+    } else {
+        // SAFETY: dup2 takes two fd numbers; the new one has no
+        // close-on-exec flag.
+        crate::check(unsafe { libc::dup2(src, target) })?;
+    }
+    Ok(())
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
@@ -165,6 +190,17 @@ mod tests {
         send_signal(child.id(), Signal::Kill).expect("kill");
         let status = child.wait().expect("wait");
         assert!(!status.success());
+    }
+
+    #[test]
+    fn a_passed_fd_is_open_in_the_child_under_its_number() {
+        let f = std::fs::File::open("/proc/self/stat").expect("file");
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "test -e /proc/self/fd/7 && echo yes || echo no"]);
+        use std::os::fd::AsFd;
+        pass_fd(&mut cmd, f.as_fd(), 7);
+        let out = cmd.output().expect("run");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "yes");
     }
 
     #[test]

@@ -1,0 +1,273 @@
+//! AF_PACKET receive rings (`PACKET_RX_RING`): frames arrive in memory
+//! shared with the kernel, with no system call per packet.
+//!
+//! Two formats: TPACKET_V2 hands over each frame as soon as it is written;
+//! TPACKET_V3 hands over whole blocks of frames, and a block that is not
+//! full waits for its retire timeout (1 ms at least). [`RxRing`] serves
+//! both behind one interface, so the worker can run either.
+//!
+//! A ring socket is set up in an order that keeps it from ever seeing a
+//! frame that another member of its fanout group also sees: a filter that
+//! drops everything is attached before `bind`, the socket joins the fanout
+//! group, and only then is the real filter put in place.
+
+mod v2;
+mod v3;
+
+use std::io;
+use std::mem;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use crate::mmap::Mmap;
+
+/// Which ring format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingVersion {
+    /// Frame by frame.
+    V2,
+    /// Block by block, with a retire timeout.
+    V3,
+}
+
+/// The shape of a ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingConfig {
+    /// The format.
+    pub version: RingVersion,
+    /// Bytes of memory for the ring.
+    pub bytes: usize,
+    /// The largest frame to receive whole (the interface's MTU plus link
+    /// headers); longer frames are cut and counted as truncated.
+    pub max_frame: usize,
+    /// V3: how long a part-filled block waits before it is handed over, in
+    /// milliseconds (at least 1).
+    pub block_timeout_ms: u32,
+}
+
+/// One classic BPF instruction, as the kernel takes it.
+pub type FilterInsn = libc::sock_filter;
+
+/// A received frame.
+#[derive(Debug, Clone, Copy)]
+pub struct RxFrame<'a> {
+    /// The bytes captured, from the Ethernet header on.
+    pub data: &'a [u8],
+    /// The frame's length on the wire (more than `data.len()` if cut).
+    pub wire_len: usize,
+    /// The kernel has verified the transport checksum.
+    pub csum_valid: bool,
+    /// The transport checksum is not computed yet (the frame was made on
+    /// this host with checksum offload).
+    pub csum_not_ready: bool,
+    /// The VLAN tag the kernel took off the frame, if any.
+    pub vlan_tci: Option<u16>,
+}
+
+fn frame_flags(status: u32) -> (bool, bool) {
+    (
+        status & libc::TP_STATUS_CSUM_VALID != 0,
+        status & libc::TP_STATUS_CSUMNOTREADY != 0,
+    )
+}
+
+/// What the kernel counted for a ring since the last reading.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingStats {
+    /// Frames that reached the socket.
+    pub packets: u64,
+    /// Frames dropped because the ring was full.
+    pub drops: u64,
+}
+
+enum Cursor {
+    V2(v2::Cursor),
+    V3(v3::Cursor),
+}
+
+/// A receive ring on one interface.
+pub struct RxRing {
+    // Field order: the mapping is unmapped before the socket closes.
+    map: Mmap,
+    cursor: Cursor,
+    fd: OwnedFd,
+}
+
+impl std::fmt::Debug for RxRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RxRing")
+            .field("bytes", &self.map.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: `value` points to a live `T` of the size passed; the kernel
+    // only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (value as *const T).cast(),
+            mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    crate::check(rc).map(|_| ())
+}
+
+fn attach_filter(fd: &OwnedFd, prog: &[FilterInsn]) -> io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: u16::try_from(prog.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "filter too long"))?,
+        filter: prog.as_ptr().cast_mut(),
+    };
+    // SAFETY: `fprog` points at `prog`, alive for the call; the kernel
+    // copies the program.
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+}
+
+/// Rounds `x` up to a multiple of `to` (a power of two).
+fn align(x: usize, to: usize) -> usize {
+    (x + to - 1) & !(to - 1)
+}
+
+impl RxRing {
+    /// Opens a ring on interface `ifindex` that receives what `filter`
+    /// lets through. With `fanout`, the socket joins that fanout group in
+    /// hash mode with defragmentation: each frame reaches exactly one
+    /// member, and a flow always the same one.
+    pub fn open(ifindex: u32, cfg: &RingConfig, filter: &[FilterInsn], fanout: Option<u16>) -> io::Result<RxRing> {
+        // SAFETY: socket(2) takes plain integers; protocol 0 means nothing
+        // is queued before bind names a protocol.
+        let raw = crate::check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
+        // SAFETY: `raw` is a freshly created fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // The relay never reads back what it sends.
+        setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1 as &libc::c_int)?;
+        let version = match cfg.version {
+            RingVersion::V2 => libc::tpacket_versions::TPACKET_V2 as libc::c_int,
+            RingVersion::V3 => libc::tpacket_versions::TPACKET_V3 as libc::c_int,
+        };
+        setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_VERSION, &version)?;
+        let page = 4096;
+        let (map_len, cursor) = match cfg.version {
+            RingVersion::V2 => {
+                // Room for the header, the link-layer address and the frame.
+                let frame_size = (libc::TPACKET2_HDRLEN + 16 + cfg.max_frame)
+                    .next_power_of_two()
+                    .max(2048);
+                let block_size = frame_size.max(page) * 4;
+                let blocks = (cfg.bytes / block_size).max(1);
+                let req = libc::tpacket_req {
+                    tp_block_size: block_size as u32,
+                    tp_block_nr: blocks as u32,
+                    tp_frame_size: frame_size as u32,
+                    tp_frame_nr: (blocks * block_size / frame_size) as u32,
+                };
+                setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
+                (
+                    blocks * block_size,
+                    Cursor::V2(v2::Cursor::new(frame_size, blocks * block_size / frame_size)),
+                )
+            }
+            RingVersion::V3 => {
+                let block_size = align((libc::TPACKET3_HDRLEN + 16 + cfg.max_frame) * 8, page).max(1 << 17);
+                let blocks = (cfg.bytes / block_size).max(2);
+                let frame_size = 2048;
+                let req = libc::tpacket_req3 {
+                    tp_block_size: block_size as u32,
+                    tp_block_nr: blocks as u32,
+                    tp_frame_size: frame_size as u32,
+                    tp_frame_nr: (blocks * block_size / frame_size) as u32,
+                    tp_retire_blk_tov: cfg.block_timeout_ms.max(1),
+                    tp_sizeof_priv: 0,
+                    tp_feature_req_word: 0,
+                };
+                setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
+                (blocks * block_size, Cursor::V3(v3::Cursor::new(block_size, blocks)))
+            }
+        };
+        let map = Mmap::shared(fd.as_fd(), map_len)?;
+        // Drop everything until this socket is in its fanout group.
+        attach_filter(
+            &fd,
+            &[FilterInsn {
+                code: 0x06,
+                jt: 0,
+                jf: 0,
+                k: 0,
+            }],
+        )?;
+        // SAFETY: sockaddr_ll is plain data; all zeroes is valid.
+        let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        sll.sll_ifindex = ifindex as libc::c_int;
+        // SAFETY: `sll` is a valid sockaddr_ll of the length passed.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&raw const sll).cast(),
+                mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        crate::check(rc)?;
+        if let Some(group) = fanout {
+            let arg: u32 = u32::from(group) | ((libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG) << 16);
+            setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)?;
+        }
+        let ring = RxRing { map, cursor, fd };
+        ring.set_filter(filter)?;
+        // Frames that reached the socket before the filter was in place were
+        // dropped by the first filter; start the counters afresh.
+        let _ = ring.stats();
+        Ok(ring)
+    }
+
+    /// Replaces the filter (atomically: no frame passes unfiltered).
+    pub fn set_filter(&self, filter: &[FilterInsn]) -> io::Result<()> {
+        attach_filter(&self.fd, filter)
+    }
+
+    /// Hands every ready frame, at most `max`, to `f`, returning each slot
+    /// to the kernel after `f` is done with it. Returns how many.
+    pub fn for_each_ready(&mut self, max: usize, f: impl FnMut(&RxFrame<'_>)) -> usize {
+        match &mut self.cursor {
+            Cursor::V2(c) => c.for_each_ready(&self.map, max, f),
+            Cursor::V3(c) => c.for_each_ready(&self.map, max, f),
+        }
+    }
+
+    /// Reads (and resets) the kernel's counters for this socket.
+    pub fn stats(&self) -> io::Result<RingStats> {
+        let mut st = libc::tpacket_stats_v3 {
+            tp_packets: 0,
+            tp_drops: 0,
+            tp_freeze_q_cnt: 0,
+        };
+        let mut len = mem::size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+        // SAFETY: `st` has `len` writable bytes (the V3 form is the larger;
+        // V2 rings write only the first two fields).
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&raw mut st).cast(),
+                &mut len,
+            )
+        };
+        crate::check(rc)?;
+        // tp_packets counts every frame that reached the socket, dropped
+        // ones included.
+        Ok(RingStats {
+            packets: u64::from(st.tp_packets),
+            drops: u64::from(st.tp_drops),
+        })
+    }
+}
+
+impl AsFd for RxRing {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}

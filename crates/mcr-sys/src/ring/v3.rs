@@ -1,0 +1,97 @@
+//! TPACKET_V3: a ring of blocks, each holding a run of variable-size frames
+//! and one status for the whole block.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::{RxFrame, frame_flags};
+use crate::mmap::Mmap;
+
+pub(super) struct Cursor {
+    block_size: usize,
+    blocks: usize,
+    block: usize,
+    /// Within the current block: the next packet's index and offset.
+    pkt: u32,
+    offset: usize,
+}
+
+/// Byte offsets of the fields of `tpacket_block_desc` used here: the block
+/// header `tpacket_hdr_v1` starts after two u32s.
+const BLOCK_STATUS_AT: usize = 8;
+const NUM_PKTS_AT: usize = 12;
+const FIRST_PKT_AT: usize = 16;
+
+impl Cursor {
+    pub(super) fn new(block_size: usize, blocks: usize) -> Self {
+        Cursor {
+            block_size,
+            blocks,
+            block: 0,
+            pkt: 0,
+            offset: 0,
+        }
+    }
+
+    pub(super) fn for_each_ready(&mut self, map: &Mmap, max: usize, mut f: impl FnMut(&RxFrame<'_>)) -> usize {
+        let mut n = 0;
+        while n < max {
+            let base = self.block * self.block_size;
+            debug_assert!(base + self.block_size <= map.len());
+            let block = map.ptr().wrapping_add(base);
+            // SAFETY: the block descriptor sits at the start of each block
+            // inside the mapping; block_status is a u32 at offset 8 (8-byte
+            // aligned), updated by the kernel, so it is accessed atomically.
+            let status_word = unsafe { AtomicU32::from_ptr(block.wrapping_add(BLOCK_STATUS_AT).cast::<u32>()) };
+            if status_word.load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+                break;
+            }
+            // SAFETY: with TP_STATUS_USER set the kernel has finished the
+            // block and leaves it to us until we hand it back; both fields
+            // are aligned u32s inside the descriptor.
+            let (num_pkts, first) = unsafe {
+                (
+                    block.wrapping_add(NUM_PKTS_AT).cast::<u32>().read(),
+                    block.wrapping_add(FIRST_PKT_AT).cast::<u32>().read() as usize,
+                )
+            };
+            if self.pkt == 0 {
+                self.offset = first;
+            }
+            while self.pkt < num_pkts && n < max {
+                if self.offset + std::mem::size_of::<libc::tpacket3_hdr>() > self.block_size {
+                    // A malformed block: give it back rather than read past it.
+                    self.pkt = num_pkts;
+                    break;
+                }
+                // SAFETY: the kernel wrote `num_pkts` packet headers, chained
+                // by tp_next_offset, inside this block (checked to fit just
+                // above); headers are 16-byte aligned.
+                let hdr = unsafe { block.wrapping_add(self.offset).cast::<libc::tpacket3_hdr>().read() };
+                let start = self.offset + usize::from(hdr.tp_mac);
+                let len = (hdr.tp_snaplen as usize).min(self.block_size.saturating_sub(start));
+                // SAFETY: the frame's `tp_snaplen` bytes lie at `tp_mac` from
+                // its header, inside the block (clamped above), which stays
+                // ours until the block is handed back.
+                let data = unsafe { std::slice::from_raw_parts(block.wrapping_add(start), len) };
+                let (csum_valid, csum_not_ready) = frame_flags(hdr.tp_status);
+                f(&RxFrame {
+                    data,
+                    wire_len: hdr.tp_len as usize,
+                    csum_valid,
+                    csum_not_ready,
+                    vlan_tci: (hdr.tp_status & libc::TP_STATUS_VLAN_VALID != 0).then_some(hdr.hv1.tp_vlan_tci as u16),
+                });
+                n += 1;
+                self.pkt += 1;
+                self.offset += hdr.tp_next_offset as usize;
+            }
+            if self.pkt < num_pkts {
+                break;
+            }
+            status_word.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            self.block = (self.block + 1) % self.blocks;
+            self.pkt = 0;
+        }
+        n
+    }
+}

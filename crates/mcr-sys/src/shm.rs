@@ -1,0 +1,125 @@
+//! Counters in memory shared between processes: the supervisor creates a
+//! memfd, workers inherit it and map it, workers add and the supervisor
+//! reads, with no system call and no message.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::mmap::Mmap;
+
+/// An array of `u64` counters in shared memory.
+///
+/// Each counter should have one writer: [`SharedCounters::add`] is a load
+/// and a store, not a locked read-modify-write, because a worker is the only
+/// writer of its own counters and a locked add per packet is measurable.
+#[derive(Debug)]
+pub struct SharedCounters {
+    // Field order: unmapped before the fd closes.
+    map: Mmap,
+    len: usize,
+    fd: OwnedFd,
+}
+
+impl SharedCounters {
+    /// Creates `len` zeroed counters in a new memfd called `name`.
+    pub fn create(name: &str, len: usize) -> io::Result<SharedCounters> {
+        let cname = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
+        // SAFETY: `cname` is a valid C string for the call; the flag asks
+        // for close-on-exec (children get it by an explicit dup2).
+        let raw = crate::check(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) })?;
+        // SAFETY: `raw` is a freshly created fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let bytes = len
+            .checked_mul(8)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "too many counters"))?;
+        // SAFETY: ftruncate on our own fd; a memfd grows zero-filled.
+        crate::check(unsafe { libc::ftruncate(fd.as_raw_fd(), bytes as libc::off_t) })?;
+        Self::map(fd, len)
+    }
+
+    /// Maps `len` counters of an inherited memfd.
+    pub fn open(fd: OwnedFd, len: usize) -> io::Result<SharedCounters> {
+        // SAFETY: fstat writes into `st`, which is plain data.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `st` is valid and writable; the fd is ours.
+        crate::check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+        if (st.st_size as u64) < (len as u64) * 8 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("shared counters hold {} bytes, {} expected", st.st_size, len * 8),
+            ));
+        }
+        Self::map(fd, len)
+    }
+
+    fn map(fd: OwnedFd, len: usize) -> io::Result<SharedCounters> {
+        let map = Mmap::shared(fd.as_fd(), (len * 8).max(8))?;
+        Ok(SharedCounters { map, len, fd })
+    }
+
+    fn cells(&self) -> &[AtomicU64] {
+        // SAFETY: the mapping is page aligned, at least `len * 8` bytes long
+        // and lives as long as `self`; AtomicU64 has the layout of u64, and
+        // every process touches these words only atomically.
+        unsafe { std::slice::from_raw_parts(self.map.ptr().cast::<AtomicU64>(), self.len) }
+    }
+
+    /// How many counters.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Adds `v` to counter `i` (its single writer). An index out of range is
+    /// ignored.
+    #[inline]
+    pub fn add(&self, i: usize, v: u64) {
+        if let Some(c) = self.cells().get(i) {
+            c.store(c.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+        }
+    }
+
+    /// Sets counter `i` to `v`.
+    pub fn set(&self, i: usize, v: u64) {
+        if let Some(c) = self.cells().get(i) {
+            c.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Reads counter `i` (0 if out of range).
+    pub fn get(&self, i: usize) -> u64 {
+        self.cells().get(i).map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+}
+
+impl AsFd for SharedCounters {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_mappings_see_each_others_counts() {
+        let a = SharedCounters::create("mcr-test", 1000).expect("memfd");
+        let dup = a.as_fd().try_clone_to_owned().expect("dup");
+        let b = SharedCounters::open(dup, 1000).expect("map again");
+        a.add(7, 5);
+        a.add(7, 6);
+        b.set(999, 42);
+        assert_eq!((b.get(7), a.get(999)), (11, 42));
+        a.add(1000, 1);
+        assert_eq!(a.get(1000), 0, "out of range is ignored");
+        let dup = a.as_fd().try_clone_to_owned().expect("dup");
+        assert!(SharedCounters::open(dup, 2000).is_err(), "a shorter file is refused");
+    }
+}

@@ -17,6 +17,7 @@ pub mod clock;
 pub mod epoll;
 pub mod iface;
 mod mmap;
+pub mod membership;
 pub mod mmsg;
 pub mod netns;
 pub mod packet;

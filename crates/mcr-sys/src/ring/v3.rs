@@ -46,14 +46,11 @@ impl Cursor {
                 break;
             }
             // SAFETY: with TP_STATUS_USER set the kernel has finished the
-            // block and leaves it to us until we hand it back; both fields
-            // are aligned u32s inside the descriptor.
-            let (num_pkts, first) = unsafe {
-                (
-                    block.wrapping_add(NUM_PKTS_AT).cast::<u32>().read(),
-                    block.wrapping_add(FIRST_PKT_AT).cast::<u32>().read() as usize,
-                )
-            };
+            // block and leaves it to us until we hand it back; the field is
+            // an aligned u32 inside the descriptor.
+            let num_pkts = unsafe { block.wrapping_add(NUM_PKTS_AT).cast::<u32>().read() };
+            // SAFETY: as above.
+            let first = unsafe { block.wrapping_add(FIRST_PKT_AT).cast::<u32>().read() } as usize;
             if self.pkt == 0 {
                 self.offset = first;
             }

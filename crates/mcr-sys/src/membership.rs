@@ -1,0 +1,83 @@
+//! Group membership with the protocol-independent socket options
+//! (`MCAST_JOIN_GROUP`, `MCAST_JOIN_SOURCE_GROUP`): by interface index, for
+//! IPv4 (IGMP) and IPv6 (MLD) alike, any-source or source-specific.
+
+use std::io;
+use std::mem;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use crate::sockaddr::RawSockAddr;
+
+fn storage(a: IpAddr) -> libc::sockaddr_storage {
+    let raw = RawSockAddr::new(SocketAddr::new(a, 0));
+    let mut s = crate::sockaddr::zeroed_storage();
+    // SAFETY: `raw` holds a sockaddr of `raw.len()` bytes, which fits the
+    // storage it was built in and this one alike.
+    unsafe { std::ptr::copy_nonoverlapping(raw.as_ptr().cast::<u8>(), (&raw mut s).cast::<u8>(), raw.len() as usize) };
+    s
+}
+
+fn level(group: IpAddr) -> libc::c_int {
+    if group.is_ipv4() { libc::IPPROTO_IP } else { libc::IPPROTO_IPV6 }
+}
+
+fn set<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
+    // SAFETY: `v` points to a live `T` of the size passed; the kernel only
+    // reads it.
+    let rc = unsafe {
+        libc::setsockopt(fd.as_raw_fd(), level, name, (v as *const T).cast(), mem::size_of::<T>() as libc::socklen_t)
+    };
+    crate::check(rc).map(|_| ())
+}
+
+/// Joins `group` on interface `ifindex`, from any source or, with
+/// `source`, from that one only (IGMPv3/MLDv2 source-specific).
+pub fn join(fd: BorrowedFd<'_>, ifindex: u32, group: IpAddr, source: Option<IpAddr>) -> io::Result<()> {
+    change(fd, ifindex, group, source, true)
+}
+
+/// Leaves what [`join`] joined.
+pub fn leave(fd: BorrowedFd<'_>, ifindex: u32, group: IpAddr, source: Option<IpAddr>) -> io::Result<()> {
+    change(fd, ifindex, group, source, false)
+}
+
+fn change(fd: BorrowedFd<'_>, ifindex: u32, group: IpAddr, source: Option<IpAddr>, join: bool) -> io::Result<()> {
+    match source {
+        None => {
+            let req = libc::group_req {
+                gr_interface: ifindex,
+                gr_group: storage(group),
+            };
+            let name = if join { libc::MCAST_JOIN_GROUP } else { libc::MCAST_LEAVE_GROUP };
+            set(fd, level(group), name, &req)
+        }
+        Some(src) => {
+            let req = libc::group_source_req {
+                gsr_interface: ifindex,
+                gsr_group: storage(group),
+                gsr_source: storage(src),
+            };
+            let name = if join { libc::MCAST_JOIN_SOURCE_GROUP } else { libc::MCAST_LEAVE_SOURCE_GROUP };
+            set(fd, level(group), name, &req)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn joins_and_leaves_on_loopback() {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("socket");
+        let g: IpAddr = "239.77.1.1".parse().expect("literal");
+        join(s.as_fd(), 1, g, None).expect("join");
+        assert!(join(s.as_fd(), 1, g, None).is_err(), "a second join of the same group is refused");
+        leave(s.as_fd(), 1, g, None).expect("leave");
+        let src: IpAddr = "10.9.9.9".parse().expect("literal");
+        join(s.as_fd(), 1, g, Some(src)).expect("source-specific join");
+        leave(s.as_fd(), 1, g, Some(src)).expect("leave");
+    }
+}

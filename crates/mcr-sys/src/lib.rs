@@ -16,8 +16,8 @@
 pub mod clock;
 pub mod epoll;
 pub mod iface;
-mod mmap;
 pub mod membership;
+mod mmap;
 pub mod mmsg;
 pub mod netns;
 pub mod packet;

@@ -19,14 +19,24 @@ fn storage(a: IpAddr) -> libc::sockaddr_storage {
 }
 
 fn level(group: IpAddr) -> libc::c_int {
-    if group.is_ipv4() { libc::IPPROTO_IP } else { libc::IPPROTO_IPV6 }
+    if group.is_ipv4() {
+        libc::IPPROTO_IP
+    } else {
+        libc::IPPROTO_IPV6
+    }
 }
 
 fn set<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
     // SAFETY: `v` points to a live `T` of the size passed; the kernel only
     // reads it.
     let rc = unsafe {
-        libc::setsockopt(fd.as_raw_fd(), level, name, (v as *const T).cast(), mem::size_of::<T>() as libc::socklen_t)
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (v as *const T).cast(),
+            mem::size_of::<T>() as libc::socklen_t,
+        )
     };
     crate::check(rc).map(|_| ())
 }
@@ -49,7 +59,11 @@ fn change(fd: BorrowedFd<'_>, ifindex: u32, group: IpAddr, source: Option<IpAddr
                 gr_interface: ifindex,
                 gr_group: storage(group),
             };
-            let name = if join { libc::MCAST_JOIN_GROUP } else { libc::MCAST_LEAVE_GROUP };
+            let name = if join {
+                libc::MCAST_JOIN_GROUP
+            } else {
+                libc::MCAST_LEAVE_GROUP
+            };
             set(fd, level(group), name, &req)
         }
         Some(src) => {
@@ -58,7 +72,11 @@ fn change(fd: BorrowedFd<'_>, ifindex: u32, group: IpAddr, source: Option<IpAddr
                 gsr_group: storage(group),
                 gsr_source: storage(src),
             };
-            let name = if join { libc::MCAST_JOIN_SOURCE_GROUP } else { libc::MCAST_LEAVE_SOURCE_GROUP };
+            let name = if join {
+                libc::MCAST_JOIN_SOURCE_GROUP
+            } else {
+                libc::MCAST_LEAVE_SOURCE_GROUP
+            };
             set(fd, level(group), name, &req)
         }
     }
@@ -74,7 +92,10 @@ mod tests {
         let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("socket");
         let g: IpAddr = "239.77.1.1".parse().expect("literal");
         join(s.as_fd(), 1, g, None).expect("join");
-        assert!(join(s.as_fd(), 1, g, None).is_err(), "a second join of the same group is refused");
+        assert!(
+            join(s.as_fd(), 1, g, None).is_err(),
+            "a second join of the same group is refused"
+        );
         leave(s.as_fd(), 1, g, None).expect("leave");
         let src: IpAddr = "10.9.9.9".parse().expect("literal");
         join(s.as_fd(), 1, g, Some(src)).expect("source-specific join");

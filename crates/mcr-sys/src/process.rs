@@ -140,6 +140,17 @@ fn dup_to(src: i32, target: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Takes ownership of descriptor `n`, inherited from the parent (see
+/// [`pass_fd`]), and marks it close-on-exec. Fails if `n` is not open.
+pub fn own_inherited_fd(n: i32) -> io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: F_SETFD on a descriptor number changes only its flags; it
+    // fails with EBADF if the number is not open, and then we own nothing.
+    crate::check(unsafe { libc::fcntl(n, libc::F_SETFD, libc::FD_CLOEXEC) })?;
+    // SAFETY: the descriptor is open (checked above) and was passed to this
+    // process for it to own; no other owner exists in this process.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(n) })
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {

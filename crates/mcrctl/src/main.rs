@@ -1,13 +1,100 @@
-//! `mcrctl`, the control client of `mcrd`.
-//!
-//! Not built yet: it arrives with the relay. Until then this binary says so
-//! and exits.
+//! `mcrctl`: talks to `mcrd` over its control socket. Tables for people,
+//! `--json` for programs; the exit code is 0 on success, 1 when the daemon
+//! refused the request, 2 when it could not be asked at all.
 
 #![forbid(unsafe_code)]
 
+mod client;
+mod tables;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
+use mcr_core::control::{Reply, Request};
+use mcr_core::rule::{Input, Output, Rule};
+
+#[derive(Parser, Debug)]
+#[command(name = "mcrctl", version, about = "Control mcrd, MCR's multicast relay")]
+struct Cli {
+    /// The daemon's control socket.
+    #[arg(long, global = true, default_value = "/run/mcr/mcrd.sock")]
+    socket: PathBuf,
+    /// Print the daemon's JSON response instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The daemon's version and protocol.
+    Version,
+    /// Add a rule, or replace the rule of the same name.
+    #[command(
+        after_help = "Examples:\n  mcrctl add feed-a --input eth0:239.1.1.1:5001 --output eth1:239.10.1.1:6001\n  mcrctl add feed-b --input eth0:239.1.1.2:5001,source=10.0.0.1 \\\n      --output eth1:239.10.1.2:6001,ttl=8 --output eth2:10.0.2.9:7000"
+    )]
+    Add {
+        /// The rule's name.
+        name: String,
+        /// IFACE:ADDRESS:PORT[,source=ADDRESS]: the stream to take.
+        #[arg(long, short)]
+        input: Input,
+        /// IFACE:ADDRESS:PORT[,ttl=N|decrement][,source=interface|keep|ADDRESS]:
+        /// where to send it; repeat for several outputs.
+        #[arg(long = "output", short, required = true)]
+        outputs: Vec<Output>,
+    },
+    /// Remove a rule.
+    Remove {
+        /// The rule's name.
+        name: String,
+    },
+    /// Every rule and its group memberships.
+    List,
+    /// Packets, bytes, rates and drops per rule, output and worker.
+    Stats,
+    /// The worker processes.
+    Workers,
+}
+
 fn main() -> ExitCode {
-    eprintln!("mcrctl: the control client is not implemented yet; see README.md");
-    ExitCode::from(2)
+    let cli = Cli::parse();
+    let request = match cli.command {
+        Command::Version => Request::Version { protocol: None },
+        Command::Add { name, input, outputs } => Request::Add {
+            rule: Rule { name, input, outputs },
+        },
+        Command::Remove { name } => Request::Remove { name },
+        Command::List => Request::List,
+        Command::Stats => Request::Stats,
+        Command::Workers => Request::Workers,
+    };
+    let response = match client::ask(&cli.socket, &request) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("mcrctl: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    if cli.json {
+        match serde_json::to_string(&response) {
+            Ok(j) => println!("{j}"),
+            Err(e) => {
+                eprintln!("mcrctl: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        match &response.reply {
+            Reply::Error { error } => eprintln!("mcrctl: {}", error.message),
+            other => print!("{}", tables::render(other)),
+        }
+    }
+    if response.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }

@@ -1,0 +1,55 @@
+//! One conversation with the daemon: the version handshake, then the
+//! request.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use mcr_core::control::{PROTOCOL, Reply, Request, Response};
+
+/// Asks the daemon at `socket` and returns its response.
+pub fn ask(socket: &Path, request: &Request) -> anyhow::Result<Response> {
+    let stream = UnixStream::connect(socket).with_context(|| {
+        format!(
+            "cannot reach mcrd at {}: is it running? (--socket gives another path)",
+            socket.display()
+        )
+    })?;
+    // Adding a rule waits until every worker runs it.
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let mut conv = Conversation {
+        reader: BufReader::new(stream.try_clone()?),
+        writer: stream,
+    };
+    let hello = conv.exchange(&Request::Version {
+        protocol: Some(PROTOCOL),
+    })?;
+    if let Reply::Error { error } = &hello.reply {
+        bail!("{}", error.message);
+    }
+    if matches!(request, Request::Version { .. }) {
+        return Ok(hello);
+    }
+    conv.exchange(request)
+}
+
+struct Conversation {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Conversation {
+    fn exchange(&mut self, request: &Request) -> anyhow::Result<Response> {
+        let mut line = serde_json::to_vec(request)?;
+        line.push(b'\n');
+        self.writer.write_all(&line).context("send the request")?;
+        let mut answer = String::new();
+        let n = self.reader.read_line(&mut answer).context("read the response")?;
+        if n == 0 {
+            bail!("mcrd closed the connection without answering");
+        }
+        serde_json::from_str(&answer).with_context(|| format!("unreadable response from mcrd: {}", answer.trim()))
+    }
+}

@@ -1,0 +1,161 @@
+//! Replies as tables for people.
+
+use std::fmt::Write;
+
+use mcr_core::control::{Reply, StatsReport};
+
+fn rate(pps: f64) -> String {
+    if pps >= 1e6 {
+        format!("{:.2}M", pps / 1e6)
+    } else if pps >= 1e3 {
+        format!("{:.1}k", pps / 1e3)
+    } else {
+        format!("{pps:.0}")
+    }
+}
+
+fn bits(bps: f64) -> String {
+    if bps >= 1e9 {
+        format!("{:.2}Gb/s", bps / 1e9)
+    } else if bps >= 1e6 {
+        format!("{:.1}Mb/s", bps / 1e6)
+    } else if bps >= 1e3 {
+        format!("{:.1}kb/s", bps / 1e3)
+    } else {
+        format!("{bps:.0}b/s")
+    }
+}
+
+/// Renders a successful reply.
+pub fn render(r: &Reply) -> String {
+    let mut o = String::new();
+    match r {
+        Reply::Version { daemon, protocol } => {
+            let _ = writeln!(o, "mcrd {daemon}, protocol {protocol}");
+        }
+        Reply::Added { rule, replaced, joins } => {
+            let _ = writeln!(o, "{} rule {rule}", if *replaced { "replaced" } else { "added" });
+            for j in joins {
+                match &j.error {
+                    None => {
+                        let _ = writeln!(o, "  joined {} on {}", j.group, j.interface);
+                    }
+                    Some(e) => {
+                        let _ = writeln!(o, "  NOT joined {} on {}: {e}", j.group, j.interface);
+                    }
+                }
+            }
+        }
+        Reply::Removed { rule } => {
+            let _ = writeln!(o, "removed rule {rule}");
+        }
+        Reply::Rules { rules } => {
+            if rules.is_empty() {
+                o.push_str("no rules\n");
+            }
+            for s in rules {
+                let join = match s.joins.first() {
+                    None => "no join (unicast input)".to_string(),
+                    Some(j) if j.joined => "joined".to_string(),
+                    Some(j) => format!("NOT joined: {}", j.error.as_deref().unwrap_or("?")),
+                };
+                let _ = writeln!(o, "{:<20} {:<40} {join}", s.rule.name, s.rule.input.to_string());
+                for out in &s.rule.outputs {
+                    let _ = writeln!(o, "{:<20}   -> {out}", "");
+                }
+            }
+        }
+        Reply::Stats(s) => stats(&mut o, s),
+        Reply::Workers { workers } => {
+            let _ = writeln!(
+                o,
+                "{:<6} {:>8} {:>4} {:<11} {:>8} {:>7}  last exit",
+                "worker", "pid", "cpu", "state", "restarts", "table"
+            );
+            for w in workers {
+                let _ = writeln!(
+                    o,
+                    "{:<6} {:>8} {:>4} {:<11} {:>8} {:>7}  {}",
+                    w.index,
+                    w.pid.map_or("-".into(), |p| p.to_string()),
+                    w.cpu,
+                    w.state,
+                    w.restarts,
+                    w.table_version,
+                    w.last_exit.as_deref().unwrap_or("-")
+                );
+            }
+        }
+        Reply::Error { error } => {
+            let _ = writeln!(o, "error: {}", error.message);
+        }
+    }
+    o
+}
+
+fn stats(o: &mut String, s: &StatsReport) {
+    let _ = writeln!(
+        o,
+        "{:<20} {:<36} {:>12} {:>8} {:>11} {:>10}",
+        "rule / output", "input", "packets", "pps", "bit rate", "dropped"
+    );
+    for r in &s.rules {
+        let _ = writeln!(
+            o,
+            "{:<20} {:<36} {:>12} {:>8} {:>11}",
+            r.name,
+            r.input,
+            r.packets,
+            rate(r.pps),
+            bits(r.bps)
+        );
+        for out in &r.outputs {
+            let dropped: u64 = out.drops.values().sum();
+            let why: Vec<String> = out
+                .drops
+                .iter()
+                .filter(|(_, v)| **v > 0)
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            let _ = writeln!(
+                o,
+                "  -> {:<52} {:>12} {:>8} {:>11} {:>10}{}",
+                out.output,
+                out.packets,
+                rate(out.pps),
+                bits(out.bps),
+                dropped,
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!("  ({})", why.join(", "))
+                }
+            );
+        }
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<6} {:>12} {:>8} {:>12} {:>10}  dropped",
+        "worker", "rx frames", "rx pps", "tx packets", "ring drops"
+    );
+    for w in &s.workers {
+        let why: Vec<String> = w
+            .drops
+            .iter()
+            .filter(|(_, v)| **v > 0)
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(
+            o,
+            "{:<6} {:>12} {:>8} {:>12} {:>10}  {}",
+            w.index,
+            w.rx_frames,
+            rate(w.rx_pps),
+            w.tx_packets,
+            w.ring_drops,
+            if why.is_empty() { "-".into() } else { why.join(", ") }
+        );
+    }
+    let _ = writeln!(o, "(rates over the last {:.1} s; up {:.0} s)", s.interval_s, s.uptime_s);
+}

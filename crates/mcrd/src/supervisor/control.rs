@@ -1,0 +1,189 @@
+//! The control socket: a Unix stream socket, one JSON request per line,
+//! one JSON response per request, several requests per connection.
+//!
+//! Each client is served by a task of its own, so a slow or silent client
+//! holds up no one else; requests go to the supervisor's loop one at a
+//! time. A line longer than [`MAX_REQUEST_BYTES`] is answered with an error
+//! and the connection closed (there is no telling where the next request
+//! would start); bad JSON, an unknown command or an unknown field is
+//! answered with an error that says so, and the connection stays open.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mcr_core::control::{ControlError, ErrorKind, MAX_REQUEST_BYTES, Reply, Request, Response};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
+
+/// A request on its way to the supervisor, with where the answer goes.
+pub type Call = (Request, oneshot::Sender<Response>);
+
+/// How long a client may take to send a whole line once it started one,
+/// and how long it may stay connected without sending anything.
+const IDLE: Duration = Duration::from_secs(600);
+/// How long a response may take to be written (a client that does not
+/// read is disconnected after this).
+const WRITE: Duration = Duration::from_secs(10);
+
+/// Why the control socket could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// Another daemon answers on the path.
+    #[error("another mcrd is listening on {0}; stop it, or give --control-socket another path")]
+    InUse(PathBuf),
+    /// The OS refused.
+    #[error("control socket {path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Binds the control socket at `path` (mode 0660), replacing a stale socket
+/// file left by a daemon that died, but never one that still answers.
+pub fn listen(path: &Path) -> Result<UnixListener, ListenError> {
+    let io = |source| ListenError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(ListenError::InUse(path.to_path_buf()));
+        }
+        std::fs::remove_file(path).map_err(io)?;
+    }
+    let l = UnixListener::bind(path).map_err(io)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(io)?;
+    Ok(l)
+}
+
+/// Accepts clients forever, each in its own task.
+pub async fn serve(listener: UnixListener, calls: mpsc::Sender<Call>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(client(stream, calls.clone()));
+            }
+            Err(e) => {
+                tracing::warn!("control socket: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
+    Reply::Error {
+        error: ControlError::new(kind, message),
+    }
+    .into()
+}
+
+/// What one line turned out to be.
+enum Line {
+    Request(Request),
+    Bad(Response),
+    Empty,
+}
+
+fn decode(line: &[u8]) -> Line {
+    let trimmed = line.trim_ascii();
+    if trimmed.is_empty() {
+        return Line::Empty;
+    }
+    match serde_json::from_slice::<Request>(trimmed) {
+        Ok(r) => Line::Request(r),
+        Err(e) => Line::Bad(error(
+            ErrorKind::BadRequest,
+            format!(
+                "not a request: {e}; send one JSON object per line, e.g. {{\"cmd\":\"list\"}} (commands: version, add, remove, list, stats, workers)"
+            ),
+        )),
+    }
+}
+
+async fn client(stream: UnixStream, calls: mpsc::Sender<Call>) {
+    let (rd, mut wr) = stream.into_split();
+    let mut rd = BufReader::with_capacity(64 * 1024, rd);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let read = tokio::time::timeout(IDLE, read_line(&mut rd, &mut buf)).await;
+        let response = match read {
+            Err(_) | Ok(Err(_)) | Ok(Ok(LineEnd::Eof)) => return,
+            Ok(Ok(LineEnd::TooLong)) => {
+                let r = error(
+                    ErrorKind::TooLarge,
+                    format!("request longer than {MAX_REQUEST_BYTES} bytes; the connection is closed"),
+                );
+                let _ = write(&mut wr, &r).await;
+                return;
+            }
+            Ok(Ok(LineEnd::Newline)) => match decode(&buf) {
+                Line::Empty => continue,
+                Line::Bad(r) => r,
+                Line::Request(req) => {
+                    let (tx, rx) = oneshot::channel();
+                    if calls.send((req, tx)).await.is_err() {
+                        return;
+                    }
+                    match rx.await {
+                        Ok(r) => r,
+                        Err(_) => error(ErrorKind::Internal, "the daemon is shutting down"),
+                    }
+                }
+            },
+        };
+        if write(&mut wr, &response).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn write(wr: &mut tokio::net::unix::OwnedWriteHalf, r: &Response) -> Result<(), ()> {
+    let mut line = serde_json::to_vec(r).map_err(|_| ())?;
+    line.push(b'\n');
+    match tokio::time::timeout(WRITE, wr.write_all(&line)).await {
+        Ok(Ok(())) => Ok(()),
+        _ => Err(()),
+    }
+}
+
+enum LineEnd {
+    Newline,
+    Eof,
+    TooLong,
+}
+
+/// Reads up to and including a newline into `buf`, never holding more than
+/// [`MAX_REQUEST_BYTES`].
+async fn read_line(rd: &mut BufReader<tokio::net::unix::OwnedReadHalf>, buf: &mut Vec<u8>) -> std::io::Result<LineEnd> {
+    loop {
+        let available = rd.fill_buf().await?;
+        if available.is_empty() {
+            // A last line without a newline is still a request.
+            return Ok(if buf.is_empty() { LineEnd::Eof } else { LineEnd::Newline });
+        }
+        let (take, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        if buf.len() + take > MAX_REQUEST_BYTES + 1 {
+            return Ok(LineEnd::TooLong);
+        }
+        buf.extend_from_slice(&available[..take]);
+        rd.consume(take);
+        if done {
+            return Ok(LineEnd::Newline);
+        }
+    }
+}

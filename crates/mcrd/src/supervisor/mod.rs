@@ -1,0 +1,456 @@
+//! The supervisor: never touches a data packet. It owns the rule table,
+//! validates every change, pushes the whole new table to every worker,
+//! joins the groups the rules need, restarts workers that die, sums the
+//! statistics and serves the control socket.
+
+mod control;
+mod membership;
+mod rules;
+mod stats;
+mod workers;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use mcr_core::control::{ControlError, ErrorKind, JoinState, PROTOCOL, Reply, Request, Response, RuleStatus};
+use mcr_core::interfaces::{InterfaceInfo, Interfaces};
+use mcr_core::rule::Rule;
+use mcr_core::snapshot::SlottedRule;
+use mcr_core::stats::StatsLayout;
+use mcr_sys::shm::SharedCounters;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::channel::{FromWorker, ToWorker};
+use membership::{JoinKey, Memberships};
+use rules::{ChangeError, RuleTable};
+use stats::Stats;
+use workers::{Recipe, State, Worker, WorkerEvent};
+
+/// How the daemon runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Worker processes.
+    pub workers: usize,
+    /// The CPU of each worker.
+    pub cpus: Vec<usize>,
+    /// Where the control socket is.
+    pub control_socket: PathBuf,
+    /// Arguments for every worker (ring settings).
+    pub worker_args: Vec<String>,
+}
+
+/// How long an `add` or `remove` waits for the workers to run the new
+/// table before answering anyway.
+const APPLY_WAIT: Duration = Duration::from_secs(5);
+
+struct Pending {
+    version: u64,
+    deadline: Instant,
+    response: Response,
+    reply_to: oneshot::Sender<Response>,
+}
+
+struct Supervisor {
+    rules: RuleTable,
+    members: Memberships,
+    workers: Vec<Worker>,
+    recipe: Recipe,
+    counters: SharedCounters,
+    stats: Stats,
+    table: watch::Sender<Arc<Vec<u8>>>,
+    events: mpsc::UnboundedSender<WorkerEvent>,
+    pending: Vec<Pending>,
+}
+
+/// Everything the host's interfaces offer, read afresh.
+pub fn interfaces() -> Interfaces {
+    Interfaces::new(mcr_sys::iface::names().into_iter().filter_map(|name| {
+        Some(InterfaceInfo {
+            index: mcr_sys::iface::index(&name).ok()?,
+            mac: mcr_sys::iface::mac(&name).unwrap_or([0; 6]),
+            mtu: mcr_sys::iface::mtu(&name).unwrap_or(1500),
+            addresses: mcr_sys::iface::addresses(&name).unwrap_or_default(),
+            name,
+        })
+    }))
+}
+
+fn join_key(rule: &Rule, interfaces: &Interfaces) -> Option<JoinKey> {
+    let group = rule.input.destination.ip();
+    if !group.is_multicast() {
+        return None;
+    }
+    Some(JoinKey {
+        ifindex: interfaces.get(&rule.input.interface)?.index,
+        group,
+        source: rule.input.source,
+    })
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub fn run(opts: Options) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("start the runtime")?;
+    rt.block_on(run_async(opts))
+}
+
+async fn run_async(opts: Options) -> anyhow::Result<()> {
+    let layout = StatsLayout::new(opts.workers);
+    let counters = SharedCounters::create("mcrd-stats", layout.len()).context("create the statistics memory")?;
+    let listener = control::listen(&opts.control_socket)?;
+    let exe = std::env::current_exe().context("find this executable to start workers")?;
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    let (table_tx, _) = watch::channel(Arc::new(Vec::new()));
+    let mut sup = Supervisor {
+        rules: RuleTable::new(layout.rule_slots, layout.output_slots),
+        members: Memberships::default(),
+        workers: (0..opts.workers)
+            .map(|i| Worker::new(i, opts.cpus[i % opts.cpus.len()]))
+            .collect(),
+        recipe: Recipe {
+            exe,
+            common_args: opts.worker_args.clone(),
+        },
+        counters,
+        stats: Stats::new(layout),
+        table: table_tx,
+        events: events_tx,
+        pending: Vec::new(),
+    };
+    sup.publish();
+    for i in 0..sup.workers.len() {
+        sup.start_worker(i);
+    }
+    let (calls_tx, mut calls_rx) = mpsc::channel::<control::Call>(64);
+    tokio::spawn(control::serve(listener, calls_tx));
+    tracing::info!(
+        "mcrd {} running: {} worker(s) on CPU {:?}, control socket {}",
+        env!("CARGO_PKG_VERSION"),
+        opts.workers,
+        sup.workers.iter().map(|w| w.cpu).collect::<Vec<_>>(),
+        opts.control_socket.display()
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            Some((req, reply_to)) = calls_rx.recv() => sup.handle(req, reply_to),
+            Some(ev) = events_rx.recv() => sup.on_worker(ev),
+            _ = tick.tick() => {
+                sup.stats.sample(&sup.counters, sup.rules.rules());
+                sup.answer_pending(true);
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    sup.shutdown(&mut events_rx).await;
+    let _ = std::fs::remove_file(&opts.control_socket);
+    Ok(())
+}
+
+impl Supervisor {
+    /// Sends the current table to every worker (each gets the newest).
+    fn publish(&mut self) {
+        let snap = self.rules.snapshot(&interfaces());
+        match serde_json::to_vec(&ToWorker::Table(snap)) {
+            Ok(mut line) => {
+                line.push(b'\n');
+                self.table.send_replace(Arc::new(line));
+            }
+            Err(e) => tracing::error!("could not encode the table: {e}"),
+        }
+    }
+
+    fn start_worker(&mut self, i: usize) {
+        let w = &mut self.workers[i];
+        match w.spawn(&self.recipe, &self.counters, &self.table, &self.events) {
+            Ok(()) => tracing::info!("worker {i} started (pid {:?}, CPU {})", w.pid, w.cpu),
+            Err(e) => {
+                let delay = w.died(format!("could not start: {e}"));
+                tracing::error!("worker {i} could not start: {e}; trying again in {delay:?}");
+                self.restart_later(i, delay);
+            }
+        }
+    }
+
+    fn restart_later(&self, i: usize, delay: Duration) {
+        let tx = self.events.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = tx.send(WorkerEvent::RestartDue { index: i });
+        });
+    }
+
+    fn on_worker(&mut self, ev: WorkerEvent) {
+        match ev {
+            WorkerEvent::Said { index, generation, msg } => {
+                let Some(w) = self.workers.get_mut(index).filter(|w| w.is_current(generation)) else {
+                    return;
+                };
+                match msg {
+                    FromWorker::Ready { pid } => tracing::debug!("worker {index} (pid {pid}) ready"),
+                    FromWorker::Applied { version } => {
+                        w.applied = version;
+                        if w.state == State::Starting {
+                            w.state = State::Running;
+                        }
+                    }
+                    FromWorker::Trouble { version, error } => {
+                        w.applied = version;
+                        if w.state == State::Starting {
+                            w.state = State::Running;
+                        }
+                        tracing::warn!("worker {index}, table {version}: {error}");
+                    }
+                }
+                self.answer_pending(false);
+            }
+            WorkerEvent::Exited { index, generation, how } => {
+                let Some(w) = self.workers.get_mut(index).filter(|w| w.is_current(generation)) else {
+                    return;
+                };
+                if w.state == State::Stopping {
+                    return;
+                }
+                let delay = w.died(how.clone());
+                tracing::warn!("worker {index} {how}; restarting in {delay:?}");
+                self.restart_later(index, delay);
+                // It no longer holds up answers.
+                self.answer_pending(false);
+            }
+            WorkerEvent::RestartDue { index } => {
+                if self.workers[index].state == State::Restarting {
+                    self.workers[index].restarts += 1;
+                    self.start_worker(index);
+                }
+            }
+        }
+    }
+
+    /// The lowest table version every live worker runs.
+    fn acked(&self) -> u64 {
+        self.workers
+            .iter()
+            .filter(|w| matches!(w.state, State::Starting | State::Running))
+            .map(|w| w.applied)
+            .min()
+            .unwrap_or(self.rules.version())
+    }
+
+    /// Answers the changes every live worker now runs (or, with `timed`,
+    /// those that waited too long).
+    fn answer_pending(&mut self, timed: bool) {
+        let acked = self.acked();
+        let now = Instant::now();
+        let (done, wait): (Vec<Pending>, Vec<Pending>) = self
+            .pending
+            .drain(..)
+            .partition(|p| p.version <= acked || (timed && now >= p.deadline));
+        self.pending = wait;
+        for p in done {
+            if p.version > acked {
+                tracing::warn!(
+                    "table {} not yet applied by every worker after {APPLY_WAIT:?}",
+                    p.version
+                );
+            }
+            let _ = p.reply_to.send(p.response);
+        }
+    }
+
+    fn reply_when_applied(&mut self, version: u64, response: Response, reply_to: oneshot::Sender<Response>) {
+        self.pending.push(Pending {
+            version,
+            deadline: Instant::now() + APPLY_WAIT,
+            response,
+            reply_to,
+        });
+        self.answer_pending(false);
+    }
+
+    fn handle(&mut self, req: Request, reply_to: oneshot::Sender<Response>) {
+        let reply = match req {
+            Request::Version { protocol } => match protocol {
+                Some(p) if p != PROTOCOL => Reply::Error {
+                    error: ControlError::new(
+                        ErrorKind::Protocol,
+                        format!(
+                            "this daemon speaks protocol {PROTOCOL}, the client {p}: use an mcrctl of the same version"
+                        ),
+                    ),
+                },
+                _ => Reply::Version {
+                    daemon: env!("CARGO_PKG_VERSION").into(),
+                    protocol: PROTOCOL,
+                },
+            },
+            Request::Add { rule } => return self.add(rule, reply_to),
+            Request::Remove { name } => return self.remove(&name, reply_to),
+            Request::List => Reply::Rules {
+                rules: self.rules.rules().iter().map(|r| self.status(r)).collect(),
+            },
+            Request::Stats => Reply::Stats(Box::new(self.stats.report(&self.counters, self.rules.rules()))),
+            Request::Workers => Reply::Workers {
+                workers: self.workers.iter().map(Worker::status).collect(),
+            },
+        };
+        let _ = reply_to.send(reply.into());
+    }
+
+    fn joins_of(&self, r: &Rule) -> Vec<JoinState> {
+        let ifs = interfaces();
+        join_key(r, &ifs).map(|k| self.members.state(k)).into_iter().collect()
+    }
+
+    fn status(&self, r: &SlottedRule) -> RuleStatus {
+        RuleStatus {
+            rule: r.rule.clone(),
+            joins: self.joins_of(&r.rule),
+        }
+    }
+
+    fn add(&mut self, rule: Rule, reply_to: oneshot::Sender<Response>) {
+        let ifs = interfaces();
+        let name = rule.name.clone();
+        let input_if = rule.input.interface.clone();
+        let new_key = join_key(&rule, &ifs);
+        match self.rules.add(rule, &ifs, self.acked()) {
+            Err(e) => {
+                let error = match e {
+                    ChangeError::Invalid(r) => ControlError {
+                        kind: ErrorKind::InvalidRule,
+                        field: Some(r.field.clone()),
+                        message: r.to_string(),
+                    },
+                    ChangeError::Full(what) => ControlError::new(
+                        ErrorKind::InvalidRule,
+                        format!("rule `{name}`: the table is full ({what}); remove rules first"),
+                    ),
+                };
+                let _ = reply_to.send(Reply::Error { error }.into());
+            }
+            Ok(added) => {
+                self.stats
+                    .zero(&self.counters, &added.reused.rules, &added.reused.outputs);
+                // Join the new group before leaving the old one, so a rule
+                // replaced with the same input never leaves it.
+                let joins: Vec<JoinState> = new_key
+                    .map(|k| self.members.acquire(k, &input_if))
+                    .into_iter()
+                    .collect();
+                if let Some(old) = &added.replaced
+                    && let Some(k) = join_key(&old.rule, &ifs)
+                {
+                    self.members.release(k);
+                }
+                for j in joins.iter().filter(|j| !j.joined) {
+                    tracing::warn!(
+                        "rule `{name}`: joining {} on {}: {}",
+                        j.group,
+                        j.interface,
+                        j.error.as_deref().unwrap_or("?")
+                    );
+                }
+                self.publish();
+                let response = Reply::Added {
+                    rule: name,
+                    replaced: added.replaced.is_some(),
+                    joins,
+                }
+                .into();
+                self.reply_when_applied(added.version, response, reply_to);
+            }
+        }
+    }
+
+    fn remove(&mut self, name: &str, reply_to: oneshot::Sender<Response>) {
+        let Some((r, version)) = self.rules.remove(name) else {
+            let known: Vec<&str> = self.rules.rules().iter().map(|r| r.rule.name.as_str()).collect();
+            let error = ControlError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "no rule named `{name}` (rules: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            );
+            let _ = reply_to.send(Reply::Error { error }.into());
+            return;
+        };
+        // Stop forwarding first, then leave the group.
+        self.publish();
+        if let Some(k) = join_key(&r.rule, &interfaces()) {
+            self.members.release(k);
+        }
+        self.reply_when_applied(version, Reply::Removed { rule: name.to_string() }.into(), reply_to);
+    }
+
+    async fn shutdown(&mut self, events: &mut mpsc::UnboundedReceiver<WorkerEvent>) {
+        tracing::info!("stopping");
+        for w in &mut self.workers {
+            w.ask_to_stop();
+        }
+        // Give them a moment to flush and exit; kill_on_drop ends the rest.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        let mut running = self.workers.iter().filter(|w| w.pid.is_some()).count();
+        while running > 0 {
+            match tokio::time::timeout_at(deadline, events.recv()).await {
+                Ok(Some(WorkerEvent::Exited { .. })) => running -= 1,
+                Ok(Some(_)) => {}
+                _ => break,
+            }
+        }
+        self.stats.sample(&self.counters, self.rules.rules());
+        print!("{}", self.final_totals());
+    }
+
+    fn final_totals(&self) -> String {
+        let report = self.stats.report(&self.counters, self.rules.rules());
+        let mut out = String::from("mcrd final totals\n");
+        for r in &report.rules {
+            out.push_str(&format!(
+                "  rule {:<20} {:>12} packets {:>14} bytes\n",
+                r.name, r.packets, r.bytes
+            ));
+            for o in &r.outputs {
+                let drops: u64 = o.drops.values().sum();
+                out.push_str(&format!(
+                    "    -> {:<40} {:>12} packets {:>10} dropped\n",
+                    o.output, o.packets, drops
+                ));
+            }
+        }
+        for w in &report.workers {
+            let drops: u64 = w.drops.values().sum();
+            let why: Vec<String> = w
+                .drops
+                .iter()
+                .filter(|(_, v)| **v > 0)
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            out.push_str(&format!(
+                "  worker {} rx {} frames, tx {} packets, {} ring drops, {} dropped{}\n",
+                w.index,
+                w.rx_frames,
+                w.tx_packets,
+                w.ring_drops,
+                drops,
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", why.join(", "))
+                }
+            ));
+        }
+        out
+    }
+}

@@ -1,0 +1,333 @@
+//! The rule table the supervisor owns: the single source of truth. Every
+//! change is validated as a whole, bumps the version, and assigns
+//! statistics slots. A freed slot is reused only once every worker runs a
+//! table without it, and is zeroed before it is.
+
+use mcr_core::interfaces::Interfaces;
+use mcr_core::rule::Rule;
+use mcr_core::snapshot::{SlottedRule, TableSnapshot};
+use mcr_core::validate::{RuleError, check_rule};
+
+/// Statistics slots of one kind.
+#[derive(Debug)]
+struct SlotPool {
+    next: u32,
+    cap: u32,
+    /// Freed slots and the table version that no longer used them.
+    free: Vec<(u32, u64)>,
+}
+
+impl SlotPool {
+    fn new(cap: usize) -> Self {
+        SlotPool {
+            next: 0,
+            cap: u32::try_from(cap).unwrap_or(u32::MAX),
+            free: Vec::new(),
+        }
+    }
+
+    /// A slot: a fresh one, or a freed one that every worker has moved past
+    /// (`acked` is the lowest version all running workers run). The flag
+    /// says it was used before and must be zeroed.
+    fn take(&mut self, acked: u64) -> Option<(u32, bool)> {
+        if let Some(i) = self.free.iter().position(|&(_, v)| v <= acked) {
+            return Some((self.free.swap_remove(i).0, true));
+        }
+        if self.next < self.cap {
+            self.next += 1;
+            return Some((self.next - 1, false));
+        }
+        None
+    }
+
+    fn give_back(&mut self, slot: u32, version: u64) {
+        self.free.push((slot, version));
+    }
+}
+
+/// Slots that were used before and must be zeroed before a worker counts
+/// into them again.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Reused {
+    /// Rule slots.
+    pub rules: Vec<u32>,
+    /// Output slots.
+    pub outputs: Vec<u32>,
+}
+
+/// Why a change was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// The rule is invalid.
+    #[error(transparent)]
+    Invalid(#[from] RuleError),
+    /// No room for more rules or outputs.
+    #[error("the table is full: {0}")]
+    Full(String),
+}
+
+/// What an add did.
+#[derive(Debug)]
+pub struct Added {
+    /// The table version with the rule in it.
+    pub version: u64,
+    /// The rule it replaced, if any.
+    pub replaced: Option<SlottedRule>,
+    /// Slots to zero.
+    pub reused: Reused,
+}
+
+/// The rule table.
+#[derive(Debug)]
+pub struct RuleTable {
+    rules: Vec<SlottedRule>,
+    version: u64,
+    rule_slots: SlotPool,
+    output_slots: SlotPool,
+}
+
+impl RuleTable {
+    /// An empty table with room for `rule_slots` rules and `output_slots`
+    /// outputs.
+    pub fn new(rule_slots: usize, output_slots: usize) -> Self {
+        RuleTable {
+            rules: Vec::new(),
+            version: 0,
+            rule_slots: SlotPool::new(rule_slots),
+            output_slots: SlotPool::new(output_slots),
+        }
+    }
+
+    /// The current version.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Every rule, in the order added.
+    pub fn rules(&self) -> &[SlottedRule] {
+        &self.rules
+    }
+
+    /// The rule called `name`.
+    #[cfg(test)]
+    pub fn get(&self, name: &str) -> Option<&SlottedRule> {
+        self.rules.iter().find(|r| r.rule.name == name)
+    }
+
+    /// Adds `rule`, or replaces the rule of the same name. `acked` is the
+    /// lowest table version every running worker has applied.
+    pub fn add(&mut self, rule: Rule, interfaces: &Interfaces, acked: u64) -> Result<Added, ChangeError> {
+        let others: Vec<Rule> = self.rules.iter().map(|r| r.rule.clone()).collect();
+        check_rule(&rule, &others, interfaces)?;
+        let next_version = self.version + 1;
+        let old = self.rules.iter().position(|r| r.rule.name == rule.name);
+        let mut reused = Reused::default();
+        // Outputs that stay the same keep their slot and their counts.
+        let mut old_outputs: Vec<(OutputKey, u32)> = old
+            .map(|i| {
+                let r = &self.rules[i];
+                r.rule
+                    .outputs
+                    .iter()
+                    .map(OutputKey::of)
+                    .zip(r.output_slots.iter().copied())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let rule_slot = match old {
+            Some(i) => self.rules[i].slot,
+            None => match self.rule_slots.take(acked) {
+                Some((s, was_used)) => {
+                    if was_used {
+                        reused.rules.push(s);
+                    }
+                    s
+                }
+                None => return Err(ChangeError::Full(format!("{} rules", self.rule_slots.cap))),
+            },
+        };
+        let mut output_slots = Vec::with_capacity(rule.outputs.len());
+        let mut taken_new = Vec::new();
+        for o in &rule.outputs {
+            let key = OutputKey::of(o);
+            if let Some(k) = old_outputs.iter().position(|(ok, _)| *ok == key) {
+                output_slots.push(old_outputs.swap_remove(k).1);
+                continue;
+            }
+            match self.output_slots.take(acked) {
+                Some((s, was_used)) => {
+                    if was_used {
+                        reused.outputs.push(s);
+                    }
+                    taken_new.push(s);
+                    output_slots.push(s);
+                }
+                None => {
+                    // Put back what this add took.
+                    for s in taken_new {
+                        self.output_slots.give_back(s, 0);
+                    }
+                    if old.is_none() {
+                        self.rule_slots.give_back(rule_slot, 0);
+                    }
+                    return Err(ChangeError::Full(format!("{} outputs", self.output_slots.cap)));
+                }
+            }
+        }
+        for (_, s) in old_outputs {
+            self.output_slots.give_back(s, next_version);
+        }
+        let slotted = SlottedRule {
+            rule,
+            slot: rule_slot,
+            output_slots,
+        };
+        let replaced = match old {
+            Some(i) => Some(std::mem::replace(&mut self.rules[i], slotted)),
+            None => {
+                self.rules.push(slotted);
+                None
+            }
+        };
+        self.version = next_version;
+        Ok(Added {
+            version: next_version,
+            replaced,
+            reused,
+        })
+    }
+
+    /// Removes the rule called `name`; returns it and the new version.
+    pub fn remove(&mut self, name: &str) -> Option<(SlottedRule, u64)> {
+        let i = self.rules.iter().position(|r| r.rule.name == name)?;
+        let r = self.rules.remove(i);
+        self.version += 1;
+        self.rule_slots.give_back(r.slot, self.version);
+        for &s in &r.output_slots {
+            self.output_slots.give_back(s, self.version);
+        }
+        Some((r, self.version))
+    }
+
+    /// The whole table, for the workers.
+    pub fn snapshot(&self, interfaces: &Interfaces) -> TableSnapshot {
+        // Only the interfaces the rules name: the workers need no others.
+        let used: std::collections::BTreeSet<&str> = self
+            .rules
+            .iter()
+            .flat_map(|r| {
+                std::iter::once(r.rule.input.interface.as_str())
+                    .chain(r.rule.outputs.iter().map(|o| o.interface.as_str()))
+            })
+            .collect();
+        TableSnapshot {
+            version: self.version,
+            rules: self.rules.clone(),
+            interfaces: Interfaces::new(interfaces.iter().filter(|i| used.contains(i.name.as_str())).cloned()),
+        }
+    }
+}
+
+/// What makes two outputs the same output (and so keep one slot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputKey(String);
+
+impl OutputKey {
+    fn of(o: &mcr_core::rule::Output) -> Self {
+        OutputKey(o.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcr_core::interfaces::InterfaceInfo;
+
+    fn ifaces() -> Interfaces {
+        let mk = |name: &str, index, addr: &str| InterfaceInfo {
+            name: name.into(),
+            index,
+            mac: [2, 0, 0, 0, 0, index as u8],
+            mtu: 1500,
+            addresses: vec![addr.parse().expect("literal")],
+        };
+        Interfaces::new([mk("in0", 2, "10.0.0.2"), mk("out0", 3, "10.0.1.1")])
+    }
+
+    fn rule(name: &str, group: u8, outs: &[&str]) -> Rule {
+        Rule {
+            name: name.into(),
+            input: format!("in0:239.1.1.{group}:5001").parse().expect("input"),
+            outputs: outs.iter().map(|o| o.parse().expect("output")).collect(),
+        }
+    }
+
+    #[test]
+    fn slots_are_assigned_kept_and_reused_only_when_safe() {
+        let mut t = RuleTable::new(2, 3);
+        let a = t.add(rule("a", 1, &["out0:239.10.1.1:6001"]), &ifaces(), 0).expect("a");
+        assert_eq!((a.version, t.get("a").expect("a").slot), (1, 0));
+        t.add(
+            rule("b", 2, &["out0:239.10.1.2:6001", "out0:239.10.1.3:6001"]),
+            &ifaces(),
+            0,
+        )
+        .expect("b");
+        assert!(matches!(
+            t.add(rule("c", 3, &["out0:239.10.1.4:6001"]), &ifaces(), 0),
+            Err(ChangeError::Full(_))
+        ));
+        let (_, v) = t.remove("b").expect("b");
+        // Workers still run version 2: b's slots may not be reused yet.
+        assert!(matches!(
+            t.add(rule("c", 3, &["out0:239.10.1.4:6001"]), &ifaces(), v - 1),
+            Err(ChangeError::Full(_))
+        ));
+        let c = t.add(rule("c", 3, &["out0:239.10.1.4:6001"]), &ifaces(), v).expect("c");
+        assert_eq!(c.reused.rules, vec![1]);
+        assert_eq!(c.reused.outputs.len(), 1);
+    }
+
+    #[test]
+    fn replacing_keeps_the_slots_of_what_did_not_change() {
+        let mut t = RuleTable::new(10, 10);
+        t.add(
+            rule("a", 1, &["out0:239.10.1.1:6001", "out0:239.10.1.2:6001"]),
+            &ifaces(),
+            0,
+        )
+        .expect("a");
+        let before = t.get("a").expect("a").clone();
+        let r = t
+            .add(
+                rule("a", 1, &["out0:239.10.1.2:6001", "out0:239.10.1.9:6001"]),
+                &ifaces(),
+                0,
+            )
+            .expect("replace");
+        assert!(r.replaced.is_some());
+        let after = t.get("a").expect("a");
+        assert_eq!(after.slot, before.slot);
+        assert_eq!(
+            after.output_slots[0], before.output_slots[1],
+            "the unchanged output keeps its counts"
+        );
+        assert_ne!(after.output_slots[1], before.output_slots[0]);
+        assert_eq!(t.rules().len(), 1);
+    }
+
+    #[test]
+    fn refusals_change_nothing() {
+        let mut t = RuleTable::new(10, 10);
+        t.add(rule("a", 1, &["out0:239.10.1.1:6001"]), &ifaces(), 0).expect("a");
+        let e = t
+            .add(rule("b", 1, &["out0:239.10.1.2:6001"]), &ifaces(), 0)
+            .expect_err("same input");
+        assert!(e.to_string().contains("already takes"), "{e}");
+        assert_eq!((t.version(), t.rules().len()), (1, 1));
+        assert!(t.remove("nope").is_none());
+        let snap = t.snapshot(&ifaces());
+        assert_eq!(snap.version, 1);
+        assert_eq!(snap.interfaces.iter().count(), 2);
+    }
+}

@@ -1,0 +1,186 @@
+//! Statistics: the supervisor sums what workers count in shared memory,
+//! samples the sums once a second for rates, and answers `stats`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use mcr_core::control::{OutputStats, RuleStats, StatsReport, WorkerStats};
+use mcr_core::snapshot::SlottedRule;
+use mcr_core::stats::{OutputCounter, RuleCounter, StatsLayout, WorkerCounter};
+use mcr_sys::shm::SharedCounters;
+
+/// What is sampled for rates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Key {
+    Rule(u32),
+    Output(u32),
+    Worker(usize),
+}
+
+/// Packets and bytes per sampled thing.
+type Sample = HashMap<Key, (u64, u64)>;
+
+/// Sums and rates.
+#[derive(Debug)]
+pub struct Stats {
+    layout: StatsLayout,
+    started: Instant,
+    last: Option<(Instant, Sample)>,
+    rates: HashMap<Key, (f64, f64)>,
+    interval_s: f64,
+}
+
+impl Stats {
+    /// Statistics over `layout`.
+    pub fn new(layout: StatsLayout) -> Self {
+        Stats {
+            layout,
+            started: Instant::now(),
+            last: None,
+            rates: HashMap::new(),
+            interval_s: 0.0,
+        }
+    }
+
+    fn sum_rule(&self, c: &SharedCounters, slot: u32, k: RuleCounter) -> u64 {
+        (0..self.layout.workers)
+            .map(|w| c.get(self.layout.rule(w, slot, k)))
+            .sum()
+    }
+
+    fn sum_output(&self, c: &SharedCounters, slot: u32, k: OutputCounter) -> u64 {
+        (0..self.layout.workers)
+            .map(|w| c.get(self.layout.output(w, slot, k)))
+            .sum()
+    }
+
+    /// A worker's counter.
+    pub fn worker(&self, c: &SharedCounters, w: usize, k: WorkerCounter) -> u64 {
+        c.get(self.layout.worker(w, k))
+    }
+
+    /// Zeroes slots before they are given to a new rule or output.
+    pub fn zero(&self, c: &SharedCounters, rules: &[u32], outputs: &[u32]) {
+        for w in 0..self.layout.workers {
+            for &s in rules {
+                for k in [RuleCounter::Packets, RuleCounter::Bytes] {
+                    c.set(self.layout.rule(w, s, k), 0);
+                }
+            }
+            for &s in outputs {
+                for k in [OutputCounter::Packets, OutputCounter::Bytes]
+                    .into_iter()
+                    .chain(OutputCounter::DROPS.iter().map(|d| d.0))
+                {
+                    c.set(self.layout.output(w, s, k), 0);
+                }
+            }
+        }
+    }
+
+    fn read(&self, c: &SharedCounters, rules: &[SlottedRule]) -> Sample {
+        let mut m = HashMap::new();
+        for r in rules {
+            m.insert(
+                Key::Rule(r.slot),
+                (
+                    self.sum_rule(c, r.slot, RuleCounter::Packets),
+                    self.sum_rule(c, r.slot, RuleCounter::Bytes),
+                ),
+            );
+            for &s in &r.output_slots {
+                m.insert(
+                    Key::Output(s),
+                    (
+                        self.sum_output(c, s, OutputCounter::Packets),
+                        self.sum_output(c, s, OutputCounter::Bytes),
+                    ),
+                );
+            }
+        }
+        for w in 0..self.layout.workers {
+            m.insert(Key::Worker(w), (self.worker(c, w, WorkerCounter::RxFrames), 0));
+        }
+        m
+    }
+
+    /// Takes a sample; rates are over the time since the previous one.
+    pub fn sample(&mut self, c: &SharedCounters, rules: &[SlottedRule]) {
+        let now = Instant::now();
+        let cur = self.read(c, rules);
+        if let Some((then, prev)) = &self.last {
+            let dt = now.duration_since(*then).as_secs_f64().max(1e-6);
+            self.interval_s = dt;
+            self.rates = cur
+                .iter()
+                .map(|(k, &(p, b))| {
+                    let (pp, pb) = prev.get(k).copied().unwrap_or((p, b));
+                    (
+                        *k,
+                        (p.saturating_sub(pp) as f64 / dt, b.saturating_sub(pb) as f64 * 8.0 / dt),
+                    )
+                })
+                .collect();
+        }
+        self.last = Some((now, cur));
+    }
+
+    /// The answer to `stats`.
+    pub fn report(&self, c: &SharedCounters, rules: &[SlottedRule]) -> StatsReport {
+        let rate = |k: Key| self.rates.get(&k).copied().unwrap_or((0.0, 0.0));
+        let rules = rules
+            .iter()
+            .map(|r| {
+                let (pps, bps) = rate(Key::Rule(r.slot));
+                RuleStats {
+                    name: r.rule.name.clone(),
+                    input: r.rule.input.to_string(),
+                    packets: self.sum_rule(c, r.slot, RuleCounter::Packets),
+                    bytes: self.sum_rule(c, r.slot, RuleCounter::Bytes),
+                    pps,
+                    bps,
+                    outputs: r
+                        .rule
+                        .outputs
+                        .iter()
+                        .zip(&r.output_slots)
+                        .map(|(o, &s)| {
+                            let (pps, bps) = rate(Key::Output(s));
+                            OutputStats {
+                                output: o.to_string(),
+                                packets: self.sum_output(c, s, OutputCounter::Packets),
+                                bytes: self.sum_output(c, s, OutputCounter::Bytes),
+                                pps,
+                                bps,
+                                drops: OutputCounter::DROPS
+                                    .iter()
+                                    .map(|(k, name)| (name.to_string(), self.sum_output(c, s, *k)))
+                                    .collect(),
+                            }
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        let workers = (0..self.layout.workers)
+            .map(|w| WorkerStats {
+                index: w,
+                rx_frames: self.worker(c, w, WorkerCounter::RxFrames),
+                rx_bytes: self.worker(c, w, WorkerCounter::RxBytes),
+                tx_packets: self.worker(c, w, WorkerCounter::TxPackets),
+                ring_drops: self.worker(c, w, WorkerCounter::RingDrops),
+                drops: WorkerCounter::DROPS
+                    .iter()
+                    .map(|(k, name)| (name.to_string(), self.worker(c, w, *k)))
+                    .collect::<BTreeMap<_, _>>(),
+                rx_pps: rate(Key::Worker(w)).0,
+            })
+            .collect();
+        StatsReport {
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            interval_s: self.interval_s,
+            rules,
+            workers,
+        }
+    }
+}

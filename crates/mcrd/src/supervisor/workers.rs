@@ -1,0 +1,259 @@
+//! The worker processes: started by re-executing `mcrd worker`, pinned to
+//! their cores, fed the whole table, watched, and restarted with backoff
+//! when they die. A restarted worker counts on in the same statistics
+//! block, so no counter is lost.
+
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mcr_core::control::WorkerStatus;
+use mcr_sys::shm::SharedCounters;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::channel::{FromWorker, ToWorker, WORKER_CHANNEL_FD, WORKER_STATS_FD};
+
+/// What the supervisor hears about a worker.
+#[derive(Debug)]
+pub enum WorkerEvent {
+    /// A message from it.
+    Said {
+        /// Which worker.
+        index: usize,
+        /// Which incarnation.
+        generation: u64,
+        /// What.
+        msg: FromWorker,
+    },
+    /// It exited.
+    Exited {
+        /// Which worker.
+        index: usize,
+        /// Which incarnation.
+        generation: u64,
+        /// How.
+        how: String,
+    },
+    /// Its restart delay is over.
+    RestartDue {
+        /// Which worker.
+        index: usize,
+    },
+}
+
+/// How to start a worker, the same for every one.
+#[derive(Debug, Clone)]
+pub struct Recipe {
+    /// This executable.
+    pub exe: std::path::PathBuf,
+    /// Arguments every worker gets after `worker`.
+    pub common_args: Vec<String>,
+}
+
+/// The state of one worker slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Spawned, not yet running the current table.
+    Starting,
+    /// Running.
+    Running,
+    /// Dead, waiting out its backoff.
+    Restarting,
+    /// Told to stop.
+    Stopping,
+}
+
+/// One worker.
+#[derive(Debug)]
+pub struct Worker {
+    /// Its index (also its statistics block).
+    pub index: usize,
+    /// The CPU it is pinned to.
+    pub cpu: usize,
+    /// Its state.
+    pub state: State,
+    /// Its process id while it runs.
+    pub pid: Option<u32>,
+    /// The table version it has applied.
+    pub applied: u64,
+    /// How often it was restarted.
+    pub restarts: u64,
+    /// Why it last ended.
+    pub last_exit: Option<String>,
+    generation: u64,
+    started: Instant,
+    backoff: Duration,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+/// The first restart delay; it doubles up to [`MAX_BACKOFF`] while the
+/// worker keeps dying young.
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// A worker that ran this long before dying starts from [`MIN_BACKOFF`].
+const STABLE: Duration = Duration::from_secs(30);
+
+impl Worker {
+    /// A worker slot, not started yet.
+    pub fn new(index: usize, cpu: usize) -> Self {
+        Worker {
+            index,
+            cpu,
+            state: State::Restarting,
+            pid: None,
+            applied: 0,
+            restarts: 0,
+            last_exit: None,
+            generation: 0,
+            started: Instant::now(),
+            backoff: MIN_BACKOFF,
+            stop: None,
+        }
+    }
+
+    /// True for events of this incarnation.
+    pub fn is_current(&self, generation: u64) -> bool {
+        generation == self.generation
+    }
+
+    /// Starts (or restarts) the process and its channel tasks.
+    pub fn spawn(
+        &mut self,
+        recipe: &Recipe,
+        counters: &SharedCounters,
+        table: &watch::Sender<Arc<Vec<u8>>>,
+        events: &mpsc::UnboundedSender<WorkerEvent>,
+    ) -> std::io::Result<()> {
+        let (ours, theirs) = StdUnixStream::pair()?;
+        let mut cmd = std::process::Command::new(&recipe.exe);
+        cmd.arg("worker")
+            .args(&recipe.common_args)
+            .args(["--index", &self.index.to_string(), "--cpu", &self.cpu.to_string()])
+            .stdin(Stdio::null());
+        mcr_sys::process::pass_fd(&mut cmd, theirs.as_fd(), WORKER_CHANNEL_FD);
+        mcr_sys::process::pass_fd(&mut cmd, counters.as_fd(), WORKER_STATS_FD);
+        // A worker dies with its supervisor.
+        mcr_sys::process::kill_with_parent(&mut cmd);
+        let mut child = tokio::process::Command::from(cmd).kill_on_drop(true).spawn()?;
+        drop(theirs);
+        self.generation += 1;
+        self.pid = child.id();
+        self.state = State::Starting;
+        self.applied = 0;
+        self.started = Instant::now();
+        ours.set_nonblocking(true)?;
+        let stream = UnixStream::from_std(ours)?;
+        let (rd, mut wr) = stream.into_split();
+        let (index, generation) = (self.index, self.generation);
+
+        // Reader: the worker's messages, line by line.
+        let tx = events.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(rd).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                match serde_json::from_str::<FromWorker>(&line) {
+                    Ok(msg) => {
+                        let _ = tx.send(WorkerEvent::Said { index, generation, msg });
+                    }
+                    Err(e) => tracing::warn!("worker {index}: unreadable message ({e}): {line}"),
+                }
+            }
+        });
+
+        // Writer: the newest table whenever it changes (so a worker that
+        // falls behind gets the latest, not every one in between), and a
+        // stop when asked.
+        let mut tables = table.subscribe();
+        tables.mark_changed();
+        let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
+        self.stop = Some(stop_tx);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = &mut stop_rx => {
+                        if let Ok(mut line) = serde_json::to_vec(&ToWorker::Stop) {
+                            line.push(b'\n');
+                            let _ = wr.write_all(&line).await;
+                        }
+                        return;
+                    }
+                    changed = tables.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        let bytes = tables.borrow_and_update().clone();
+                        if wr.write_all(&bytes).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+
+        // Watcher: how it ends.
+        let tx = events.clone();
+        tokio::spawn(async move {
+            let how = match child.wait().await {
+                Ok(s) => describe_exit(s),
+                Err(e) => format!("could not be waited for: {e}"),
+            };
+            let _ = tx.send(WorkerEvent::Exited { index, generation, how });
+        });
+        Ok(())
+    }
+
+    /// Notes that the process ended; returns the delay before it restarts.
+    pub fn died(&mut self, how: String) -> Duration {
+        self.pid = None;
+        self.stop = None;
+        self.last_exit = Some(how);
+        if self.started.elapsed() >= STABLE {
+            self.backoff = MIN_BACKOFF;
+        }
+        let delay = self.backoff;
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        self.state = State::Restarting;
+        delay
+    }
+
+    /// Asks the worker to finish and exit.
+    pub fn ask_to_stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.state = State::Stopping;
+    }
+
+    /// Its status for `mcrctl workers`.
+    pub fn status(&self) -> WorkerStatus {
+        WorkerStatus {
+            index: self.index,
+            pid: self.pid,
+            cpu: self.cpu,
+            state: match self.state {
+                State::Starting => "starting",
+                State::Running => "running",
+                State::Restarting => "restarting",
+                State::Stopping => "stopping",
+            }
+            .into(),
+            restarts: self.restarts,
+            table_version: self.applied,
+            last_exit: self.last_exit.clone(),
+        }
+    }
+}
+
+fn describe_exit(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (_, Some(sig)) => format!("killed by signal {sig}"),
+        _ => s.to_string(),
+    }
+}

@@ -1,0 +1,132 @@
+//! Receiving: one AF_PACKET ring per input interface, in the fanout group
+//! of that interface when there are several workers, with the ingress
+//! filter of the current table.
+
+use std::net::Ipv4Addr;
+use std::os::fd::AsFd;
+
+use mcr_core::bpf::ingress_filter;
+use mcr_core::interfaces::Interfaces;
+use mcr_core::table::MatchTable;
+use mcr_sys::epoll::Epoll;
+use mcr_sys::ring::{FilterInsn, RingConfig, RxRing};
+
+struct Input {
+    ifindex: u32,
+    ring: RxRing,
+    unicast: Vec<Ipv4Addr>,
+    registered: bool,
+}
+
+/// The rings of a worker.
+pub struct Ingress {
+    cfg: RingConfig,
+    fanout_seed: Option<u16>,
+    inputs: Vec<Input>,
+}
+
+fn filter(unicast: &[Ipv4Addr]) -> Vec<FilterInsn> {
+    ingress_filter(unicast)
+        .into_iter()
+        .map(|i| FilterInsn {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect()
+}
+
+/// The fanout group of an interface: the same in every worker of one
+/// supervisor, different for another supervisor's.
+fn fanout_group(seed: u16, ifindex: u32) -> u16 {
+    seed ^ (ifindex as u16).wrapping_mul(0x9e37).rotate_left(7)
+}
+
+impl Ingress {
+    /// No rings yet; `fanout_seed` set means join fanout groups.
+    pub fn new(cfg: RingConfig, fanout_seed: Option<u16>) -> Self {
+        Ingress {
+            cfg,
+            fanout_seed,
+            inputs: Vec::new(),
+        }
+    }
+
+    /// Each ring with its interface index.
+    pub fn rings_mut(&mut self) -> impl Iterator<Item = (u32, &mut RxRing)> {
+        self.inputs.iter_mut().map(|i| (i.ifindex, &mut i.ring))
+    }
+
+    /// Adds rings opened since the last call to `epoll`.
+    pub fn register_new(&mut self, epoll: &Epoll) -> std::io::Result<()> {
+        for (k, i) in self.inputs.iter_mut().enumerate() {
+            if !i.registered {
+                epoll.add_readable(i.ring.as_fd(), k as u64)?;
+                i.registered = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens, refilters and closes rings to match `table`; returns what
+    /// could not be set up.
+    pub fn reconcile(&mut self, table: &MatchTable, interfaces: &Interfaces) -> Vec<String> {
+        let wanted = table.input_interfaces();
+        self.inputs.retain(|i| wanted.contains(&i.ifindex));
+        let mut troubles = Vec::new();
+        for ifindex in wanted {
+            let unicast = table.unicast_inputs(ifindex);
+            if let Some(i) = self.inputs.iter_mut().find(|i| i.ifindex == ifindex) {
+                if i.unicast != unicast {
+                    match i.ring.set_filter(&filter(&unicast)) {
+                        Ok(()) => i.unicast = unicast,
+                        Err(e) => troubles.push(format!("input interface {ifindex}: filter: {e}")),
+                    }
+                }
+                continue;
+            }
+            let iface = interfaces.by_index(ifindex);
+            let mut cfg = self.cfg;
+            cfg.max_frame = iface.map_or(1500, |i| i.mtu as usize) + 14 + 4;
+            let name = iface.map_or_else(|| ifindex.to_string(), |i| i.name.clone());
+            match RxRing::open(
+                ifindex,
+                &cfg,
+                &filter(&unicast),
+                self.fanout_seed.map(|s| fanout_group(s, ifindex)),
+            ) {
+                Ok(ring) => self.inputs.push(Input {
+                    ifindex,
+                    ring,
+                    unicast,
+                    registered: false,
+                }),
+                Err(e) => troubles.push(format!("input interface {name}: receive ring: {e}")),
+            }
+        }
+        troubles
+    }
+
+    /// Frames the kernel dropped for want of ring space since the last
+    /// call, over all rings.
+    pub fn take_drops(&mut self) -> u64 {
+        self.inputs
+            .iter()
+            .filter_map(|i| i.ring.stats().ok())
+            .map(|s| s.drops)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fanout_groups_differ_by_interface_and_by_supervisor() {
+        assert_ne!(fanout_group(1000, 2), fanout_group(1000, 3));
+        assert_ne!(fanout_group(1000, 2), fanout_group(1001, 2));
+        assert_eq!(fanout_group(1000, 2), fanout_group(1000, 2));
+    }
+}

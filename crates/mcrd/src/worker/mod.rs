@@ -1,0 +1,379 @@
+//! A worker: one process, pinned to one core, one thread, one loop. It
+//! waits for ring readiness or a message from the supervisor, takes every
+//! ready frame, forwards it, flushes its batches, and swaps in a new table
+//! between batches. It never blocks on the supervisor.
+
+mod egress;
+mod ingress;
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use anyhow::Context;
+use mcr_core::forward::{RxChecksum, output_ttl, parse};
+use mcr_core::stats::{RuleCounter, StatsLayout, WorkerCounter};
+use mcr_core::table::{Lookup, MatchTable, OutputKind};
+use mcr_sys::epoll::Epoll;
+use mcr_sys::ring::{RingConfig, RingVersion};
+use mcr_sys::shm::SharedCounters;
+use rustc_hash::FxHashMap;
+
+use crate::channel::{FromWorker, ToWorker, WORKER_CHANNEL_FD, WORKER_STATS_FD};
+use egress::{Counts, FrameBatch, UdpOutput, UdpSlab};
+use ingress::Ingress;
+
+/// How a worker was started (its command line).
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerArgs {
+    /// This worker's index.
+    #[arg(long)]
+    pub index: usize,
+    /// How many workers there are (the statistics layout depends on it).
+    #[arg(long)]
+    pub workers: usize,
+    /// The CPU to pin to.
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    /// Ring format: v2 or v3.
+    #[arg(long, default_value = "v2", value_parser = parse_ring)]
+    pub ring: RingVersion,
+    /// Ring memory per input interface, in MiB.
+    #[arg(long, default_value_t = 32)]
+    pub ring_mb: usize,
+    /// V3 block retire timeout in ms.
+    #[arg(long, default_value_t = 1)]
+    pub block_timeout_ms: u32,
+    /// Fanout group ids are derived from this (the supervisor's pid).
+    #[arg(long)]
+    pub fanout_seed: u16,
+}
+
+/// Parses `v2` or `v3`.
+pub fn parse_ring(s: &str) -> Result<RingVersion, String> {
+    match s {
+        "v2" => Ok(RingVersion::V2),
+        "v3" => Ok(RingVersion::V3),
+        _ => Err(format!("`{s}`: write v2 or v3")),
+    }
+}
+
+/// Frames taken from one ring before looking at the others and flushing.
+const RING_BUDGET: usize = 256;
+/// The epoll token of the channel (rings use their index).
+const CHANNEL: u64 = u64::MAX;
+
+struct Worker {
+    args: WorkerArgs,
+    layout: StatsLayout,
+    counters: SharedCounters,
+    channel: UnixStream,
+    inbox: Vec<u8>,
+    table: MatchTable,
+    ingress: Ingress,
+    frames: FxHashMap<u32, FrameBatch>,
+    udp: FxHashMap<u32, UdpOutput>,
+    slab: UdpSlab,
+}
+
+/// Runs a worker until the supervisor says stop or goes away.
+pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
+    if let Some(cpu) = args.cpu {
+        mcr_sys::process::pin_current_thread(cpu).with_context(|| format!("pin to CPU {cpu}"))?;
+    }
+    let layout = StatsLayout::new(args.workers);
+    // The supervisor passed these descriptors at these numbers (see
+    // `channel`); nothing else in this process owns them.
+    let stats_fd = take_fd(WORKER_STATS_FD)?;
+    let chan_fd = take_fd(WORKER_CHANNEL_FD)?;
+    let counters = SharedCounters::open(stats_fd, layout.len()).context("map the statistics memory")?;
+    let channel = UnixStream::from(chan_fd);
+    channel.set_nonblocking(true).context("channel O_NONBLOCK")?;
+    let mut w = Worker {
+        ingress: Ingress::new(
+            RingConfig {
+                version: args.ring,
+                bytes: args.ring_mb << 20,
+                max_frame: 1518,
+                block_timeout_ms: args.block_timeout_ms,
+            },
+            (args.workers > 1).then_some(args.fanout_seed),
+        ),
+        args,
+        layout,
+        counters,
+        channel,
+        inbox: Vec::new(),
+        table: MatchTable::default(),
+        frames: FxHashMap::default(),
+        udp: FxHashMap::default(),
+        slab: UdpSlab::new(MAX_UDP_PENDING, 9216),
+    };
+    w.say(&FromWorker::Ready {
+        pid: std::process::id(),
+    })?;
+    w.run()
+}
+
+const MAX_UDP_PENDING: usize = 256;
+
+/// Takes ownership of descriptor `n`, which the supervisor passed.
+fn take_fd(n: i32) -> anyhow::Result<OwnedFd> {
+    mcr_sys::process::own_inherited_fd(n)
+        .with_context(|| format!("descriptor {n} was not passed: `mcrd worker` is started by mcrd itself"))
+}
+
+impl Worker {
+    fn say(&mut self, m: &FromWorker) -> anyhow::Result<()> {
+        let mut line = serde_json::to_vec(m)?;
+        line.push(b'\n');
+        // Small messages; the supervisor reads continuously. Block briefly
+        // if its buffer is full rather than lose an acknowledgement.
+        self.channel.set_nonblocking(false)?;
+        let r = self.channel.write_all(&line);
+        self.channel.set_nonblocking(true)?;
+        r.context("write to the supervisor")
+    }
+
+    fn run(&mut self) -> anyhow::Result<()> {
+        let mut epoll = Epoll::new(64)?;
+        epoll.add_readable(self.channel.as_fd(), CHANNEL)?;
+        let mut last_stats = mcr_sys::clock::monotonic_ns();
+        loop {
+            // Any wake-up looks at every ring: a ring whose slot is not ready
+            // costs one load.
+            let table_msg = epoll.wait(100)?.any(|t| t == CHANNEL);
+            self.forward_ready();
+            if table_msg && self.read_channel(&mut epoll)? {
+                return Ok(());
+            }
+            let now = mcr_sys::clock::monotonic_ns();
+            if now - last_stats >= 500_000_000 {
+                last_stats = now;
+                let drops = self.ingress.take_drops();
+                self.counts().worker(WorkerCounter::RingDrops, drops);
+            }
+        }
+    }
+
+    fn counts(&self) -> Counts<'_> {
+        Counts {
+            counters: &self.counters,
+            layout: &self.layout,
+            worker: self.args.index,
+        }
+    }
+
+    /// Reads what the supervisor sent; true when told to stop.
+    fn read_channel(&mut self, epoll: &mut Epoll) -> anyhow::Result<bool> {
+        let mut chunk = [0u8; 65536];
+        loop {
+            match self.channel.read(&mut chunk) {
+                Ok(0) => {
+                    // The supervisor is gone: nothing to forward for.
+                    return Ok(true);
+                }
+                Ok(n) => self.inbox.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e).context("read from the supervisor"),
+            }
+        }
+        while let Some(end) = self.inbox.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.inbox.drain(..=end).collect();
+            match serde_json::from_slice::<ToWorker>(&line).context("a message from the supervisor")? {
+                ToWorker::Stop => {
+                    self.flush();
+                    return Ok(true);
+                }
+                ToWorker::Table(snap) => {
+                    let version = snap.version;
+                    let troubles = self.apply(&snap);
+                    self.ingress.register_new(epoll)?;
+                    self.counters.set(
+                        self.layout.worker(self.args.index, WorkerCounter::TableVersion),
+                        version,
+                    );
+                    if troubles.is_empty() {
+                        self.say(&FromWorker::Applied { version })?;
+                    } else {
+                        self.say(&FromWorker::Trouble {
+                            version,
+                            error: troubles.join("; "),
+                        })?;
+                    }
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Swaps in a new table, opening and closing sockets to match it.
+    /// Returns what could not be set up.
+    fn apply(&mut self, snap: &mcr_core::snapshot::TableSnapshot) -> Vec<String> {
+        self.flush();
+        let mut troubles = Vec::new();
+        let table = match MatchTable::compile(snap) {
+            Ok(t) => t,
+            Err(e) => {
+                troubles.push(e.to_string());
+                return troubles;
+            }
+        };
+        // Ingress: a ring per input interface, its filter following the
+        // unicast inputs. (A closed ring leaves the epoll set by itself.)
+        troubles.extend(self.ingress.reconcile(&table, &snap.interfaces));
+        // Egress: a frame batch per output interface, a socket per unicast
+        // output.
+        let mut frame_ifs: FxHashMap<u32, usize> = FxHashMap::default();
+        let mut udp_slots: FxHashMap<u32, ()> = FxHashMap::default();
+        for r in table.rules() {
+            for o in &r.outputs {
+                match &o.kind {
+                    OutputKind::Frame(fr) => {
+                        let need = 14 + 4 + fr.mtu as usize;
+                        let e = frame_ifs.entry(o.ifindex).or_default();
+                        *e = (*e).max(need);
+                    }
+                    OutputKind::Udp {
+                        destination, source, ..
+                    } => {
+                        udp_slots.insert(o.slot, ());
+                        if let std::collections::hash_map::Entry::Vacant(v) = self.udp.entry(o.slot) {
+                            match UdpOutput::open(&o.interface, *source, *destination) {
+                                Ok(u) => {
+                                    v.insert(u);
+                                }
+                                Err(e) => troubles.push(format!(
+                                    "rule `{}`: unicast output to {destination} on {}: {e}",
+                                    r.name, o.interface
+                                )),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.udp.retain(|slot, _| udp_slots.contains_key(slot));
+        self.frames
+            .retain(|ifindex, b| frame_ifs.get(ifindex).is_some_and(|&need| b.max_frame() >= need));
+        for (ifindex, need) in frame_ifs {
+            if let std::collections::hash_map::Entry::Vacant(v) = self.frames.entry(ifindex) {
+                match FrameBatch::open(ifindex, need) {
+                    Ok(b) => {
+                        v.insert(b);
+                    }
+                    Err(e) => troubles.push(format!("output interface {ifindex}: AF_PACKET socket: {e}")),
+                }
+            }
+        }
+        self.table = table;
+        troubles
+    }
+
+    /// Takes every ready frame from every ring and forwards it.
+    fn forward_ready(&mut self) {
+        loop {
+            let mut any = false;
+            let Worker {
+                ingress,
+                table,
+                frames,
+                udp,
+                slab,
+                counters,
+                layout,
+                args,
+                ..
+            } = self;
+            let counts = Counts {
+                counters,
+                layout,
+                worker: args.index,
+            };
+            for (ifindex, ring) in ingress.rings_mut() {
+                let n = ring.for_each_ready(RING_BUDGET, |f| {
+                    counts.worker(WorkerCounter::RxFrames, 1);
+                    counts.worker(WorkerCounter::RxBytes, f.wire_len as u64);
+                    let csum = if f.csum_not_ready {
+                        RxChecksum::NotReady
+                    } else if f.csum_valid {
+                        RxChecksum::Valid
+                    } else {
+                        RxChecksum::Unknown
+                    };
+                    let d = match parse(f.data, f.wire_len, csum) {
+                        Ok(d) => d,
+                        Err(reason) => {
+                            counts.worker(reason, 1);
+                            return;
+                        }
+                    };
+                    let rule = match table.lookup(ifindex, d.dst.into(), d.dst_port, d.src.into()) {
+                        Lookup::Rule(r) => r,
+                        Lookup::NoRule => {
+                            counts.worker(WorkerCounter::NoRule, 1);
+                            return;
+                        }
+                        Lookup::WrongSource => {
+                            counts.worker(WorkerCounter::WrongSource, 1);
+                            return;
+                        }
+                    };
+                    counts
+                        .counters
+                        .add(counts.layout.rule(counts.worker, rule.slot, RuleCounter::Packets), 1);
+                    counts.counters.add(
+                        counts.layout.rule(counts.worker, rule.slot, RuleCounter::Bytes),
+                        d.payload_len as u64,
+                    );
+                    for o in &rule.outputs {
+                        match &o.kind {
+                            OutputKind::Frame(rw) => match frames.get_mut(&o.ifindex) {
+                                Some(b) => b.push(f.data, &d, rw, o.slot, &counts),
+                                None => counts.output(o.slot, mcr_core::stats::OutputCounter::SendError, 1),
+                            },
+                            OutputKind::Udp { ttl, .. } => {
+                                let ttl = match output_ttl(*ttl, d.ttl) {
+                                    Ok(t) => t,
+                                    Err(reason) => {
+                                        counts.output(o.slot, reason, 1);
+                                        continue;
+                                    }
+                                };
+                                if slab.needs_flush() {
+                                    slab.flush(udp.iter_mut().map(|(s, u)| (*s, u)), &counts);
+                                }
+                                let Some(u) = udp.get_mut(&o.slot) else {
+                                    counts.output(o.slot, mcr_core::stats::OutputCounter::SendError, 1);
+                                    continue;
+                                };
+                                let payload = &f.data[d.payload_at..d.payload_at + d.payload_len];
+                                if !slab.push(u, payload, ttl) {
+                                    counts.output(o.slot, mcr_core::stats::OutputCounter::QueueFull, 1);
+                                }
+                            }
+                        }
+                    }
+                });
+                any |= n > 0;
+            }
+            self.flush();
+            if !any {
+                return;
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        let counts = Counts {
+            counters: &self.counters,
+            layout: &self.layout,
+            worker: self.args.index,
+        };
+        for b in self.frames.values_mut() {
+            b.flush(&counts);
+        }
+        self.slab.flush(self.udp.iter_mut().map(|(s, u)| (*s, u)), &counts);
+    }
+}

@@ -41,12 +41,13 @@ pub enum Request {
         /// Its name.
         name: String,
     },
-    /// Every rule, with its group memberships.
-    List,
+    /// Every rule, with its group memberships. (Written with braces so that
+    /// unknown fields are refused here too.)
+    List {},
     /// Counters and rates.
-    Stats,
+    Stats {},
     /// The worker processes.
-    Workers,
+    Workers {},
 }
 
 /// A response: `ok` and one of the replies.
@@ -275,7 +276,7 @@ mod tests {
     #[test]
     fn requests_are_strict() {
         let r: Request = serde_json::from_str(r#"{"cmd":"list"}"#).expect("list");
-        assert_eq!(r, Request::List);
+        assert_eq!(r, Request::List {});
         let r: Request = serde_json::from_str(r#"{"cmd":"remove","name":"a"}"#).expect("remove");
         assert_eq!(r, Request::Remove { name: "a".into() });
         let r: Request = serde_json::from_str(r#"{"cmd":"version"}"#).expect("version");
@@ -284,6 +285,8 @@ mod tests {
             r#"{"cmd":"explode"}"#,
             r#"{"cmd":"remove"}"#,
             r#"{"cmd":"remove","name":"a","force":true}"#,
+            r#"{"cmd":"list","verbose":true}"#,
+            r#"{"cmd":"stats","x":1}"#,
             r#"{"name":"a"}"#,
             r#"[1,2]"#,
         ] {

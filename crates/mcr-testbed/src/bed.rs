@@ -24,7 +24,9 @@ pub struct BridgeOptions {
     /// to multicast-router ports).
     pub snooping: bool,
     /// The bridge sends IGMPv3/MLDv2 general queries itself, as a switch's
-    /// querier would, so hosts keep reporting their memberships.
+    /// querier would, so hosts keep reporting their memberships. (Its
+    /// query response interval is cut to 1 s: a new querier floods unknown
+    /// groups for one such interval before it prunes them.)
     pub querier: bool,
 }
 
@@ -110,6 +112,8 @@ impl Testbed {
             "3",
             "mcast_mld_version",
             "2",
+            "mcast_query_response_interval",
+            "100",
         ])?;
         ns.link_up(name)
     }

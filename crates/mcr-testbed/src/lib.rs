@@ -9,7 +9,8 @@
 //! [`Ns`] runs `ip` and other commands inside one namespace and spawns
 //! processes there ([`Proc`], killed on drop). [`presets`] builds the
 //! topologies MCR is measured on: chain, pipeline, dual-bridge and star.
-//! [`traffic`] runs `mcrgen` inside them and reads its reports.
+//! [`traffic`] runs `mcrgen` inside them and reads its reports; [`relay`]
+//! runs `mcrd` and `mcrctl`; [`capture`] records what crosses a link.
 //!
 //! Everything here needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and the
 //! `ip` command from iproute2.
@@ -18,12 +19,14 @@
 
 mod bed;
 mod bins;
+pub mod capture;
 mod command;
 mod lock;
 mod naming;
 mod ns;
 pub mod presets;
 mod process;
+pub mod relay;
 pub mod traffic;
 
 pub use bed::{BridgeOptions, Testbed};

@@ -67,9 +67,9 @@ fn main() -> ExitCode {
             rule: Rule { name, input, outputs },
         },
         Command::Remove { name } => Request::Remove { name },
-        Command::List => Request::List,
-        Command::Stats => Request::Stats,
-        Command::Workers => Request::Workers,
+        Command::List => Request::List {},
+        Command::Stats => Request::Stats {},
+        Command::Workers => Request::Workers {},
     };
     let response = match client::ask(&cli.socket, &request) {
         Ok(r) => r,

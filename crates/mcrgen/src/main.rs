@@ -201,6 +201,11 @@ struct RecvArgs {
     /// Pin the receiver to this CPU.
     #[arg(long)]
     cpu: Option<usize>,
+    /// Count loss from the first packet each stream delivers rather than
+    /// from sequence number 0: for a receiver, or a rule, that starts after
+    /// the sender.
+    #[arg(long, conflicts_with = "expect")]
+    late_join: bool,
     /// List every stream in the table, not only those with a problem.
     #[arg(long)]
     all_streams: bool,
@@ -264,6 +269,7 @@ fn recv(a: RecvArgs) -> anyhow::Result<ExitCode> {
         linger: a.linger,
         recv_buffer_bytes: a.rcvbuf,
         window: a.window,
+        late_join: a.late_join,
         cpu: a.cpu,
     };
     let report = mcrgen::recv::run(&cfg, &*stop_flag()?, |line| eprintln!("mcrgen recv: {line}"))?;

@@ -79,6 +79,9 @@ pub struct RecvConfig {
     pub recv_buffer_bytes: usize,
     /// How many recent sequence numbers each stream remembers.
     pub window: u64,
+    /// Count loss from the first packet each stream delivers, not from 0
+    /// (for a receiver that starts after the sender).
+    pub late_join: bool,
     /// Pin the receiving thread to this CPU.
     pub cpu: Option<usize>,
 }
@@ -312,7 +315,11 @@ pub fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str)) -> Res
         dests: (0..cfg.streams.len())
             .map(|i| Dest {
                 expected_id: ids(i),
-                tracker: SeqTracker::new(cfg.window),
+                tracker: if cfg.late_join {
+                    SeqTracker::late_join(cfg.window)
+                } else {
+                    SeqTracker::new(cfg.window)
+                },
                 latency: Histogram::default(),
                 corrupted: 0,
                 wrong_stream: 0,

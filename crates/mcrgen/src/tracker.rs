@@ -8,7 +8,8 @@
 //! - *reordered*: first arrivals of a sequence number lower than one seen
 //!   before it;
 //! - *lost*: sequence numbers never seen, out of `0..=highest` (or
-//!   `0..expected` when the sender's count is known and larger).
+//!   `0..expected` when the sender's count is known and larger); for a
+//!   receiver that joined late, out of `lowest..=highest`.
 //!
 //! Memory is bounded: the tracker remembers the last `window` sequence
 //! numbers. An arrival further behind the highest than that is counted as
@@ -34,6 +35,10 @@ pub struct SeqTracker {
     bits: Vec<u64>,
     window: u64,
     highest: Option<u64>,
+    /// For a late join: the lowest sequence number seen, where counting
+    /// starts.
+    lowest: Option<u64>,
+    late_join: bool,
     received: u64,
     unique: u64,
     duplicated: u64,
@@ -53,6 +58,8 @@ impl SeqTracker {
             bits: vec![0; words as usize],
             window: words * 64,
             highest: None,
+            lowest: None,
+            late_join: false,
             received: 0,
             unique: 0,
             duplicated: 0,
@@ -81,9 +88,19 @@ impl SeqTracker {
         self.bits[w] &= !m;
     }
 
+    /// A tracker for a receiver that started after the sender: loss is
+    /// counted from the lowest sequence number that arrives, not from 0.
+    pub fn late_join(window: u64) -> Self {
+        SeqTracker {
+            late_join: true,
+            ..Self::new(window)
+        }
+    }
+
     /// Records the arrival of `seq` and says what it was.
     pub fn record(&mut self, seq: u64) -> Arrival {
         self.received += 1;
+        self.lowest = Some(self.lowest.map_or(seq, |l| l.min(seq)));
         let arrival = match self.highest {
             None => {
                 self.highest = Some(seq);
@@ -149,12 +166,15 @@ impl SeqTracker {
     }
 
     /// Sequence numbers never seen, out of `0..=highest`, or out of
-    /// `0..expected` if that is more.
+    /// `0..expected` if that is more; for a late join, out of
+    /// `lowest..=highest`.
     pub fn lost(&self, expected: Option<u64>) -> u64 {
-        let span = self
-            .highest
-            .map_or(0, |h| h.saturating_add(1))
-            .max(expected.unwrap_or(0));
+        let end = self.highest.map_or(0, |h| h.saturating_add(1));
+        let span = if self.late_join {
+            end - self.lowest.unwrap_or(0).min(end)
+        } else {
+            end.max(expected.unwrap_or(0))
+        };
         span.saturating_sub(self.unique)
     }
 }
@@ -184,6 +204,20 @@ mod tests {
         assert_eq!(t.record(1), Arrival::Duplicate);
         assert_eq!(t.record(5), Arrival::InOrder);
         assert_eq!((t.duplicated(), t.reordered(), t.lost(None)), (1, 1, 2));
+    }
+
+    #[test]
+    fn a_late_join_counts_from_the_first_arrival() {
+        let mut t = SeqTracker::late_join(1024);
+        for s in 500..600 {
+            t.record(s);
+        }
+        assert_eq!(t.lost(None), 0);
+        t.record(602);
+        assert_eq!(t.lost(None), 2, "600 and 601");
+        // An earlier one arriving late moves the start, and is reordered.
+        t.record(499);
+        assert_eq!((t.lost(None), t.reordered()), (2, 1));
     }
 
     #[test]

@@ -292,11 +292,11 @@ impl Supervisor {
             },
             Request::Add { rule } => return self.add(rule, reply_to),
             Request::Remove { name } => return self.remove(&name, reply_to),
-            Request::List => Reply::Rules {
+            Request::List {} => Reply::Rules {
                 rules: self.rules.rules().iter().map(|r| self.status(r)).collect(),
             },
-            Request::Stats => Reply::Stats(Box::new(self.stats.report(&self.counters, self.rules.rules()))),
-            Request::Workers => Reply::Workers {
+            Request::Stats {} => Reply::Stats(Box::new(self.stats.report(&self.counters, self.rules.rules()))),
+            Request::Workers {} => Reply::Workers {
                 workers: self.workers.iter().map(Worker::status).collect(),
             },
         };

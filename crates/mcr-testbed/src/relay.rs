@@ -1,0 +1,131 @@
+//! Running `mcrd` inside a test bed's namespace and talking to it with
+//! `mcrctl`.
+
+use std::path::PathBuf;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use mcr_core::control::{Reply, Response};
+
+use crate::{Error, Finished, Ns, Proc, Result, Signal, bin, command};
+
+/// A running `mcrd` with a control socket of its own.
+#[derive(Debug)]
+pub struct Relay {
+    proc: Proc,
+    socket: PathBuf,
+}
+
+/// What `mcrctl` did: its exit code and output.
+#[derive(Debug, Clone)]
+pub struct CtlOutput {
+    /// The exit code.
+    pub code: Option<i32>,
+    /// Its stdout.
+    pub stdout: String,
+    /// Its stderr.
+    pub stderr: String,
+}
+
+impl From<Output> for CtlOutput {
+    fn from(o: Output) -> Self {
+        CtlOutput {
+            code: o.status.code(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl Relay {
+    /// Starts `mcrd ARGS...` in `ns` with a control socket unique to this
+    /// relay, and waits until it answers.
+    pub fn start(ns: &Ns, args: &[&str]) -> Result<Relay> {
+        let socket = PathBuf::from(format!("/tmp/{}.sock", ns.name()));
+        let mut cmd = ns.command(bin("mcrd")?);
+        cmd.arg("--control-socket").arg(&socket).args(args);
+        let mut relay = Relay {
+            proc: ns.spawn(cmd)?,
+            socket,
+        };
+        let start = Instant::now();
+        loop {
+            if relay.ctl(&["version"])?.code == Some(0) {
+                return Ok(relay);
+            }
+            if relay.proc.try_status()?.is_some() || start.elapsed() > Duration::from_secs(30) {
+                return Err(Error::Timeout {
+                    what: "mcrd".into(),
+                    awaited: "answer on its control socket".into(),
+                    seconds: start.elapsed().as_secs_f64(),
+                    stderr: relay.proc.stderr_so_far(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The control socket's path.
+    pub fn socket(&self) -> &std::path::Path {
+        &self.socket
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
+
+    /// What the daemon has logged so far.
+    pub fn log(&self) -> String {
+        self.proc.stderr_so_far()
+    }
+
+    /// Runs `mcrctl --socket SOCKET ARGS...` (from the host: the socket is
+    /// a file) and returns what it did.
+    pub fn ctl(&self, args: &[&str]) -> Result<CtlOutput> {
+        let mut cmd = std::process::Command::new(bin("mcrctl")?);
+        cmd.arg("--socket").arg(&self.socket).args(args);
+        let out = cmd.output().map_err(|source| Error::Spawn {
+            program: command::describe(&cmd),
+            source,
+        })?;
+        Ok(out.into())
+    }
+
+    /// Runs `mcrctl`, which must succeed; returns its stdout.
+    pub fn ctl_ok(&self, args: &[&str]) -> Result<String> {
+        let out = self.ctl(args)?;
+        if out.code != Some(0) {
+            return Err(Error::Command {
+                command: format!("mcrctl {}", args.join(" ")),
+                status: format!("{:?}", out.code),
+                stderr: format!("{}\n--- mcrd log:\n{}", out.stderr, self.log()),
+            });
+        }
+        Ok(out.stdout)
+    }
+
+    /// Runs `mcrctl --json ARGS...`, which must succeed, and returns the
+    /// daemon's reply.
+    pub fn ask(&self, args: &[&str]) -> Result<Reply> {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        let out = self.ctl_ok(&full)?;
+        let r: Response = serde_json::from_str(out.trim()).map_err(|e| Error::Report {
+            what: "mcrctl --json".into(),
+            reason: e.to_string(),
+            stdout: out.clone(),
+            stderr: String::new(),
+        })?;
+        Ok(r.reply)
+    }
+
+    /// Stops the daemon with SIGTERM and returns what it printed (its final
+    /// totals on stdout).
+    pub fn stop(self) -> Result<Finished> {
+        let socket = self.socket.clone();
+        let f = self.proc.stop(Signal::Term, Duration::from_secs(30));
+        let _ = std::fs::remove_file(socket);
+        f
+    }
+}

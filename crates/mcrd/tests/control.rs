@@ -1,0 +1,182 @@
+//! Every request the control socket refuses gets an answer that says what
+//! is wrong, and the daemon keeps serving.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use mcr_testbed::presets::Chain;
+use mcr_testbed::relay::Relay;
+
+fn still_serving(relay: &Relay) {
+    let out = relay.ctl(&["version"]).expect("mcrctl");
+    assert_eq!(out.code, Some(0), "the daemon stopped answering: {}", out.stderr);
+}
+
+#[test]
+fn each_bad_rule_is_refused_with_its_field_and_reason() {
+    let c = Chain::new("control-rejects").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    relay
+        .ctl_ok(&[
+            "add",
+            "good",
+            "--input",
+            "veth1:239.1.1.1:5001",
+            "--output",
+            "veth2:239.10.1.1:6001",
+        ])
+        .expect("a valid rule");
+    let cases: [(&[&str], &str); 9] = [
+        (
+            &["--input", "eth9:239.1.1.2:5001", "--output", "veth2:239.10.1.2:6001"],
+            "input.interface: interface `eth9` does not exist (known:",
+        ),
+        (
+            &["--input", "veth1:239.1.1.2:5001", "--output", "eth9:239.10.1.2:6001"],
+            "outputs[0].interface: interface `eth9` does not exist",
+        ),
+        (
+            &["--input", "veth1:10.9.9.9:5001", "--output", "veth2:239.10.1.2:6001"],
+            "neither a multicast group nor an address of veth1",
+        ),
+        (
+            &["--input", "veth1:224.0.0.9:5001", "--output", "veth2:239.10.1.2:6001"],
+            "link-local control group",
+        ),
+        (
+            &["--input", "veth1:239.1.1.2:0", "--output", "veth2:239.10.1.2:6001"],
+            "port 0",
+        ),
+        (
+            &["--input", "veth1:239.1.1.2:5001", "--output", "veth2:239.10.1.2:0"],
+            "outputs[0].destination",
+        ),
+        (
+            &["--input", "veth1:239.1.1.1:5001", "--output", "veth2:239.10.1.9:6001"],
+            "rule `good` already takes veth1 239.1.1.1:5001",
+        ),
+        (
+            &["--input", "veth1:239.1.1.3:5001", "--output", "veth1:239.1.1.1:5001"],
+            "is rule `good`'s input: a loop",
+        ),
+        (
+            &["--input", "veth1:239.1.1.3:5001", "--output", "veth1:239.1.1.3:5001"],
+            "own input: a loop",
+        ),
+    ];
+    for (args, needle) in cases {
+        let mut full = vec!["add", "bad"];
+        full.extend_from_slice(args);
+        let out = relay.ctl(&full).expect("mcrctl");
+        assert_eq!(out.code, Some(1), "{args:?} should be refused: {out:?}");
+        assert!(out.stderr.contains(needle), "{args:?}: {}", out.stderr);
+        still_serving(&relay);
+    }
+    // Malformed rule text never reaches the daemon: mcrctl says why.
+    let out = relay
+        .ctl(&[
+            "add",
+            "bad",
+            "--input",
+            "veth1-239.1.1.1-5001",
+            "--output",
+            "veth2:239.10.1.1:6001",
+        ])
+        .expect("mcrctl");
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("INTERFACE:ADDRESS:PORT"), "{}", out.stderr);
+    let out = relay.ctl(&["remove", "nope"]).expect("mcrctl");
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains("no rule named `nope` (rules: good)"),
+        "{}",
+        out.stderr
+    );
+    // Only the good rule is in the table.
+    let list = relay.ctl_ok(&["list"]).expect("list");
+    assert!(list.contains("good") && !list.contains("bad"), "{list}");
+}
+
+/// Sends raw bytes on a fresh connection and reads one response line.
+fn raw(relay: &Relay, bytes: &[u8]) -> (serde_json::Value, UnixStream) {
+    let mut s = UnixStream::connect(relay.socket()).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    // The daemon may answer and hang up before all of an oversized request
+    // is written; the answer is read below either way.
+    let _ = s.write_all(bytes);
+    let mut line = String::new();
+    BufReader::new(s.try_clone().expect("clone"))
+        .read_line(&mut line)
+        .expect("a response");
+    (
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")),
+        s,
+    )
+}
+
+#[test]
+fn malformed_and_oversized_requests_get_clear_errors() {
+    let c = Chain::new("control-garbage").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    for (bytes, kind, needle) in [
+        (&b"{\"cmd\": add\n"[..], "bad_request", "not a request"),
+        (&b"hello\n"[..], "bad_request", "one JSON object per line"),
+        (
+            &b"{\"cmd\":\"explode\"}\n"[..],
+            "bad_request",
+            "unknown variant `explode`",
+        ),
+        (
+            &b"{\"cmd\":\"list\",\"verbose\":true}\n"[..],
+            "bad_request",
+            "unknown field `verbose`",
+        ),
+        (&b"{\"cmd\":\"remove\"}\n"[..], "bad_request", "missing field `name`"),
+        (&b"\xff\xfe{\"cmd\":\"list\"}\n"[..], "bad_request", "not a request"),
+        (
+            &b"{\"cmd\":\"version\",\"protocol\":99}\n"[..],
+            "protocol",
+            "speaks protocol 1",
+        ),
+    ] {
+        let (v, mut s) = raw(&relay, bytes);
+        assert_eq!(v["ok"], false, "{v}");
+        assert_eq!(v["error"]["kind"], kind, "{v}");
+        assert!(
+            v["error"]["message"].as_str().is_some_and(|m| m.contains(needle)),
+            "{v}"
+        );
+        // The same connection still takes a good request.
+        s.write_all(b"{\"cmd\":\"version\"}\n").expect("write");
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).expect("answer");
+        assert!(line.contains("\"ok\":true"), "{line}");
+    }
+    // A line past the limit: an error, then the connection is closed.
+    let mut big = vec![b'x'; 2 << 20];
+    big.push(b'\n');
+    let (v, mut s) = raw(&relay, &big);
+    assert_eq!(v["error"]["kind"], "too_large", "{v}");
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    still_serving(&relay);
+}
+
+#[test]
+fn a_silent_client_blocks_no_one() {
+    let c = Chain::new("control-silent").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    // Half a request, and then nothing, from several clients.
+    let _idle: Vec<UnixStream> = (0..20)
+        .map(|_| {
+            let mut s = UnixStream::connect(relay.socket()).expect("connect");
+            s.write_all(b"{\"cmd\":\"li").expect("write");
+            s
+        })
+        .collect();
+    for _ in 0..5 {
+        still_serving(&relay);
+        relay.ctl_ok(&["list"]).expect("list");
+    }
+}

@@ -1,0 +1,239 @@
+//! Group memberships are real: behind a bridge that snoops IGMP and has a
+//! querier, a stream reaches the relay only while a rule has it joined.
+
+use std::time::{Duration, Instant};
+
+use mcr_core::control::Reply;
+use mcr_testbed::presets::DualBridge;
+use mcr_testbed::relay::Relay;
+use mcr_testbed::traffic::{Receiver, send};
+use mcr_testbed::{BridgeOptions, Ns, traffic_lock};
+
+const MINUTES: Duration = Duration::from_secs(180);
+
+fn snooping() -> BridgeOptions {
+    BridgeOptions {
+        snooping: true,
+        querier: true,
+    }
+}
+
+fn rx_packets(ns: &Ns, ifname: &str) -> u64 {
+    ns.exec("cat", [format!("/sys/class/net/{ifname}/statistics/rx_packets")])
+        .expect("read counter")
+        .trim()
+        .parse()
+        .expect("a number")
+}
+
+/// Frames that reached `ifname` over one second.
+fn arriving(ns: &Ns, ifname: &str) -> u64 {
+    let a = rx_packets(ns, ifname);
+    std::thread::sleep(Duration::from_secs(1));
+    rx_packets(ns, ifname) - a
+}
+
+#[test]
+fn a_stream_reaches_the_relay_only_while_it_is_joined() {
+    let _lock = traffic_lock().expect("lock");
+    let d = DualBridge::new("joins-are-real", 1, 1, snooping()).expect("dual bridge");
+    let relay = Relay::start(&d.relay, &[]).expect("mcrd");
+    let sender_ns = d.senders[0].clone();
+    let sender = std::thread::spawn(move || {
+        send(
+            &sender_ns,
+            &[
+                "-s",
+                "239.1.1.1:5001",
+                "-i",
+                DualBridge::HOST_IF,
+                "--duration",
+                "25s",
+                "--rate",
+                "500",
+            ],
+            MINUTES,
+        )
+        .expect("send")
+    });
+    // 500 pps are sent. A new querier floods unknown groups for one query
+    // response interval; once it has settled, the bridge keeps the stream
+    // from a port that has not joined.
+    let start = Instant::now();
+    loop {
+        let before = arriving(&d.relay, DualBridge::RELAY_IN_IF);
+        if before < 50 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "{before} frames a second still reach the relay before it joined"
+        );
+    }
+
+    relay
+        .ctl_ok(&[
+            "add",
+            "feed",
+            "--input",
+            "in0:239.1.1.1:5001",
+            "--output",
+            "out0:239.10.1.1:6001",
+        ])
+        .expect("add");
+    let rx = Receiver::start(
+        &d.sinks[0],
+        &[
+            "-s",
+            "239.10.1.1:6001",
+            "-i",
+            DualBridge::HOST_IF,
+            "--late-join",
+            "--duration",
+            "3s",
+        ],
+    )
+    .expect("recv");
+    let got = rx.finish(MINUTES).expect("recv done");
+    assert!(got.report.total.received > 500, "{:?}", got.report.total);
+    assert_eq!((got.report.total.lost, got.report.total.duplicated), (0, 0));
+
+    relay.ctl_ok(&["remove", "feed"]).expect("remove");
+    // The bridge prunes the port after its last-member queries go
+    // unanswered (a few seconds).
+    let start = Instant::now();
+    loop {
+        let now = arriving(&d.relay, DualBridge::RELAY_IN_IF);
+        if now < 50 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "still {now} frames a second after leaving"
+        );
+    }
+    sender.join().expect("sender");
+}
+
+#[test]
+fn fifty_rules_added_while_traffic_flows_each_start_their_stream_cleanly() {
+    let _lock = traffic_lock().expect("lock");
+    let d = DualBridge::new("fifty-live-adds", 1, 1, snooping()).expect("dual bridge");
+    assert_eq!(
+        d.relay.sysctl_get("net.ipv4.igmp_max_memberships").expect("sysctl"),
+        "20"
+    );
+    let relay = Relay::start(&d.relay, &[]).expect("mcrd");
+    let rx = Receiver::start(
+        &d.sinks[0],
+        &[
+            "-s",
+            "239.10.2.1+50:6001+",
+            "-i",
+            DualBridge::HOST_IF,
+            "--late-join",
+            "--idle-timeout",
+            "3s",
+        ],
+    )
+    .expect("recv");
+    let sender_ns = d.senders[0].clone();
+    let sender = std::thread::spawn(move || {
+        send(
+            &sender_ns,
+            &[
+                "-s",
+                "239.1.2.1+50:5001+",
+                "-i",
+                DualBridge::HOST_IF,
+                "--count",
+                "2000",
+                "--rate-per-stream",
+                "200",
+            ],
+            MINUTES,
+        )
+        .expect("send")
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    for i in 1..=50 {
+        relay
+            .ctl_ok(&[
+                "add",
+                &format!("s{i}"),
+                "--input",
+                &format!("in0:239.1.2.{i}:{}", 5000 + i),
+                "--output",
+                &format!("out0:239.10.2.{i}:{}", 6000 + i),
+            ])
+            .expect("add");
+    }
+    let Reply::Rules { rules } = relay.ask(&["list"]).expect("list") else {
+        panic!("rules reply")
+    };
+    assert_eq!(rules.len(), 50);
+    assert!(
+        rules.iter().all(|r| r.joins.len() == 1 && r.joins[0].joined),
+        "{rules:?}"
+    );
+    sender.join().expect("sender");
+    let got = rx.finish(MINUTES).expect("recv done");
+    for (i, s) in got.report.streams.iter().enumerate() {
+        assert!(s.received > 0, "stream {i} never started");
+        assert_eq!(
+            (s.lost, s.duplicated, s.reordered, s.corrupted),
+            (0, 0, 0, 0),
+            "stream {i}: {s:?}"
+        );
+        assert_eq!(s.highest_seq, Some(1999), "stream {i} did not run to its end: {s:?}");
+    }
+    assert_eq!(
+        d.relay.sysctl_get("net.ipv4.igmp_max_memberships").expect("sysctl"),
+        "20"
+    );
+}
+
+#[test]
+fn the_dual_bridge_is_crossed_with_no_route_between_its_segments() {
+    let _lock = traffic_lock().expect("lock");
+    let d = DualBridge::new("dual-bridge-relay", 1, 1, snooping()).expect("dual bridge");
+    // Neither side can reach the other by routing.
+    assert!(
+        d.senders[0]
+            .exec("ping", ["-c", "1", "-W", "1", &DualBridge::sink_addr(0).to_string()])
+            .is_err()
+    );
+    let relay = Relay::start(&d.relay, &[]).expect("mcrd");
+    relay
+        .ctl_ok(&[
+            "add",
+            "cross",
+            "--input",
+            "in0:239.1.1.1:5001",
+            "--output",
+            "out0:239.10.1.1:6001",
+        ])
+        .expect("add");
+    let rx = Receiver::start(
+        &d.sinks[0],
+        &["-s", "239.10.1.1:6001", "-i", DualBridge::HOST_IF, "--expect", "10000"],
+    )
+    .expect("recv");
+    send(
+        &d.senders[0],
+        &[
+            "-s",
+            "239.1.1.1:5001",
+            "-i",
+            DualBridge::HOST_IF,
+            "--count",
+            "10000",
+            "--rate",
+            "10k",
+        ],
+        MINUTES,
+    )
+    .expect("send");
+    let got = rx.finish(MINUTES).expect("recv done");
+    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+}

@@ -4,11 +4,13 @@
 //!   streams across it, and what arrived.
 //! - `generator`: how fast and how accurately `mcrgen send` sends on this
 //!   machine; the ceiling every relay measurement here is bounded by.
+//! - `relay`: relays on the chain topology, measured as MEASURING.md says.
 
 #![forbid(unsafe_code)]
 
 mod demo;
 mod generator;
+mod relay;
 mod stats;
 
 use std::process::ExitCode;
@@ -29,12 +31,15 @@ enum Command {
     Demo(demo::Args),
     /// Measure `mcrgen send`: its highest rate and its pacing accuracy.
     Generator(generator::Args),
+    /// Measure relays on the chain topology: loss, latency, CPU per packet.
+    Relay(relay::Args),
 }
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Demo(a) => demo::run(&a),
         Command::Generator(a) => generator::run(&a),
+        Command::Relay(a) => relay::run(&a),
     };
     match result {
         Ok(code) => code,

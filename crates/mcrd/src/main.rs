@@ -55,6 +55,10 @@ struct RunArgs {
     /// With --ring v3: how long a part-filled block waits, in ms.
     #[arg(long, default_value_t = 1)]
     block_timeout_ms: u32,
+    /// How multicast frames are sent: sendmmsg or uring.
+    #[arg(long, default_value = "sendmmsg", value_parser = worker::egress::parse_egress)]
+    egress: worker::egress::EgressKind,
+
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -107,7 +111,13 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         RingVersion::V2 => "v2",
         RingVersion::V3 => "v3",
     };
+    let egress = match a.egress {
+        worker::egress::EgressKind::Sendmmsg => "sendmmsg",
+        worker::egress::EgressKind::Uring => "uring",
+    };
     let worker_args = vec![
+        "--egress".into(),
+        egress.into(),
         "--workers".into(),
         a.workers.to_string(),
         "--ring".into(),

@@ -332,3 +332,44 @@ fn four_workers_neither_duplicate_nor_reorder() {
         "each frame reached exactly one worker"
     );
 }
+
+#[test]
+fn jumbo_frames_of_9000_bytes_cross_the_relay() {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("relay-jumbo").expect("chain");
+    for (ns, ifname) in [
+        (&c.generator, Chain::GEN_IF),
+        (&c.relay, Chain::RELAY_IN_IF),
+        (&c.relay, Chain::RELAY_OUT_IF),
+        (&c.sink, Chain::SINK_IF),
+    ] {
+        ns.mtu(ifname, 9000).expect("mtu 9000");
+    }
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    add(&relay, "jumbo", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]);
+    let rx = Receiver::start(
+        &c.sink,
+        &["-s", "239.10.1.1:6001", "-i", Chain::SINK_IF, "--expect", "5000"],
+    )
+    .expect("recv");
+    send(
+        &c.generator,
+        &[
+            "-s",
+            "239.1.1.1:5001",
+            "-i",
+            Chain::GEN_IF,
+            "--count",
+            "5000",
+            "--rate",
+            "5000",
+            "--size",
+            "8972",
+        ],
+        MINUTES,
+    )
+    .expect("send");
+    let got = rx.finish(MINUTES).expect("recv done");
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert_eq!(got.report.total.bytes, 5000 * 8972);
+}

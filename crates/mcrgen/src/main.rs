@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use mcrgen::impair::{Faults, ImpairConfig};
-use mcrgen::recv::{IdPolicy, RecvConfig};
+use mcrgen::recv::{IdPolicy, RecvConfig, RecvVia};
 use mcrgen::send::{Rate, SendConfig, Via};
 use mcrgen::units::{parse_duration, parse_rate};
 use mcrgen::{payload, spec};
@@ -191,7 +191,12 @@ struct RecvArgs {
     /// With --expect: listen this much longer for late duplicates.
     #[arg(long, default_value = "200ms", value_parser = parse_duration)]
     linger: Duration,
-    /// Receive buffer per socket in bytes.
+    /// How packets are taken in: `sockets` (UDP sockets, as an application
+    /// receives) or `ring` (an AF_PACKET ring on the interface: far cheaper
+    /// per packet, checks each frame's checksums; IPv4 multicast only).
+    #[arg(long, default_value = "sockets")]
+    via: RecvVia,
+    /// Receive buffer per socket (or ring memory with --via ring) in bytes.
     #[arg(long, default_value_t = 16 << 20)]
     rcvbuf: usize,
     /// How many recent sequence numbers each stream remembers for telling
@@ -271,6 +276,7 @@ fn recv(a: RecvArgs) -> anyhow::Result<ExitCode> {
         window: a.window,
         late_join: a.late_join,
         cpu: a.cpu,
+        via: a.via,
     };
     let report = mcrgen::recv::run(&cfg, &*stop_flag()?, |line| eprintln!("mcrgen recv: {line}"))?;
     if a.json {

@@ -99,6 +99,10 @@ pub struct RecvReport {
     pub socket_drops: u64,
     /// Packets to a destination that was not asked for.
     pub stray: u64,
+    /// Frames with a wrong IP or UDP checksum or length (`--via ring`,
+    /// which sees frames as they were on the wire).
+    #[serde(default)]
+    pub bad_frames: u64,
     /// From the first packet to the last, in seconds.
     pub active_s: f64,
     /// Why it stopped: `expected count`, `idle timeout`, `duration`,

@@ -315,3 +315,64 @@ fn a_stream_that_falls_short_or_lands_in_the_wrong_place_fails_the_expectation()
     assert_eq!(got.report.total.wrong_stream, 200);
     assert!(got.report.problems.iter().any(|p| p.contains("another stream")));
 }
+
+#[test]
+fn the_ring_receiver_checks_every_packet_and_every_checksum() {
+    let _lock = traffic_lock().expect("lock");
+    let p = link("recv-ring");
+    let streams = "239.5.1.1+5:5001+";
+    let (got, _) = run(
+        &p,
+        &["-s", streams, "-i", "veth1", "--via", "ring", "--expect", "4000"],
+        &["-s", streams, "-i", "veth0", "--count", "4000", "--rate", "40k"],
+    );
+    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+    assert_eq!(got.report.total.received, 20_000);
+    assert_eq!(got.report.bad_frames, 0);
+
+    // A frame whose UDP checksum is wrong is named, not taken.
+    let rx = Receiver::start(
+        &p.sink,
+        &[
+            "-s",
+            "239.5.1.1:5001",
+            "-i",
+            "veth1",
+            "--via",
+            "ring",
+            "--idle-timeout",
+            "1s",
+        ],
+    )
+    .expect("recv");
+    let ns = p.generator.name().to_string();
+    std::thread::spawn(move || {
+        mcr_sys::netns::enter(&ns).expect("enter");
+        let mut f = vec![0u8; mcr_core::wire::UDP_V4_HEADERS + 100];
+        mcrgen::payload::fill(&mut f[mcr_core::wire::UDP_V4_HEADERS..], 0, 0, 1);
+        let spec = mcr_core::wire::UdpFrameSpec {
+            dst_mac: [1, 0, 0x5e, 5, 1, 1],
+            src_mac: [2, 0, 0, 0, 0, 1],
+            src: "10.0.0.1:4000".parse().expect("literal"),
+            dst: "239.5.1.1:5001".parse().expect("literal"),
+            ttl: 8,
+            dscp: 0,
+            ident: 0,
+        };
+        mcr_core::wire::write_udp_v4_frame(&mut f, &spec, 100).expect("fits");
+        let n = f.len();
+        f[n - 1] ^= 0xff;
+        let tx = mcr_sys::packet::PacketTx::open(mcr_sys::iface::index("veth0").expect("veth0"), false).expect("tx");
+        tx.send(&[&f], false).expect("send");
+    })
+    .join()
+    .expect("sender");
+    let got = rx.finish(MINUTE).expect("recv");
+    assert_eq!(got.report.bad_frames, 1, "{:?}", got.report);
+    assert!(
+        got.report
+            .problems
+            .iter()
+            .any(|p| p.contains("wrong IP or UDP checksum"))
+    );
+}

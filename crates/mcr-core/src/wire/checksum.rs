@@ -6,11 +6,25 @@
 /// Adds `data` to a running ones'-complement sum. `data` is treated as a
 /// sequence of big-endian 16-bit words, an odd last byte padded with zero.
 /// Chain calls only where every chunk but the last has an even length.
-pub fn add(mut acc: u64, data: &[u8]) -> u64 {
-    let mut chunks = data.chunks_exact(4);
+///
+/// The sum is taken 16 bytes at a time into four independent 64-bit
+/// accumulators of 32-bit halves (no carry is lost: each can take 2^32
+/// additions), which runs several times faster than word by word.
+pub fn add(acc: u64, data: &[u8]) -> u64 {
+    let mut a = [acc, 0u64, 0u64, 0u64];
+    let mut chunks = data.chunks_exact(16);
     for c in &mut chunks {
-        acc += u64::from(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+        let w0 = u64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        let w1 = u64::from_be_bytes([c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15]]);
+        a[0] += w0 >> 32;
+        a[1] += w0 & 0xffff_ffff;
+        a[2] += w1 >> 32;
+        a[3] += w1 & 0xffff_ffff;
     }
+    let mut acc = a[0]
+        .wrapping_add(fold32(a[1]))
+        .wrapping_add(fold32(a[2]))
+        .wrapping_add(fold32(a[3]));
     let rest = chunks.remainder();
     let mut i = 0;
     while i + 1 < rest.len() {
@@ -21,6 +35,11 @@ pub fn add(mut acc: u64, data: &[u8]) -> u64 {
         acc += u64::from(rest[i]) << 8;
     }
     acc
+}
+
+/// Folds a 64-bit sum to at most 33 bits without changing it modulo 0xffff.
+fn fold32(x: u64) -> u64 {
+    (x & 0xffff_ffff) + (x >> 32)
 }
 
 /// Folds a running sum to 16 bits (without complementing it).

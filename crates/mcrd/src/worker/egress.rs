@@ -14,6 +14,7 @@ use mcr_sys::mmsg::{MAX_BATCH, Outgoing, is_queue_full, send_batch};
 use mcr_sys::packet::PacketTx;
 use mcr_sys::shm::SharedCounters;
 use mcr_sys::sockaddr::RawSockAddr;
+use mcr_sys::uring::UringSend;
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Where a worker counts.
@@ -35,12 +36,33 @@ impl Counts<'_> {
     }
 }
 
+/// How frames for multicast outputs reach the kernel. Both build frames in
+/// a batch buffer; see docs/relay.md for what each costs here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EgressKind {
+    /// One `sendmmsg` per batch.
+    Sendmmsg,
+    /// One io_uring submission per batch.
+    Uring,
+}
+
+/// Parses `sendmmsg` or `uring`.
+pub fn parse_egress(s: &str) -> Result<EgressKind, String> {
+    match s {
+        "sendmmsg" => Ok(EgressKind::Sendmmsg),
+        "uring" => Ok(EgressKind::Uring),
+        _ => Err(format!("`{s}`: write sendmmsg or uring")),
+    }
+}
+
 /// Frames waiting to leave one interface.
 pub struct FrameBatch {
     tx: PacketTx,
+    uring: Option<(UringSend, Vec<io::Result<usize>>)>,
     slot_bytes: usize,
     buf: Vec<u8>,
     lens: [usize; MAX_BATCH],
+    max_frame: usize,
     outputs: [u32; MAX_BATCH],
     payloads: [u32; MAX_BATCH],
     n: usize,
@@ -48,16 +70,22 @@ pub struct FrameBatch {
 
 impl FrameBatch {
     /// A batch for interface `ifindex`, whose frames are at most
-    /// `max_frame` bytes.
-    pub fn open(ifindex: u32, max_frame: usize) -> io::Result<FrameBatch> {
+    /// `max_frame` bytes, sent the `kind` way.
+    pub fn open(ifindex: u32, max_frame: usize, kind: EgressKind) -> io::Result<FrameBatch> {
         let tx = PacketTx::open(ifindex, false)?;
         mcr_sys::sockopt::force_send_buffer(tx.as_fd(), 4 << 20)?;
         let slot_bytes = max_frame.next_multiple_of(64);
+        let uring = match kind {
+            EgressKind::Uring => Some((UringSend::new(MAX_BATCH as u32)?, Vec::with_capacity(MAX_BATCH))),
+            EgressKind::Sendmmsg => None,
+        };
         Ok(FrameBatch {
             tx,
+            uring,
             slot_bytes,
             buf: vec![0; slot_bytes * MAX_BATCH],
             lens: [0; MAX_BATCH],
+            max_frame,
             outputs: [0; MAX_BATCH],
             payloads: [0; MAX_BATCH],
             n: 0,
@@ -66,7 +94,7 @@ impl FrameBatch {
 
     /// The largest frame it takes.
     pub fn max_frame(&self) -> usize {
-        self.slot_bytes
+        self.max_frame
     }
 
     /// Builds output `slot`'s frame for datagram `d` into the batch.
@@ -92,36 +120,56 @@ impl FrameBatch {
         if self.n == 0 {
             return;
         }
+        let n = self.n;
+        self.n = 0;
+        let (outputs, payloads) = (&self.outputs, &self.payloads);
+        let count_sent = |range: std::ops::Range<usize>| {
+            for i in range.clone() {
+                counts.output(outputs[i], OutputCounter::Packets, 1);
+                counts.output(outputs[i], OutputCounter::Bytes, u64::from(payloads[i]));
+            }
+            counts.worker(WorkerCounter::TxPackets, range.len() as u64);
+        };
+        let count_dropped = |range: std::ops::Range<usize>, reason: OutputCounter| {
+            for i in range {
+                counts.output(outputs[i], reason, 1);
+            }
+        };
         let mut frames: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
-        for (i, f) in frames.iter_mut().enumerate().take(self.n) {
-            let at = i * self.slot_bytes;
-            *f = &self.buf[at..at + self.lens[i]];
+        for (i, f) in frames.iter_mut().enumerate().take(n) {
+            *f = &self.buf[i * self.slot_bytes..i * self.slot_bytes + self.lens[i]];
+        }
+        if let Some((u, results)) = &mut self.uring {
+            if u.send(self.tx.as_fd(), &frames[..n], results).is_err() {
+                results.clear();
+            }
+            for i in 0..n {
+                match results.get(i) {
+                    Some(Ok(_)) => count_sent(i..i + 1),
+                    Some(Err(e)) if is_queue_full(e) => count_dropped(i..i + 1, OutputCounter::QueueFull),
+                    _ => count_dropped(i..i + 1, OutputCounter::SendError),
+                }
+            }
+            return;
         }
         let mut off = 0;
-        while off < self.n {
-            match self.tx.send(&frames[off..self.n], true) {
+        while off < n {
+            match self.tx.send(&frames[off..n], true) {
                 Ok(k) => {
-                    for i in off..off + k {
-                        counts.output(self.outputs[i], OutputCounter::Packets, 1);
-                        counts.output(self.outputs[i], OutputCounter::Bytes, u64::from(self.payloads[i]));
-                    }
-                    counts.worker(WorkerCounter::TxPackets, k as u64);
+                    count_sent(off..off + k);
                     off += k;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if is_queue_full(&e) => {
-                    for i in off..self.n {
-                        counts.output(self.outputs[i], OutputCounter::QueueFull, 1);
-                    }
+                    count_dropped(off..n, OutputCounter::QueueFull);
                     break;
                 }
                 Err(_) => {
-                    counts.output(self.outputs[off], OutputCounter::SendError, 1);
+                    count_dropped(off..off + 1, OutputCounter::SendError);
                     off += 1;
                 }
             }
         }
-        self.n = 0;
     }
 }
 

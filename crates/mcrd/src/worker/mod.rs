@@ -3,7 +3,7 @@
 //! ready frame, forwards it, flushes its batches, and swaps in a new table
 //! between batches. It never blocks on the supervisor.
 
-mod egress;
+pub mod egress;
 mod ingress;
 
 use std::io::{Read, Write};
@@ -47,6 +47,9 @@ pub struct WorkerArgs {
     /// Fanout group ids are derived from this (the supervisor's pid).
     #[arg(long)]
     pub fanout_seed: u16,
+    /// How multicast frames are sent: sendmmsg or uring.
+    #[arg(long, default_value = "sendmmsg", value_parser = egress::parse_egress)]
+    pub egress: egress::EgressKind,
 }
 
 /// Parses `v2` or `v3`.
@@ -259,7 +262,7 @@ impl Worker {
             .retain(|ifindex, b| frame_ifs.get(ifindex).is_some_and(|&need| b.max_frame() >= need));
         for (ifindex, need) in frame_ifs {
             if let std::collections::hash_map::Entry::Vacant(v) = self.frames.entry(ifindex) {
-                match FrameBatch::open(ifindex, need) {
+                match FrameBatch::open(ifindex, need, self.args.egress) {
                     Ok(b) => {
                         v.insert(b);
                     }

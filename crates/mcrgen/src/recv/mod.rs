@@ -1,26 +1,20 @@
 //! `mcrgen recv`: join any number of groups and account for every packet.
 //!
-//! Sockets are opened per (port, family) and bound to the wildcard address
-//! with `IP_MULTICAST_ALL` off, so each receives only the groups it joined
-//! itself. Joins go onto the newest socket of the port until the kernel
-//! refuses one (`igmp_max_memberships`, 20 by default, is a limit per
-//! socket); then another socket takes the next ones. Each datagram's
-//! destination comes from `IP_PKTINFO`, so one socket can serve many
-//! streams. At the end, `SO_MEMINFO` says how many datagrams each socket
-//! dropped because its buffer was full: loss at this receiver, not on the
-//! way.
+//! Two ways in ([`RecvVia`]): through UDP sockets, as an application
+//! receives ([`sockets`]), or from an AF_PACKET ring on the interface
+//! ([`ring`]), which costs the receiving host far less per packet and also
+//! checks each frame's IP and UDP checksums as they were on the wire.
+
+mod ring;
+mod sockets;
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::AsFd;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use mcr_sys::clock::monotonic_ns;
-use mcr_sys::epoll::Epoll;
-use mcr_sys::mmsg::{MAX_BATCH, RecvBatch, RecvMeta};
-use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
 
 use crate::histogram::Histogram;
 use crate::payload::{self, Check};
@@ -49,6 +43,26 @@ impl std::str::FromStr for IdPolicy {
                 Some(n) => n.parse().map(IdPolicy::CountUp).map_err(|_| bad()),
                 None => s.parse().map(IdPolicy::Same).map_err(|_| bad()),
             },
+        }
+    }
+}
+
+/// How packets are taken in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecvVia {
+    /// UDP sockets, as an application receives.
+    Sockets,
+    /// An AF_PACKET ring on the interface.
+    Ring,
+}
+
+impl std::str::FromStr for RecvVia {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sockets" => Ok(RecvVia::Sockets),
+            "ring" => Ok(RecvVia::Ring),
+            _ => Err(format!("`{s}`: write sockets or ring")),
         }
     }
 }
@@ -84,6 +98,8 @@ pub struct RecvConfig {
     pub late_join: bool,
     /// Pin the receiving thread to this CPU.
     pub cpu: Option<usize>,
+    /// Through sockets or from a ring.
+    pub via: RecvVia,
 }
 
 /// Why `recv` could not run.
@@ -117,38 +133,6 @@ fn setup(what: impl Into<String>) -> impl FnOnce(io::Error) -> RecvError {
     move |source| RecvError::Setup { what, source }
 }
 
-struct Sock {
-    socket: Socket,
-    port: u16,
-}
-
-fn open_socket(cfg: &RecvConfig, port: u16, ipv6: bool) -> Result<Sock, RecvError> {
-    let domain = if ipv6 { Domain::IPV6 } else { Domain::IPV4 };
-    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).map_err(setup("open a UDP socket"))?;
-    s.set_reuse_address(true).map_err(setup("SO_REUSEADDR"))?;
-    if ipv6 {
-        s.set_only_v6(true).map_err(setup("IPV6_V6ONLY"))?;
-    }
-    mcr_sys::sockopt::set_multicast_all(s.as_fd(), ipv6, false).map_err(setup("IP_MULTICAST_ALL"))?;
-    mcr_sys::sockopt::set_recv_pktinfo(s.as_fd(), ipv6).map_err(setup("IP_PKTINFO"))?;
-    mcr_sys::sockopt::force_recv_buffer(s.as_fd(), cfg.recv_buffer_bytes).map_err(setup("SO_RCVBUF"))?;
-    if let Some(ifname) = &cfg.interface {
-        s.bind_device(Some(ifname.as_bytes())).map_err(|e| RecvError::Setup {
-            what: format!("bind to interface `{ifname}`{}", privilege_hint(&e)),
-            source: e,
-        })?;
-    }
-    let any: IpAddr = if ipv6 {
-        Ipv6Addr::UNSPECIFIED.into()
-    } else {
-        Ipv4Addr::UNSPECIFIED.into()
-    };
-    s.bind(&SocketAddr::new(any, port).into())
-        .map_err(setup(format!("bind port {port}")))?;
-    s.set_nonblocking(true).map_err(setup("O_NONBLOCK"))?;
-    Ok(Sock { socket: s, port })
-}
-
 /// What to do about a permission error.
 fn privilege_hint(e: &io::Error) -> &'static str {
     if e.kind() == io::ErrorKind::PermissionDenied {
@@ -173,55 +157,10 @@ fn join_error(cfg: &RecvConfig, group: IpAddr, source: io::Error) -> RecvError {
     }
 }
 
-fn join(s: &Sock, group: IpAddr, ifindex: u32) -> io::Result<()> {
-    match group {
-        IpAddr::V4(g) => s
-            .socket
-            .join_multicast_v4_n(&g, &InterfaceIndexOrAddress::Index(ifindex)),
-        IpAddr::V6(g) => s.socket.join_multicast_v6(&g, ifindex),
-    }
-}
-
 /// The per-socket join limit shows as ENOBUFS (IPv4) or ENOMEM (option
 /// memory, IPv6).
 fn is_limit(e: &io::Error) -> bool {
     mcr_sys::mmsg::is_queue_full(e) || e.kind() == io::ErrorKind::OutOfMemory
-}
-
-/// Opens the sockets and joins every group; returns the sockets.
-fn open_all(cfg: &RecvConfig) -> Result<Vec<Sock>, RecvError> {
-    let ifindex = match &cfg.interface {
-        Some(n) => mcr_sys::iface::index_or_unknown(n).map_err(setup("--interface"))?,
-        None => 0,
-    };
-    let mut sockets: Vec<Sock> = Vec::new();
-    // The socket that takes the next join, per (port, family).
-    let mut current: HashMap<(u16, bool), usize> = HashMap::new();
-    for dest in &cfg.streams {
-        let key = (dest.port(), dest.is_ipv6());
-        let idx = match current.get(&key) {
-            Some(&i) => i,
-            None => {
-                sockets.push(open_socket(cfg, key.0, key.1)?);
-                current.insert(key, sockets.len() - 1);
-                sockets.len() - 1
-            }
-        };
-        if !dest.ip().is_multicast() {
-            continue;
-        }
-        match join(&sockets[idx], dest.ip(), ifindex) {
-            Ok(()) => {}
-            Err(e) if is_limit(&e) => {
-                let fresh = open_socket(cfg, key.0, key.1)?;
-                join(&fresh, dest.ip(), ifindex).map_err(|e| join_error(cfg, dest.ip(), e))?;
-                sockets.push(fresh);
-                current.insert(key, sockets.len() - 1);
-            }
-            Err(e) => return Err(join_error(cfg, dest.ip(), e)),
-        }
-    }
-    Ok(sockets)
 }
 
 /// What one destination has received.
@@ -235,26 +174,58 @@ struct Dest {
     bytes: u64,
 }
 
+/// The accounting of every destination.
 struct Counters {
     dests: Vec<Dest>,
     index: HashMap<SocketAddr, usize>,
     stray: u64,
+    /// Frames with a wrong IP or UDP checksum or length (ring only).
+    bad_frames: u64,
     expect: Option<u64>,
     complete: usize,
 }
 
 impl Counters {
-    fn handle(&mut self, data: &[u8], meta: &RecvMeta, port: u16, now: u64) {
-        let Some(i) = meta
-            .destination
-            .and_then(|ip| self.index.get(&SocketAddr::new(ip, port)).copied())
-        else {
+    fn new(cfg: &RecvConfig) -> Counters {
+        let ids = |i: usize| match cfg.ids {
+            IdPolicy::CountUp(first) => Some(first.wrapping_add(i as u32)),
+            IdPolicy::Same(id) => Some(id),
+            IdPolicy::Any => None,
+        };
+        Counters {
+            dests: (0..cfg.streams.len())
+                .map(|i| Dest {
+                    expected_id: ids(i),
+                    tracker: if cfg.late_join {
+                        SeqTracker::late_join(cfg.window)
+                    } else {
+                        SeqTracker::new(cfg.window)
+                    },
+                    latency: Histogram::default(),
+                    corrupted: 0,
+                    wrong_stream: 0,
+                    unrecognized: 0,
+                    bytes: 0,
+                })
+                .collect(),
+            index: cfg.streams.iter().enumerate().map(|(i, a)| (*a, i)).collect(),
+            stray: 0,
+            bad_frames: 0,
+            expect: cfg.expect,
+            complete: 0,
+        }
+    }
+
+    /// Accounts for one payload that arrived at `now` for `dst` (`None`
+    /// when the destination is unknown); `truncated` if it was cut.
+    fn handle(&mut self, dst: Option<SocketAddr>, data: &[u8], truncated: bool, now: u64) {
+        let Some(i) = dst.and_then(|a| self.index.get(&a).copied()) else {
             self.stray += 1;
             return;
         };
         let d = &mut self.dests[i];
         let (header, damaged) = match payload::check(data) {
-            _ if meta.truncated => {
+            _ if truncated => {
                 d.corrupted += 1;
                 return;
             }
@@ -292,6 +263,67 @@ impl Counters {
     }
 }
 
+/// When to stop: the clock of a run and its stop conditions.
+struct Timing {
+    start: u64,
+    first: Option<u64>,
+    last: u64,
+    complete_at: Option<u64>,
+}
+
+impl Timing {
+    fn new() -> Timing {
+        let start = monotonic_ns();
+        Timing {
+            start,
+            first: None,
+            last: start,
+            complete_at: None,
+        }
+    }
+
+    /// Packets arrived at `now`.
+    fn arrived(&mut self, now: u64) {
+        self.first.get_or_insert(now);
+        self.last = now;
+    }
+
+    /// Why to stop now, if it is time.
+    fn stop_reason(&mut self, cfg: &RecvConfig, stop: &AtomicBool, c: &Counters) -> Option<&'static str> {
+        let now = monotonic_ns();
+        if self.complete_at.is_none() && cfg.expect.is_some() && c.complete == c.dests.len() {
+            self.complete_at = Some(now);
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Some("signal");
+        }
+        if cfg.duration.is_some_and(|d| now - self.start >= as_ns(d)) {
+            return Some("duration");
+        }
+        if self.complete_at.is_some_and(|t| now - t >= as_ns(cfg.linger)) {
+            return Some("expected count");
+        }
+        match self.first {
+            Some(_) if now - self.last >= as_ns(cfg.idle_timeout) => Some("idle timeout"),
+            None if now - self.start >= as_ns(cfg.first_packet_timeout) => Some("nothing arrived"),
+            _ => None,
+        }
+    }
+
+    fn active_s(&self) -> f64 {
+        self.first.map_or(0.0, |f| (self.last - f) as f64 / 1e9)
+    }
+}
+
+/// What a receive loop hands back for the report.
+struct Outcome {
+    counters: Counters,
+    sockets: usize,
+    socket_drops: u64,
+    active_s: f64,
+    stopped_by: &'static str,
+}
+
 /// Joins, signals readiness through `ready`, receives until a stop
 /// condition, and reports.
 pub fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str)) -> Result<RecvReport, RecvError> {
@@ -299,101 +331,15 @@ pub fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str)) -> Res
     if let Some(cpu) = cfg.cpu {
         mcr_sys::process::pin_current_thread(cpu).map_err(setup(format!("pin to CPU {cpu}")))?;
     }
-    let sockets = open_all(cfg)?;
-    let mut epoll = Epoll::new(sockets.len().min(1024)).map_err(setup("epoll"))?;
-    for (i, s) in sockets.iter().enumerate() {
-        epoll
-            .add_readable(s.socket.as_fd(), i as u64)
-            .map_err(setup("epoll_ctl"))?;
-    }
-    let ids = |i: usize| match cfg.ids {
-        IdPolicy::CountUp(first) => Some(first.wrapping_add(i as u32)),
-        IdPolicy::Same(id) => Some(id),
-        IdPolicy::Any => None,
+    let out = match cfg.via {
+        RecvVia::Sockets => sockets::run(cfg, stop, ready)?,
+        RecvVia::Ring => ring::run(cfg, stop, ready)?,
     };
-    let mut c = Counters {
-        dests: (0..cfg.streams.len())
-            .map(|i| Dest {
-                expected_id: ids(i),
-                tracker: if cfg.late_join {
-                    SeqTracker::late_join(cfg.window)
-                } else {
-                    SeqTracker::new(cfg.window)
-                },
-                latency: Histogram::default(),
-                corrupted: 0,
-                wrong_stream: 0,
-                unrecognized: 0,
-                bytes: 0,
-            })
-            .collect(),
-        index: cfg.streams.iter().enumerate().map(|(i, a)| (*a, i)).collect(),
-        stray: 0,
-        expect: cfg.expect,
-        complete: 0,
-    };
-    ready(&format!(
-        "ready: {} streams on {} sockets{}",
-        cfg.streams.len(),
-        sockets.len(),
-        cfg.interface.as_ref().map(|i| format!(" on {i}")).unwrap_or_default()
-    ));
-
-    let mut batch = RecvBatch::new(MAX_BATCH, payload::MAX_PAYLOAD + 64);
-    let start = monotonic_ns();
-    let (mut first, mut last): (Option<u64>, u64) = (None, start);
-    let mut complete_at: Option<u64> = None;
-    let ns = as_ns;
-    let stopped_by = loop {
-        let now = monotonic_ns();
-        if stop.load(Ordering::Relaxed) {
-            break "signal";
-        }
-        if cfg.duration.is_some_and(|d| now - start >= ns(d)) {
-            break "duration";
-        }
-        if complete_at.is_some_and(|t| now - t >= ns(cfg.linger)) {
-            break "expected count";
-        }
-        match first {
-            Some(_) if now - last >= ns(cfg.idle_timeout) => break "idle timeout",
-            None if now - start >= ns(cfg.first_packet_timeout) => break "nothing arrived",
-            _ => {}
-        }
-        let ready_socks: Vec<u64> = epoll.wait(20).map_err(RecvError::Recv)?.collect();
-        for token in ready_socks {
-            let s = &sockets[token as usize];
-            loop {
-                let n = batch.recv(s.socket.as_fd()).map_err(RecvError::Recv)?;
-                if n == 0 {
-                    break;
-                }
-                let now = monotonic_ns();
-                first.get_or_insert(now);
-                last = now;
-                for i in 0..n {
-                    let (data, meta) = batch.get(i);
-                    c.handle(data, meta, s.port, now);
-                }
-                if n < MAX_BATCH {
-                    break;
-                }
-            }
-        }
-        if complete_at.is_none() && cfg.expect.is_some() && c.complete == c.dests.len() {
-            complete_at = Some(monotonic_ns());
-        }
-    };
-    Ok(report(
-        cfg,
-        &c,
-        &sockets,
-        first.map_or(0.0, |f| (last - f) as f64 / 1e9),
-        stopped_by,
-    ))
+    Ok(report(cfg, &out))
 }
 
-fn report(cfg: &RecvConfig, c: &Counters, sockets: &[Sock], active_s: f64, stopped_by: &str) -> RecvReport {
+fn report(cfg: &RecvConfig, o: &Outcome) -> RecvReport {
+    let c = &o.counters;
     let mut total = StreamStats {
         destination: "total".into(),
         ..Default::default()
@@ -431,27 +377,31 @@ fn report(cfg: &RecvConfig, c: &Counters, sockets: &[Sock], active_s: f64, stopp
         .collect();
     total.latency = all_latency.summary();
     total.highest_seq = streams.iter().filter_map(|s| s.highest_seq).max();
-    let socket_drops: u64 = sockets
-        .iter()
-        .map(|s| mcr_sys::sockopt::receive_drops(s.socket.as_fd()).map_or(0, u64::from))
-        .sum();
     if c.stray > 0 {
         problems.push(format!("{} packets to destinations not asked for", c.stray));
     }
-    if socket_drops > 0 {
+    if c.bad_frames > 0 {
         problems.push(format!(
-            "{socket_drops} packets dropped by this receiver's full socket buffers (raise --rcvbuf)"
+            "{} frames with a wrong IP or UDP checksum or length",
+            c.bad_frames
+        ));
+    }
+    if o.socket_drops > 0 {
+        problems.push(format!(
+            "{} packets dropped by this receiver's full buffers (raise --rcvbuf)",
+            o.socket_drops
         ));
     }
     RecvReport {
         interface: cfg.interface.clone(),
         streams,
         total,
-        sockets: sockets.len(),
-        socket_drops,
+        sockets: o.sockets,
+        socket_drops: o.socket_drops,
         stray: c.stray,
-        active_s,
-        stopped_by: stopped_by.to_string(),
+        bad_frames: c.bad_frames,
+        active_s: o.active_s,
+        stopped_by: o.stopped_by.to_string(),
         expect: cfg.expect,
         problems,
     }

@@ -1,29 +1,32 @@
 //! Where lost packets went: the counters MEASURING.md names, read before
-//! and after each run.
+//! and after each run, over every namespace of the topology.
 
 use serde::Serialize;
 
 use mcr_testbed::Ns;
-use mcr_testbed::presets::Chain;
 
-use super::RelayUnderTest;
+use super::relays::Relay;
+use super::topo::Topology;
 
-/// Drop counters along the chain.
+/// Drop counters along the path.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Losses {
-    /// The relay's receive ring was full.
-    pub relay_ring: u64,
-    /// The relay's output queue was full or a send failed.
-    pub relay_output: u64,
-    /// veth pairs could not hand frames on (their tx_dropped and
-    /// rx_dropped, all four ends).
+    /// The relay's own receive side (MCR: ring full).
+    pub relay_in: u64,
+    /// The relay's own send side (MCR: output queue full, send errors).
+    pub relay_out: u64,
+    /// UDP receive buffers overflowed in the relay namespaces
+    /// (`RcvbufErrors`: a socket-based relay that fell behind).
+    pub relay_rcvbuf: u64,
+    /// Frames veth ends could not hand to their peer (`tx_dropped`): the
+    /// peer CPU's input backlog was full, so these are also counted in
+    /// `backlog`.
     pub veth: u64,
     /// The per-CPU input backlog overflowed (`/proc/net/softnet_stat`).
     pub backlog: u64,
-    /// UDP receive buffers overflowed in the sink namespace
-    /// (`RcvbufErrors`); of which `sink_socket` at `mcrgen recv` itself.
+    /// UDP receive buffers overflowed in the sink namespaces.
     pub sink_rcvbuf: u64,
-    /// `mcrgen recv`'s own sockets overflowed.
+    /// The receivers' own sockets or rings overflowed.
     pub sink_socket: u64,
 }
 
@@ -36,7 +39,6 @@ fn counter(ns: &Ns, path: &str) -> u64 {
 
 fn veth_drops(ns: &Ns, ifname: &str) -> u64 {
     counter(ns, &format!("/sys/class/net/{ifname}/statistics/tx_dropped"))
-        + counter(ns, &format!("/sys/class/net/{ifname}/statistics/rx_dropped"))
 }
 
 fn rcvbuf_errors(ns: &Ns) -> u64 {
@@ -66,26 +68,29 @@ fn backlog_drops() -> u64 {
 
 impl Losses {
     /// Reads every counter now.
-    pub fn read(chain: &Chain, relay: &dyn RelayUnderTest) -> anyhow::Result<Losses> {
-        let (relay_ring, relay_output) = relay.own_drops();
-        Ok(Losses {
-            relay_ring,
-            relay_output,
-            veth: veth_drops(&chain.generator, Chain::GEN_IF)
-                + veth_drops(&chain.relay, Chain::RELAY_IN_IF)
-                + veth_drops(&chain.relay, Chain::RELAY_OUT_IF)
-                + veth_drops(&chain.sink, Chain::SINK_IF),
+    pub fn read(topo: &Topology, relay: &dyn Relay) -> Losses {
+        let (relay_in, relay_out) = relay.own_drops();
+        Losses {
+            relay_in,
+            relay_out,
+            relay_rcvbuf: topo.sites.iter().map(|s| rcvbuf_errors(&s.ns)).sum(),
+            veth: topo
+                .all
+                .iter()
+                .map(|(ns, ifs)| ifs.iter().map(|i| veth_drops(ns, i)).sum::<u64>())
+                .sum(),
             backlog: backlog_drops(),
-            sink_rcvbuf: rcvbuf_errors(&chain.sink),
+            sink_rcvbuf: topo.sinks.iter().map(|k| rcvbuf_errors(&k.ns)).sum(),
             sink_socket: 0,
-        })
+        }
     }
 
-    /// What changed since `before`; `sink_socket` comes from the receiver.
+    /// What changed since `before`; `sink_socket` comes from the receivers.
     pub fn minus(&self, before: &Losses, sink_socket: u64) -> Losses {
         Losses {
-            relay_ring: self.relay_ring.saturating_sub(before.relay_ring),
-            relay_output: self.relay_output.saturating_sub(before.relay_output),
+            relay_in: self.relay_in.saturating_sub(before.relay_in),
+            relay_out: self.relay_out.saturating_sub(before.relay_out),
+            relay_rcvbuf: self.relay_rcvbuf.saturating_sub(before.relay_rcvbuf),
             veth: self.veth.saturating_sub(before.veth),
             backlog: self.backlog.saturating_sub(before.backlog),
             sink_rcvbuf: self.sink_rcvbuf.saturating_sub(before.sink_rcvbuf),
@@ -98,18 +103,28 @@ impl Losses {
         if lost == 0 {
             return "none".into();
         }
-        let parts: Vec<String> = [
-            ("relay ring", self.relay_ring),
-            ("relay output", self.relay_output),
+        let places = [
+            ("relay in", self.relay_in),
+            ("relay out", self.relay_out),
+            ("relay rcvbuf", self.relay_rcvbuf),
             ("veth", self.veth),
             ("backlog", self.backlog),
             ("sink rcvbuf", self.sink_rcvbuf),
-        ]
-        .iter()
-        .filter(|(_, n)| *n > 0)
-        .map(|(k, n)| format!("{k} {n}"))
-        .collect();
-        let counted = self.relay_ring + self.relay_output + self.veth + self.backlog + self.sink_rcvbuf;
+            ("sink", self.sink_socket),
+        ];
+        let parts: Vec<String> = places
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        // veth drops are backlog drops seen from the sending end: count the
+        // larger of the two, not both.
+        let counted = self.relay_in
+            + self.relay_out
+            + self.relay_rcvbuf
+            + self.veth.max(self.backlog)
+            + self.sink_rcvbuf
+            + self.sink_socket;
         let mut s = format!(
             "lost {lost}: {}",
             if parts.is_empty() {

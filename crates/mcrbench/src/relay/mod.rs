@@ -1,317 +1,274 @@
-//! `mcrbench relay`: relays measured on the chain topology, in one
-//! invocation, the way MEASURING.md says a relay must be measured here.
+//! `mcrbench relay`: the classic multicast-relay experiments, run against
+//! several relays in one invocation, measured the way MEASURING.md says a
+//! relay must be measured on this machine.
 //!
-//! Layout: gen ↔ relay ↔ sink; the generator and the sink are pinned to
-//! one CPU, the relay to the other, and receive packet steering puts the
-//! kernel's receive work for the relay's ingress on the relay's CPU and for
-//! the sink's on the sink's, so that the relay's core carries all of the
-//! relay's work (ingress, relay, egress) whatever the relay is.
-//!
-//! Each point: a warm-up run that is not counted, then `--runs` runs, each
-//! reporting what `mcrgen recv` saw (every packet checked), the busy time of
-//! the relay's core per delivered packet, the relay processes' own CPU time
-//! per delivered packet, where every lost packet went, and how much CPU
-//! other processes took meanwhile (a run disturbed by more than 0.1 core is
-//! flagged and repeated once).
+//! Layout: the generator and the sinks are pinned to one CPU, every relay
+//! process to the other, and receive packet steering puts the kernel's
+//! receive work for the relays' ingress on the relay CPU and for the sinks'
+//! on the load CPU, so the relay CPU carries all of a relay's work, whether
+//! it runs in a process or in the kernel. Each point: a warm-up run that is
+//! not counted, then `--runs` runs reporting what the sinks received (every
+//! packet checked by `mcrgen recv`), latency, the busy time of the relay CPU
+//! and the relay processes' own CPU time per delivered packet, process count
+//! and memory, and where every lost packet went. A run during which other
+//! processes used more than 0.1 core is flagged and repeated.
 
 mod cpu;
 mod losses;
-mod mcr;
+mod relays;
+mod report;
+mod run;
+mod scenario;
+mod topo;
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
-use mcr_testbed::presets::Chain;
-use mcr_testbed::traffic::{Receiver, send};
 use serde::Serialize;
 
 use crate::stats::Spread;
-use losses::Losses;
+use relays::Relay;
+use run::{Layout, Run};
+use scenario::{Params, Point};
 
 /// Options of `mcrbench relay`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Relays to measure, each `LABEL=KIND [ARGS]`: `mcr=mcr`, or
-    /// `v3=mcr --ring v3` for mcrd with extra arguments.
-    #[arg(long = "relay", default_value = "mcr=mcr")]
+    /// Scenarios to run, comma separated: chain-rate, dual-bridge, streams,
+    /// high-density, fanout, pipeline (default: all).
+    #[arg(long, value_delimiter = ',')]
+    scenario: Vec<String>,
+    /// Relays, each `LABEL=KIND [ARGS]`: `mcr=mcr`, `v3=mcr --ring v3`,
+    /// `socat=socat`, `kernel=kernel`, or `NAME=cmd TEMPLATE` (placeholders
+    /// {in_if} {in_addr} {in_group} {in_port} {out_if} {out_addr}
+    /// {out_group} {out_port}). Default: mcr, socat and kernel.
+    #[arg(long = "relay")]
     relays: Vec<String>,
-    /// Offered rates in packets per second (`max`: as fast as the
+    /// chain-rate and dual-bridge: offered rates (`max`: as fast as the
     /// generator goes).
-    #[arg(long, value_delimiter = ',', default_value = "50k,200k,400k,max")]
+    #[arg(long, value_delimiter = ',')]
     rates: Vec<String>,
-    /// Packets per run.
-    #[arg(long, default_value_t = 1_000_000)]
-    count: u64,
-    /// UDP payload bytes.
-    #[arg(long, default_value_t = 1024)]
-    size: usize,
+    /// chain-rate, dual-bridge, pipeline: packets per run.
+    #[arg(long)]
+    count: Option<u64>,
+    /// streams: the stream counts.
+    #[arg(long, value_delimiter = ',')]
+    streams: Vec<usize>,
+    /// fanout: the output counts.
+    #[arg(long, value_delimiter = ',')]
+    outputs: Vec<usize>,
     /// Counted runs per point.
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// The generator's and sink's CPU.
+    /// Every scenario at a small scale, one counted run each: for CI.
+    /// Checks only that each relay delivered and the report is complete.
+    #[arg(long)]
+    quick: bool,
+    /// The generator's and sinks' CPU.
     #[arg(long, default_value_t = 0)]
     load_cpu: usize,
-    /// The relay's CPU.
+    /// The relays' CPU.
     #[arg(long, default_value_t = 1)]
     relay_cpu: usize,
-    /// How the sink takes packets in: `ring` (an AF_PACKET ring: cheap, so
-    /// the sink is not the bottleneck) or `sockets` (as an application).
+    /// How sinks take packets in: `ring` (cheap, so the sink is not the
+    /// bottleneck) or `sockets`.
     #[arg(long, default_value = "ring")]
     sink: String,
     /// Print JSON lines instead of tables.
     #[arg(long)]
     json: bool,
+    /// Also write a Markdown report, the JSON lines and SVG plots here.
+    #[arg(long)]
+    report: Option<std::path::PathBuf>,
 }
 
-/// A relay under test.
-trait RelayUnderTest {
-    /// Starts forwarding `input` to `output` across `chain`, on `cpu`.
-    fn start(&mut self, chain: &Chain, input: &str, output: &str, cpu: usize) -> anyhow::Result<()>;
-    /// Its processes, for CPU accounting.
-    fn pids(&self) -> Vec<u32>;
-    /// Packets it knows it dropped: (ring drops, output drops).
-    fn own_drops(&self) -> (u64, u64);
-    /// Stops it.
-    fn stop(&mut self);
-}
-
-fn relay_from_spec(spec: &str) -> anyhow::Result<(String, Box<dyn RelayUnderTest>)> {
-    let (label, rest) = spec.split_once('=').unwrap_or((spec, spec));
-    let mut words = rest.split_whitespace();
-    let kind = words.next().unwrap_or("");
-    let args: Vec<String> = words.map(String::from).collect();
-    let relay: Box<dyn RelayUnderTest> = match kind {
-        "mcr" => Box::new(mcr::Mcr::new(args)),
-        other => anyhow::bail!("--relay {spec}: unknown relay kind `{other}` (known: mcr)"),
-    };
-    Ok((label.to_string(), relay))
-}
-
-/// One counted run.
+/// One relay at one point.
 #[derive(Debug, Clone, Serialize)]
-struct Run {
-    sent: u64,
-    achieved_pps: f64,
-    delivered: u64,
-    lost: u64,
-    duplicated: u64,
-    reordered: u64,
-    p50_us: f64,
-    p99_us: f64,
-    p999_us: f64,
-    relay_core_us_per_pkt: f64,
-    relay_proc_us_per_pkt: f64,
-    others_cores: f64,
-    losses: Losses,
-}
-
-/// A point: one relay at one rate.
-#[derive(Debug, Serialize)]
-struct Point {
+pub struct Outcome {
+    scenario: String,
+    point: String,
     relay: String,
-    rate: String,
+    kind: String,
+    /// `ok`, or why there are no runs (`cannot: ...`, `skipped: ...`,
+    /// `failed: ...`).
+    status: String,
+    /// Whether the relay kept group and port (the kernel cannot rewrite).
+    rewrote: bool,
     runs: Vec<Run>,
-    delivered_pct: Spread,
-    achieved_pps: Spread,
-    p99_us: Spread,
-    relay_core_us_per_pkt: Spread,
-    relay_proc_us_per_pkt: Spread,
+    delivered_pct: Option<Spread>,
+    achieved_pps: Option<Spread>,
+    p99_us: Option<Spread>,
+    relay_core_us_per_pkt: Option<Spread>,
+    relay_proc_us_per_pkt: Option<Spread>,
 }
 
-fn settle(load_cpu: usize, relay_cpu: usize) {
-    // Wait (up to 10 s) until both CPUs are mostly idle.
-    for _ in 0..20 {
-        let a = (cpu::cpu_idle_ticks(load_cpu), cpu::cpu_idle_ticks(relay_cpu));
-        let t = Instant::now();
-        std::thread::sleep(Duration::from_millis(500));
-        let b = (cpu::cpu_idle_ticks(load_cpu), cpu::cpu_idle_ticks(relay_cpu));
-        let wall = t.elapsed().as_secs_f64();
-        if let ((Some(a0), Some(a1)), (Some(b0), Some(b1))) = (a, b)
-            && cpu::busy_s(wall, a0, b0) < 0.1 * wall
-            && cpu::busy_s(wall, a1, b1) < 0.1 * wall
-        {
-            return;
+fn spread(runs: &[Run], f: impl Fn(&Run) -> f64) -> Option<Spread> {
+    Spread::of(&runs.iter().map(f).collect::<Vec<_>>())
+}
+
+impl Outcome {
+    fn new(p: &Point, label: &str, relay: &dyn Relay, status: String, runs: Vec<Run>) -> Outcome {
+        Outcome {
+            scenario: p.scenario.into(),
+            point: p.label.clone(),
+            relay: label.into(),
+            kind: relay.kind().into(),
+            status,
+            rewrote: relay.can_rewrite(),
+            delivered_pct: spread(&runs, |r| r.delivered as f64 * 100.0 / r.expected.max(1) as f64),
+            achieved_pps: spread(&runs, |r| r.achieved_pps),
+            p99_us: spread(&runs, |r| r.p99_us),
+            relay_core_us_per_pkt: spread(&runs, |r| r.relay_core_us_per_pkt),
+            relay_proc_us_per_pkt: spread(&runs, |r| r.relay_proc_us_per_pkt),
+            runs,
         }
     }
 }
 
-fn one_run(chain: &Chain, relay: &dyn RelayUnderTest, a: &Args, rate: &str, count: u64) -> anyhow::Result<Run> {
-    settle(a.load_cpu, a.relay_cpu);
-    let load_cpu = a.load_cpu.to_string();
-    let count_s = count.to_string();
-    let size = a.size.to_string();
-    let before_losses = Losses::read(chain, relay)?;
-    let idle0 = cpu::cpu_idle_ticks(a.relay_cpu).unwrap_or(0);
-    let pids = relay.pids();
-    let proc0: f64 = pids.iter().filter_map(|&p| cpu::process_cpu_s(p, true)).sum();
-    let all0 = cpu::all_processes();
-    let t0 = Instant::now();
-    let rx = Receiver::start(
-        &chain.sink,
-        &[
-            "-s",
-            "239.10.1.1:6001",
-            "-i",
-            Chain::SINK_IF,
-            "--expect",
-            &count_s,
-            "--cpu",
-            &load_cpu,
-            "--idle-timeout",
-            "2s",
-            "--via",
-            &a.sink,
-            "--rcvbuf",
-            "268435456",
-        ],
-    )?;
-    let sent = send(
-        &chain.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            &count_s,
-            "--rate",
-            rate,
-            "--size",
-            &size,
-            "--cpu",
-            &load_cpu,
-        ],
-        Duration::from_secs(3600),
-    )?;
-    let got = rx.finish(Duration::from_secs(3600))?;
-    let wall = t0.elapsed().as_secs_f64();
-    let idle1 = cpu::cpu_idle_ticks(a.relay_cpu).unwrap_or(idle0);
-    let proc1: f64 = pids.iter().filter_map(|&p| cpu::process_cpu_s(p, true)).sum();
-    let mut ours = pids.clone();
-    ours.push(std::process::id());
-    let others = cpu::others_s(&all0, &cpu::all_processes(), &ours) / wall;
-    let after_losses = Losses::read(chain, relay)?;
-    let t = &got.report.total;
-    let delivered = t.unique;
-    let per = |s: f64| {
-        if delivered > 0 {
-            s * 1e6 / delivered as f64
-        } else {
-            f64::NAN
+fn measure(topo: &topo::Topology, relay: &dyn Relay, p: &Point, a: &Args, layout: &Layout) -> anyhow::Result<Vec<Run>> {
+    // The warm-up also lets a relay finish what it does on a stream's first
+    // packets (the kernel installs a (*,G) route through an upcall to
+    // smcrouted and drops what arrives meanwhile).
+    let _ = run::once(topo, relay, p, (p.count / 10).max(10), layout);
+    let wanted = if a.quick { 1 } else { a.runs.max(1) };
+    let mut runs = Vec::new();
+    let mut repeats = 0;
+    while runs.len() < wanted {
+        let r = run::once(topo, relay, p, p.count, layout)?;
+        if r.others_cores > 0.1 && repeats < a.runs && !a.quick {
+            eprintln!(
+                "mcrbench: {} {}: other processes used {:.2} cores; repeating the run",
+                p.scenario, p.label, r.others_cores
+            );
+            repeats += 1;
+            continue;
         }
-    };
-    let lat = |f: fn(&mcrgen::histogram::Summary) -> u64| t.latency.as_ref().map_or(f64::NAN, |l| f(l) as f64 / 1e3);
-    Ok(Run {
-        sent: sent.packets,
-        achieved_pps: sent.achieved_pps,
-        delivered,
-        lost: t.lost,
-        duplicated: t.duplicated,
-        reordered: t.reordered,
-        p50_us: lat(|l| l.p50_ns),
-        p99_us: lat(|l| l.p99_ns),
-        p999_us: lat(|l| l.p999_ns),
-        relay_core_us_per_pkt: per(cpu::busy_s(wall, idle0, idle1)),
-        relay_proc_us_per_pkt: per(proc1 - proc0),
-        others_cores: others,
-        losses: after_losses.minus(&before_losses, got.report.socket_drops),
-    })
-}
-
-fn spread(runs: &[Run], f: impl Fn(&Run) -> f64) -> Spread {
-    Spread::of(&runs.iter().map(f).collect::<Vec<_>>()).unwrap_or(Spread {
-        median: f64::NAN,
-        min: f64::NAN,
-        max: f64::NAN,
-    })
+        runs.push(r);
+    }
+    Ok(runs)
 }
 
 pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        a.runs >= 1 && a.count >= 10,
-        "--runs must be at least 1 and --count at least 10"
-    );
-    let mut relays: Vec<(String, Box<dyn RelayUnderTest>)> = a
-        .relays
-        .iter()
-        .map(|s| relay_from_spec(s))
-        .collect::<anyhow::Result<_>>()?;
-    if !a.json {
-        header();
+    let mut params = if a.quick { Params::quick() } else { Params::full() };
+    if !a.rates.is_empty() {
+        params.rates = a.rates.clone();
     }
-    for (label, relay) in &mut relays {
-        let chain = Chain::new("bench-chain")?;
-        layout(&chain, a)?;
-        relay.start(&chain, "239.1.1.1:5001", "239.10.1.1:6001", a.relay_cpu)?;
-        for rate in &a.rates {
-            // Warm-up, not counted.
-            let _ = one_run(&chain, relay.as_ref(), a, rate, (a.count / 10).max(10));
-            let mut runs = Vec::new();
-            let mut repeats = 0;
-            while runs.len() < a.runs {
-                let r = one_run(&chain, relay.as_ref(), a, rate, a.count)?;
-                if r.others_cores > 0.1 && repeats < a.runs {
-                    eprintln!(
-                        "mcrbench: {label} at {rate}: other processes used {:.2} cores; repeating the run",
-                        r.others_cores
+    if let Some(c) = a.count {
+        params.count = c;
+    }
+    if !a.streams.is_empty() {
+        params.stream_counts = a.streams.clone();
+    }
+    if !a.outputs.is_empty() {
+        params.fanouts = a.outputs.clone();
+    }
+    let scenarios: Vec<String> = if a.scenario.is_empty() {
+        scenario::ALL.iter().map(|s| s.to_string()).collect()
+    } else {
+        a.scenario.clone()
+    };
+    let specs: Vec<String> = if a.relays.is_empty() {
+        vec!["mcr=mcr".into(), "socat=socat".into(), "kernel=kernel".into()]
+    } else {
+        a.relays.clone()
+    };
+    let mut relays: Vec<(String, Box<dyn Relay>)> = specs
+        .iter()
+        .map(|s| relays::from_spec(s))
+        .collect::<anyhow::Result<_>>()?;
+    let layout = Layout {
+        load_cpu: a.load_cpu,
+        relay_cpu: a.relay_cpu,
+        sink_via: a.sink.clone(),
+    };
+    let mut all: Vec<Outcome> = Vec::new();
+    let mut out = report::Printer::new(a.json);
+    for sc in &scenarios {
+        let points = scenario::points(sc, &params)?;
+        out.scenario(sc);
+        // Points on the same topology share it, per relay.
+        let mut shapes: Vec<scenario::Shape> = points.iter().map(|p| p.shape).collect();
+        shapes.dedup();
+        for shape in shapes {
+            let here: Vec<&Point> = points.iter().filter(|p| p.shape == shape).collect();
+            for (label, relay) in &mut relays {
+                let skip = |relay: &dyn Relay, status: String| {
+                    here.iter()
+                        .map(|p| Outcome::new(p, label, relay, status.clone(), Vec::new()))
+                        .collect::<Vec<_>>()
+                };
+                let outcomes = if let Some(why) = relay.missing() {
+                    skip(relay.as_ref(), format!("skipped: {why}"))
+                } else if let Some(m) = relay.max_outputs().filter(|&m| shape.outputs() > m) {
+                    let why = format!(
+                        "cannot: {} outputs and the input need more than the kernel's {} interfaces (MAXVIFS)",
+                        shape.outputs(),
+                        m + 1
                     );
-                    repeats += 1;
-                    continue;
+                    skip(relay.as_ref(), why)
+                } else {
+                    match run_shape(shape, &here, relay.as_mut(), label, a, &layout) {
+                        Ok(o) => o,
+                        Err(e) => {
+                            relay.stop();
+                            skip(relay.as_ref(), format!("failed: {e:#}"))
+                        }
+                    }
+                };
+                for o in outcomes {
+                    out.outcome(&o)?;
+                    all.push(o);
                 }
-                runs.push(r);
-            }
-            let p = Point {
-                relay: label.clone(),
-                rate: rate.clone(),
-                delivered_pct: spread(&runs, |r| r.delivered as f64 * 100.0 / r.sent.max(1) as f64),
-                achieved_pps: spread(&runs, |r| r.achieved_pps),
-                p99_us: spread(&runs, |r| r.p99_us),
-                relay_core_us_per_pkt: spread(&runs, |r| r.relay_core_us_per_pkt),
-                relay_proc_us_per_pkt: spread(&runs, |r| r.relay_proc_us_per_pkt),
-                runs,
-            };
-            if a.json {
-                println!("{}", serde_json::to_string(&p)?);
-            } else {
-                print_point(&p);
             }
         }
-        relay.stop();
+    }
+    if let Some(dir) = &a.report {
+        report::write(dir, &all, &std::env::args().collect::<Vec<_>>().join(" "))?;
+        eprintln!("mcrbench: report written to {}", dir.display());
+    }
+    if a.quick {
+        let bad: Vec<&Outcome> = all
+            .iter()
+            .filter(|o| o.status.starts_with("failed") || (o.status == "ok" && o.runs.iter().any(|r| r.delivered == 0)))
+            .collect();
+        for o in &bad {
+            eprintln!(
+                "mcrbench: {} {} {}: {}",
+                o.scenario,
+                o.point,
+                o.relay,
+                if o.status == "ok" {
+                    "delivered nothing"
+                } else {
+                    &o.status
+                }
+            );
+        }
+        if !bad.is_empty() {
+            return Ok(ExitCode::from(1));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Pinning is done per process; receive steering is set here.
-fn layout(chain: &Chain, a: &Args) -> anyhow::Result<()> {
-    chain.relay.rps(Chain::RELAY_IN_IF, 1 << a.relay_cpu)?;
-    chain.sink.rps(Chain::SINK_IF, 1 << a.load_cpu)?;
-    Ok(())
-}
-
-fn header() {
-    println!(
-        "{:<10} {:>7} {:>22} {:>20} {:>22} {:>20} {:>18}  losses (median run)",
-        "relay", "rate", "achieved pps", "delivered %", "p99 latency µs", "core µs/pkt", "process µs/pkt"
-    );
-}
-
-fn fmt(s: Spread, prec: usize) -> String {
-    format!("{:.p$} ({:.p$}-{:.p$})", s.median, s.min, s.max, p = prec)
-}
-
-fn print_point(p: &Point) {
-    let mut by_delivery: Vec<&Run> = p.runs.iter().collect();
-    by_delivery.sort_by_key(|r| r.delivered);
-    let median = by_delivery[by_delivery.len() / 2];
-    println!(
-        "{:<10} {:>7} {:>22} {:>20} {:>22} {:>20} {:>18}  {}",
-        p.relay,
-        p.rate,
-        fmt(p.achieved_pps, 0),
-        fmt(p.delivered_pct, 2),
-        fmt(p.p99_us, 0),
-        fmt(p.relay_core_us_per_pkt, 2),
-        fmt(p.relay_proc_us_per_pkt, 2),
-        median.losses.describe(median.lost)
-    );
+fn run_shape(
+    shape: scenario::Shape,
+    points: &[&Point],
+    relay: &mut dyn Relay,
+    label: &str,
+    a: &Args,
+    layout: &Layout,
+) -> anyhow::Result<Vec<Outcome>> {
+    let topo = shape.build(relay.can_rewrite())?;
+    topo.steer(a.relay_cpu, a.load_cpu)?;
+    relay.start(&topo.sites, a.relay_cpu)?;
+    let mut outcomes = Vec::new();
+    for p in points {
+        let o = match measure(&topo, relay, p, a, layout) {
+            Ok(runs) => Outcome::new(p, label, relay, "ok".into(), runs),
+            Err(e) => Outcome::new(p, label, relay, format!("failed: {e:#}"), Vec::new()),
+        };
+        outcomes.push(o);
+    }
+    relay.stop();
+    Ok(outcomes)
 }

@@ -1,0 +1,189 @@
+//! One counted run of a point: receivers, the generator, and every
+//! counter read before and after.
+
+use std::time::{Duration, Instant};
+
+use mcr_testbed::traffic::{Receiver, send};
+use serde::Serialize;
+
+use super::cpu;
+use super::losses::Losses;
+use super::relays::Relay;
+use super::scenario::{Point, Rate};
+use super::topo::Topology;
+
+/// How runs are laid out.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub load_cpu: usize,
+    pub relay_cpu: usize,
+    pub sink_via: String,
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    /// Packets the generator sent.
+    pub sent: u64,
+    /// The rate it achieved.
+    pub achieved_pps: f64,
+    /// Packets each sink should have had, summed.
+    pub expected: u64,
+    /// Distinct packets the sinks got.
+    pub delivered: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+    pub corrupted: u64,
+    /// The worst sink's latency percentiles, µs.
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    /// Busy time of the relay CPU per delivered packet, µs.
+    pub relay_core_us_per_pkt: f64,
+    /// The relay processes' own CPU time per delivered packet, µs.
+    pub relay_proc_us_per_pkt: f64,
+    /// The relay's processes and their resident memory.
+    pub relay_procs: usize,
+    pub relay_rss_mb: f64,
+    /// CPU other user-space processes took, in cores.
+    pub others_cores: f64,
+    pub losses: Losses,
+}
+
+/// Waits (up to 10 s) until both CPUs are mostly idle.
+pub fn settle(l: &Layout) {
+    for _ in 0..20 {
+        let a = (cpu::cpu_idle_ticks(l.load_cpu), cpu::cpu_idle_ticks(l.relay_cpu));
+        let t = Instant::now();
+        std::thread::sleep(Duration::from_millis(500));
+        let b = (cpu::cpu_idle_ticks(l.load_cpu), cpu::cpu_idle_ticks(l.relay_cpu));
+        let wall = t.elapsed().as_secs_f64();
+        if let ((Some(a0), Some(a1)), (Some(b0), Some(b1))) = (a, b)
+            && cpu::busy_s(wall, a0, b0) < 0.1 * wall
+            && cpu::busy_s(wall, a1, b1) < 0.1 * wall
+        {
+            return;
+        }
+    }
+}
+
+fn rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Runs `point` once (with `count` packets per stream).
+pub fn once(topo: &Topology, relay: &dyn Relay, point: &Point, count: u64, l: &Layout) -> anyhow::Result<Run> {
+    settle(l);
+    let load = l.load_cpu.to_string();
+    let count_s = count.to_string();
+    let size = point.size.to_string();
+    let pids = relay.pids();
+    let before = Losses::read(topo, relay);
+    let idle0 = cpu::cpu_idle_ticks(l.relay_cpu).unwrap_or(0);
+    let proc0: f64 = pids.iter().filter_map(|&p| cpu::process_cpu_s(p, true)).sum();
+    let all0 = cpu::all_processes();
+    let t0 = Instant::now();
+    let mut receivers = Vec::new();
+    for k in &topo.sinks {
+        let list: Vec<String> = k.streams.iter().map(|s| s.to_string()).collect();
+        let list = list.join(",");
+        receivers.push(Receiver::start(
+            &k.ns,
+            &[
+                "-s",
+                &list,
+                "-i",
+                &k.ifname,
+                "--expect",
+                &count_s,
+                "--ids",
+                &k.ids,
+                "--cpu",
+                &load,
+                "--idle-timeout",
+                "2s",
+                "--via",
+                &l.sink_via,
+                "--rcvbuf",
+                "134217728",
+            ],
+        )?);
+    }
+    let streams: Vec<String> = topo.streams.iter().map(|s| s.to_string()).collect();
+    let streams = streams.join(",");
+    let (rate_flag, rate) = match &point.rate {
+        Rate::Total(r) => ("--rate", r.as_str()),
+        Rate::PerStream(r) => ("--rate-per-stream", r.as_str()),
+    };
+    let sent = send(
+        &topo.generator.0,
+        &[
+            "-s",
+            &streams,
+            "-i",
+            &topo.generator.1,
+            "--count",
+            &count_s,
+            rate_flag,
+            rate,
+            "--size",
+            &size,
+            "--cpu",
+            &load,
+        ],
+        Duration::from_secs(7200),
+    )?;
+    let mut got = Vec::new();
+    for r in receivers {
+        got.push(r.finish(Duration::from_secs(7200))?);
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let idle1 = cpu::cpu_idle_ticks(l.relay_cpu).unwrap_or(idle0);
+    let proc1: f64 = pids.iter().filter_map(|&p| cpu::process_cpu_s(p, true)).sum();
+    let mut ours = pids.clone();
+    ours.push(std::process::id());
+    let others = cpu::others_s(&all0, &cpu::all_processes(), &ours) / wall;
+    let sink_socket: u64 = got.iter().map(|g| g.report.socket_drops).sum();
+    let losses = Losses::read(topo, relay).minus(&before, sink_socket);
+    let delivered: u64 = got.iter().map(|g| g.report.total.unique).sum();
+    let expected: u64 = topo.sinks.iter().map(|k| k.streams.len() as u64).sum::<u64>() * count;
+    let per = |s: f64| {
+        if delivered > 0 {
+            s * 1e6 / delivered as f64
+        } else {
+            f64::NAN
+        }
+    };
+    let worst = |f: fn(&mcrgen::histogram::Summary) -> u64| {
+        got.iter()
+            .filter_map(|g| g.report.total.latency.as_ref().map(|l| f(l) as f64 / 1e3))
+            .fold(f64::NAN, f64::max)
+    };
+    Ok(Run {
+        sent: sent.packets,
+        achieved_pps: sent.achieved_pps,
+        expected,
+        delivered,
+        lost: got.iter().map(|g| g.report.total.lost).sum(),
+        duplicated: got.iter().map(|g| g.report.total.duplicated).sum(),
+        reordered: got.iter().map(|g| g.report.total.reordered).sum(),
+        corrupted: got.iter().map(|g| g.report.total.corrupted).sum(),
+        p50_us: worst(|l| l.p50_ns),
+        p99_us: worst(|l| l.p99_ns),
+        p999_us: worst(|l| l.p999_ns),
+        relay_core_us_per_pkt: per(cpu::busy_s(wall, idle0, idle1)),
+        relay_proc_us_per_pkt: per(proc1 - proc0),
+        relay_procs: pids.len(),
+        relay_rss_mb: pids.iter().map(|&p| rss_mb(p)).sum(),
+        others_cores: others,
+        losses,
+    })
+}

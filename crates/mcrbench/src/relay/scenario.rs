@@ -1,0 +1,197 @@
+//! The scenarios: the classic multicast-relay experiments, each a set of
+//! points (a topology size and an offered load).
+
+use super::topo::Topology;
+
+/// The shape a point runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// The chain with this many streams.
+    Chain(usize),
+    /// The dual bridge with this many streams.
+    DualBridge(usize),
+    /// The star with this many outputs.
+    Star(usize),
+    /// The pipeline with this many relays.
+    Pipeline(usize),
+}
+
+impl Shape {
+    /// Builds the topology; `rewrite` false keeps groups and ports.
+    pub fn build(self, rewrite: bool) -> anyhow::Result<Topology> {
+        match self {
+            Shape::Chain(n) => Topology::chain(n, rewrite),
+            Shape::DualBridge(n) => Topology::dual_bridge(n, rewrite),
+            Shape::Star(k) => Topology::star(k, rewrite),
+            Shape::Pipeline(h) => Topology::pipeline(h, rewrite),
+        }
+    }
+
+    /// Outputs one input has.
+    pub fn outputs(self) -> usize {
+        match self {
+            Shape::Star(k) => k,
+            _ => 1,
+        }
+    }
+}
+
+/// How fast the generator sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rate {
+    /// All streams together (`max`: as fast as it goes).
+    Total(String),
+    /// Each stream.
+    PerStream(String),
+}
+
+/// One measured point.
+#[derive(Debug, Clone)]
+pub struct Point {
+    /// Its scenario.
+    pub scenario: &'static str,
+    /// The parameter that varies, for tables (`200k pps`, `50 streams`).
+    pub label: String,
+    /// The topology.
+    pub shape: Shape,
+    /// The offered rate.
+    pub rate: Rate,
+    /// Packets per stream.
+    pub count: u64,
+    /// UDP payload bytes.
+    pub size: usize,
+}
+
+/// The scenarios, in order.
+pub const ALL: [&str; 6] = [
+    "chain-rate",
+    "dual-bridge",
+    "streams",
+    "high-density",
+    "fanout",
+    "pipeline",
+];
+
+/// What the scenarios run, full-size or `quick`.
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub rates: Vec<String>,
+    pub count: u64,
+    pub stream_counts: Vec<usize>,
+    pub per_stream_pps: u64,
+    pub seconds: u64,
+    pub fanouts: Vec<usize>,
+    pub fanout_rates: Vec<u64>,
+    pub dense_streams: usize,
+    pub dense_pps: u64,
+    pub pipeline_size: usize,
+}
+
+impl Params {
+    /// The sizes the scenarios were specified with.
+    pub fn full() -> Self {
+        Params {
+            rates: vec!["50k".into(), "200k".into(), "400k".into(), "max".into()],
+            count: 1_000_000,
+            stream_counts: vec![1, 2, 5, 10, 20, 50, 100, 150, 500, 1000],
+            per_stream_pps: 2000,
+            seconds: 5,
+            fanouts: vec![3, 50, 200],
+            fanout_rates: vec![1000, 20_000],
+            dense_streams: 50,
+            dense_pps: 3000,
+            pipeline_size: 1400,
+        }
+    }
+
+    /// Every scenario at a small scale, for CI.
+    pub fn quick() -> Self {
+        Params {
+            rates: vec!["20k".into()],
+            count: 2000,
+            stream_counts: vec![1, 5],
+            per_stream_pps: 500,
+            seconds: 2,
+            fanouts: vec![3],
+            fanout_rates: vec![1000],
+            dense_streams: 5,
+            dense_pps: 1000,
+            pipeline_size: 1400,
+        }
+    }
+}
+
+/// The points of `scenario`.
+pub fn points(scenario: &str, p: &Params) -> anyhow::Result<Vec<Point>> {
+    let per_stream_count = p.per_stream_pps * p.seconds;
+    let pts = match scenario {
+        "chain-rate" => p
+            .rates
+            .iter()
+            .map(|r| Point {
+                scenario: "chain-rate",
+                label: format!("{r} pps"),
+                shape: Shape::Chain(1),
+                rate: Rate::Total(r.clone()),
+                count: p.count,
+                size: 1024,
+            })
+            .collect(),
+        "dual-bridge" => p
+            .rates
+            .iter()
+            .map(|r| Point {
+                scenario: "dual-bridge",
+                label: format!("{r} pps"),
+                shape: Shape::DualBridge(1),
+                rate: Rate::Total(r.clone()),
+                count: p.count,
+                size: 1024,
+            })
+            .collect(),
+        "streams" => p
+            .stream_counts
+            .iter()
+            .map(|&n| Point {
+                scenario: "streams",
+                label: format!("{n} streams"),
+                shape: Shape::Chain(n),
+                rate: Rate::PerStream(p.per_stream_pps.to_string()),
+                count: per_stream_count,
+                size: 1024,
+            })
+            .collect(),
+        "high-density" => vec![Point {
+            scenario: "high-density",
+            label: format!("{} x {} pps", p.dense_streams, p.dense_pps),
+            shape: Shape::DualBridge(p.dense_streams),
+            rate: Rate::PerStream(p.dense_pps.to_string()),
+            count: p.dense_pps * p.seconds,
+            size: 1024,
+        }],
+        "fanout" => p
+            .fanouts
+            .iter()
+            .flat_map(|&k| {
+                p.fanout_rates.iter().map(move |&r| Point {
+                    scenario: "fanout",
+                    label: format!("1 to {k} at {r} pps"),
+                    shape: Shape::Star(k),
+                    rate: Rate::Total(r.to_string()),
+                    count: r * p.seconds,
+                    size: 1024,
+                })
+            })
+            .collect(),
+        "pipeline" => vec![Point {
+            scenario: "pipeline",
+            label: format!("3 hops, {} B, max", p.pipeline_size),
+            shape: Shape::Pipeline(3),
+            rate: Rate::Total("max".into()),
+            count: p.count,
+            size: p.pipeline_size,
+        }],
+        other => anyhow::bail!("unknown scenario `{other}` (known: {})", ALL.join(", ")),
+    };
+    Ok(pts)
+}

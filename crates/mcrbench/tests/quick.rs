@@ -1,0 +1,66 @@
+//! `mcrbench relay --quick`: every scenario at a small scale against MCR,
+//! socat and the kernel. Checks functional facts only (never a timing):
+//! every relay that can run a point delivers, and the report is complete.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+#[test]
+fn every_scenario_runs_against_every_relay_and_the_report_is_complete() {
+    let _lock = mcr_testbed::traffic_lock().expect("lock");
+    let dir = std::env::temp_dir().join(format!("mcrbench-quick-{}", std::process::id()));
+    let mut cmd = std::process::Command::new(mcr_testbed::bin("mcrbench").expect("mcrbench"));
+    cmd.args(["relay", "--quick", "--json", "--report"]).arg(&dir);
+    let f = mcr_testbed::Proc::spawn(cmd)
+        .expect("spawn")
+        .finish(Duration::from_secs(1200))
+        .expect("finished");
+    assert!(f.status.success(), "mcrbench failed: {}\n{}", f.stdout, f.stderr);
+    let outcomes: Vec<serde_json::Value> = f
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    let mut seen = HashSet::new();
+    for o in &outcomes {
+        let (sc, relay, status) = (
+            o["scenario"].as_str().unwrap_or(""),
+            o["relay"].as_str().unwrap_or(""),
+            o["status"].as_str().unwrap_or(""),
+        );
+        seen.insert((sc.to_string(), relay.to_string()));
+        assert_eq!(status, "ok", "{sc} {relay}: {status}");
+        let runs = o["runs"].as_array().expect("runs");
+        assert_eq!(runs.len(), 1);
+        for r in runs {
+            assert!(
+                r["delivered"].as_u64().unwrap_or(0) > 0,
+                "{sc} {relay} delivered nothing: {r}"
+            );
+            assert_eq!(r["duplicated"].as_u64(), Some(0), "{sc} {relay}: {r}");
+        }
+        // The kernel cannot rewrite; the report says so.
+        assert_eq!(o["rewrote"].as_bool(), Some(relay != "kernel"));
+    }
+    for sc in [
+        "chain-rate",
+        "dual-bridge",
+        "streams",
+        "high-density",
+        "fanout",
+        "pipeline",
+    ] {
+        for relay in ["mcr", "socat", "kernel"] {
+            assert!(
+                seen.contains(&(sc.to_string(), relay.to_string())),
+                "no result for {sc} / {relay}"
+            );
+        }
+    }
+    let report = std::fs::read_to_string(dir.join("report.md")).expect("report.md");
+    for sc in ["## chain-rate", "## streams", "## pipeline"] {
+        assert!(report.contains(sc), "{report}");
+    }
+    assert!(dir.join("chain-rate-delivered.svg").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -37,37 +37,47 @@ fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
     Insn { code, jt, jf, k }
 }
 
+/// The ancillary load of "a VLAN tag was taken off this frame"
+/// (SKF_AD_OFF + SKF_AD_VLAN_TAG_PRESENT).
+const VLAN_TAG_PRESENT: u32 = 0xffff_f000 + 48;
+
 /// The filter for an input interface whose rules take `unicast` besides
-/// multicast groups.
+/// multicast groups. Frames that carried a VLAN tag (which the kernel may
+/// have taken off before the filter runs) are kept out: a rule's input is
+/// the untagged interface.
 pub fn ingress_filter(unicast: &[Ipv4Addr]) -> Vec<Insn> {
     let any_unicast = unicast.len() > MAX_UNICAST;
     let names: &[Ipv4Addr] = if any_unicast { &[] } else { unicast };
     let n = names.len() as u8;
     // Layout, with `accept` and `drop` at the end:
-    //  0 ldh [12]                 ethertype
-    //  1 jeq #0x0800  ?  : drop
-    //  2 ldb [23]                 protocol
-    //  3 jeq #17      ?  : drop
-    //  4 ld  [30]                 destination
-    //  5 jge #0xe0000000 ? : unicast
-    //  6 jge #0xf0000000 unicast : accept
-    //  7.. jeq #addr  accept : next      (one per unicast address)
-    //  7+n  ret #0 (drop), or ret #-1 when any unicast is let in
-    //  8+n  ret #-1 (accept)
-    let drop_at = 7 + n;
-    let accept_at = 8 + n;
+    //  0 ld  #vlan_tag_present
+    //  1 jeq #0       ?  : drop
+    //  2 ldh [12]                 ethertype
+    //  3 jeq #0x0800  ?  : drop
+    //  4 ldb [23]                 protocol
+    //  5 jeq #17      ?  : drop
+    //  6 ld  [30]                 destination
+    //  7 jge #0xe0000000 ? : unicast
+    //  8 jge #0xf0000000 unicast : accept
+    //  9.. jeq #addr  accept : next      (one per unicast address)
+    //  9+n  ret #0 (drop), or ret #-1 when any unicast is let in
+    //  10+n ret #-1 (accept)
+    let drop_at = 9 + n;
+    let accept_at = 10 + n;
     let to = |from: u8, target: u8| target - from - 1;
     let mut p = vec![
+        insn(LD_W_ABS, 0, 0, VLAN_TAG_PRESENT),
+        insn(JEQ_K, 0, to(1, drop_at), 0),
         insn(LD_H_ABS, 0, 0, 12),
-        insn(JEQ_K, 0, to(1, drop_at), 0x0800),
+        insn(JEQ_K, 0, to(3, drop_at), 0x0800),
         insn(LD_B_ABS, 0, 0, 23),
-        insn(JEQ_K, 0, to(3, drop_at), 17),
+        insn(JEQ_K, 0, to(5, drop_at), 17),
         insn(LD_W_ABS, 0, 0, 30),
-        insn(JGE_K, 0, to(5, 7), 0xe000_0000),
-        insn(JGE_K, to(6, 7), to(6, accept_at), 0xf000_0000),
+        insn(JGE_K, 0, to(7, 9), 0xe000_0000),
+        insn(JGE_K, to(8, 9), to(8, accept_at), 0xf000_0000),
     ];
     for (i, a) in names.iter().enumerate() {
-        let at = 7 + i as u8;
+        let at = 9 + i as u8;
         p.push(insn(JEQ_K, to(at, accept_at), 0, u32::from(*a)));
     }
     p.push(insn(RET_K, 0, 0, if any_unicast { u32::MAX } else { 0 }));
@@ -80,8 +90,13 @@ mod tests {
     use super::*;
 
     /// Runs a program of the opcodes above over a frame, as the kernel
-    /// would: returns the number of bytes to keep (0: drop).
+    /// would: returns the number of bytes to keep (0: drop). `tagged` is
+    /// what the VLAN ancillary load reads.
     fn run(p: &[Insn], frame: &[u8]) -> u32 {
+        run_tagged(p, frame, false)
+    }
+
+    fn run_tagged(p: &[Insn], frame: &[u8], tagged: bool) -> u32 {
         let mut a: u32 = 0;
         let mut pc = 0usize;
         loop {
@@ -92,6 +107,10 @@ mod tests {
                     .map(|b| b.iter().fold(0u32, |v, &x| (v << 8) | u32::from(x)))
             };
             match i.code {
+                LD_W_ABS if i.k == VLAN_TAG_PRESENT => {
+                    a = u32::from(tagged);
+                    pc += 1;
+                }
                 LD_H_ABS | LD_B_ABS | LD_W_ABS => {
                     let n = match i.code {
                         LD_H_ABS => 2,
@@ -134,6 +153,11 @@ mod tests {
         assert_eq!(run(&p, &udp_to([239, 1, 1, 1], 2, 0x0800)), 0, "IGMP");
         assert_eq!(run(&p, &udp_to([239, 1, 1, 1], 17, 0x0806)), 0, "ARP");
         assert_eq!(run(&p, &[0u8; 10]), 0, "short frame");
+        assert_eq!(
+            run_tagged(&p, &udp_to([239, 1, 1, 1], 17, 0x0800), true),
+            0,
+            "a frame whose tag the kernel took off"
+        );
     }
 
     #[test]
@@ -149,7 +173,7 @@ mod tests {
             .map(|i| Ipv4Addr::from(0x0a00_0000 + i))
             .collect();
         let p = ingress_filter(&many);
-        assert!(p.len() < 20);
+        assert!(p.len() < 22);
         assert_ne!(run(&p, &udp_to([10, 9, 9, 9], 17, 0x0800)), 0);
         let p = ingress_filter(&many[..MAX_UNICAST]);
         for a in &many[..MAX_UNICAST] {

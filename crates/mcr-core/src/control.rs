@@ -80,19 +80,27 @@ pub enum Reply {
         /// The protocol it speaks.
         protocol: u32,
     },
-    /// To `add`: the rule is in every worker's table.
+    /// To `add`: the rule is in the table.
     Added {
         /// The rule's name.
         rule: String,
         /// Whether it replaced a rule of the same name.
         replaced: bool,
+        /// Whether every running worker runs the new table (if not, within
+        /// the wait, the rule is in the table but may not forward yet).
+        applied: bool,
         /// Its group memberships.
         joins: Vec<JoinState>,
+        /// What keeps it from forwarding, as the workers report it.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        problems: Vec<String>,
     },
     /// To `remove`.
     Removed {
         /// The rule's name.
         rule: String,
+        /// Whether every running worker runs the new table.
+        applied: bool,
     },
     /// To `list`.
     Rules {
@@ -179,6 +187,10 @@ pub struct RuleStatus {
     pub rule: Rule,
     /// Its memberships (none for a unicast input).
     pub joins: Vec<JoinState>,
+    /// What keeps it from forwarding, as the workers report it (empty when
+    /// it forwards).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
 }
 
 /// Counters of one output.
@@ -230,6 +242,9 @@ pub struct WorkerStats {
     pub tx_packets: u64,
     /// Frames the kernel dropped because its ring was full.
     pub ring_drops: u64,
+    /// Errors its receive sockets reported (an input interface went down).
+    #[serde(default)]
+    pub ring_errors: u64,
     /// Frames it dropped, by reason.
     pub drops: BTreeMap<String, u64>,
     /// Frames per second taken over the last interval.
@@ -267,6 +282,10 @@ pub struct WorkerStatus {
     /// Why it last ended, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_exit: Option<String>,
+    /// What it could not set up for its table (an interface that vanished,
+    /// say).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
 }
 
 #[cfg(test)]
@@ -296,9 +315,13 @@ mod tests {
 
     #[test]
     fn responses_carry_ok_and_their_kind() {
-        let ok: Response = Reply::Removed { rule: "a".into() }.into();
+        let ok: Response = Reply::Removed {
+            rule: "a".into(),
+            applied: true,
+        }
+        .into();
         let line = serde_json::to_string(&ok).expect("json");
-        assert_eq!(line, r#"{"ok":true,"result":"removed","rule":"a"}"#);
+        assert_eq!(line, r#"{"ok":true,"result":"removed","rule":"a","applied":true}"#);
         assert_eq!(serde_json::from_str::<Response>(&line).expect("back"), ok);
         let e: Response = Reply::Error {
             error: ControlError {

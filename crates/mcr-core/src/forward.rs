@@ -59,13 +59,11 @@ pub fn parse(frame: &[u8], wire_len: usize, checksum: RxChecksum) -> Result<Data
         return Err(WorkerCounter::Truncated);
     }
     let (eth, _) = EthernetHeader::ref_from_prefix(frame).map_err(|_| WorkerCounter::BadLength)?;
-    let mut ip_at = ethernet::HEADER_LEN;
-    let mut ethertype = eth.ethertype.get();
-    if ethertype == ETHERTYPE_VLAN {
-        // An in-band tag: look past it.
-        let tag = frame.get(ip_at..ip_at + 4).ok_or(WorkerCounter::BadLength)?;
-        ethertype = u16::from_be_bytes([tag[2], tag[3]]);
-        ip_at += 4;
+    let ip_at = ethernet::HEADER_LEN;
+    let ethertype = eth.ethertype.get();
+    if ethertype == ETHERTYPE_VLAN || ethertype == ethernet::ETHERTYPE_QINQ {
+        // Rules take untagged traffic of their interface.
+        return Err(WorkerCounter::VlanTagged);
     }
     if ethertype != ETHERTYPE_IPV4 {
         return Err(WorkerCounter::NotIpv4);
@@ -96,7 +94,9 @@ pub fn parse(frame: &[u8], wire_len: usize, checksum: RxChecksum) -> Result<Data
     let l4 = &rest[ipv4::HEADER_LEN..total];
     let (u, _) = UdpHeader::ref_from_prefix(l4).map_err(|_| WorkerCounter::BadLength)?;
     let udp_len = usize::from(u.len.get());
-    if udp_len < udp::HEADER_LEN || udp_len > l4.len() {
+    // The UDP length must fill the IP payload exactly: rewriting copies the
+    // UDP datagram and keeps the IP length.
+    if udp_len < udp::HEADER_LEN || udp_len != l4.len() {
         return Err(WorkerCounter::BadLength);
     }
     let payload = &l4[udp::HEADER_LEN..udp_len];
@@ -299,13 +299,21 @@ mod tests {
     }
 
     #[test]
-    fn a_vlan_tag_in_the_frame_is_looked_past() {
+    fn a_vlan_tagged_frame_is_not_taken_for_the_untagged_interface() {
         let f = frame(b"tagged", 64);
         let mut t = f[..12].to_vec();
         t.extend_from_slice(&[0x81, 0x00, 0x00, 0x64]);
         t.extend_from_slice(&f[12..]);
-        let d = parse(&t, t.len(), RxChecksum::Unknown).expect("valid");
-        assert_eq!(d.ip_at, 18);
+        assert_eq!(parse(&t, t.len(), RxChecksum::Unknown), Err(WorkerCounter::VlanTagged));
+    }
+
+    #[test]
+    fn a_udp_length_short_of_the_ip_payload_is_a_bad_length() {
+        let mut f = frame(b"0123456789", 64);
+        // UDP length 8 + 5, IP payload 8 + 10.
+        let at = 14 + 20 + 4;
+        f[at..at + 2].copy_from_slice(&13u16.to_be_bytes());
+        assert_eq!(parse(&f, f.len(), RxChecksum::Valid), Err(WorkerCounter::BadLength));
     }
 
     #[test]

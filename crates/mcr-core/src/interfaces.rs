@@ -18,6 +18,14 @@ pub struct InterfaceInfo {
     pub mtu: u32,
     /// Its addresses, IPv4 first.
     pub addresses: Vec<IpAddr>,
+    /// An Ethernet interface (the only kind MCR reads and writes frames
+    /// on).
+    #[serde(default = "yes")]
+    pub ethernet: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl InterfaceInfo {

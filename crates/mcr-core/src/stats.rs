@@ -48,11 +48,16 @@ pub enum WorkerCounter {
     BadUdpChecksum,
     /// Dropped: cut short by the capture.
     Truncated,
+    /// Dropped: carries a VLAN tag (a rule's input is the untagged
+    /// interface).
+    VlanTagged,
+    /// Errors the receive sockets reported (the interface went down).
+    RingErrors,
 }
 
 impl WorkerCounter {
     /// The drop reasons, in order, with their names in reports.
-    pub const DROPS: [(WorkerCounter, &'static str); 10] = [
+    pub const DROPS: [(WorkerCounter, &'static str); 11] = [
         (WorkerCounter::NoRule, "no_rule"),
         (WorkerCounter::WrongSource, "wrong_source"),
         (WorkerCounter::NotIpv4, "not_ipv4"),
@@ -63,6 +68,7 @@ impl WorkerCounter {
         (WorkerCounter::BadIpChecksum, "bad_ip_checksum"),
         (WorkerCounter::BadUdpChecksum, "bad_udp_checksum"),
         (WorkerCounter::Truncated, "truncated"),
+        (WorkerCounter::VlanTagged, "vlan_tagged"),
     ];
 }
 
@@ -186,7 +192,7 @@ mod tests {
             }
         }
         assert!(all.iter().all(|&i| i < l.len()));
-        assert!((WorkerCounter::Truncated as usize) < WORKER_COUNTERS);
+        assert!((WorkerCounter::RingErrors as usize) < WORKER_COUNTERS);
         // Rule and output lines start on cache-line boundaries.
         assert_eq!(l.rule(1, 2, RuleCounter::Packets) % LINE, 0);
         assert_eq!(l.output(1, 3, OutputCounter::Packets) % LINE, 0);

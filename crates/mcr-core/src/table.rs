@@ -91,26 +91,42 @@ pub struct CompileError {
 }
 
 impl MatchTable {
-    /// Builds the table from a snapshot.
-    pub fn compile(snap: &TableSnapshot) -> Result<MatchTable, CompileError> {
+    /// Builds the table from a snapshot, rule by rule: a rule that cannot be
+    /// set up (an interface that vanished or lost its address since the
+    /// supervisor validated it) is left out and reported, and every other
+    /// rule forwards.
+    pub fn compile(snap: &TableSnapshot) -> (MatchTable, Vec<CompileError>) {
         let mut t = MatchTable {
             version: snap.version,
             ..Default::default()
         };
+        let mut errors = Vec::new();
         for sr in &snap.rules {
+            if let Err(e) = t.add(sr, &snap.interfaces) {
+                errors.push(e);
+            }
+        }
+        (t, errors)
+    }
+
+    fn add(
+        &mut self,
+        sr: &crate::snapshot::SlottedRule,
+        interfaces: &crate::interfaces::Interfaces,
+    ) -> Result<(), CompileError> {
+        let t = self;
+        {
             let r = &sr.rule;
             let bad = |reason: String| CompileError {
                 rule: r.name.clone(),
                 reason,
             };
-            let input_if = snap
-                .interfaces
+            let input_if = interfaces
                 .get(&r.input.interface)
                 .ok_or_else(|| bad(format!("input interface `{}` is unknown", r.input.interface)))?;
             let mut outputs = Vec::with_capacity(r.outputs.len());
             for (o, &slot) in r.outputs.iter().zip(&sr.output_slots) {
-                let iface = snap
-                    .interfaces
+                let iface = interfaces
                     .get(&o.interface)
                     .ok_or_else(|| bad(format!("output interface `{}` is unknown", o.interface)))?;
                 let dst = o.destination.ip();
@@ -161,7 +177,7 @@ impl MatchTable {
                 None => e.any_source = Some(idx),
             }
         }
-        Ok(t)
+        Ok(())
     }
 
     /// The rule for a packet that arrived on `ifindex`, sent from `src` to
@@ -228,6 +244,7 @@ mod tests {
             mac: [2, 0, 0, 0, 0, index as u8],
             mtu: 1500,
             addresses: vec![addr.parse().expect("literal")],
+            ethernet: true,
         };
         TableSnapshot {
             version: 7,
@@ -250,11 +267,10 @@ mod tests {
 
     #[test]
     fn source_specific_wins_over_any_source() {
-        let t = MatchTable::compile(&snap(&[
+        let t = compiled(&snap(&[
             ("any", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]),
             ("s1", "veth1:239.1.1.1:5001,source=10.0.0.1", &["veth2:239.10.1.2:6001"]),
-        ]))
-        .expect("compiles");
+        ]));
         let g: IpAddr = "239.1.1.1".parse().expect("literal");
         let from = |s: &str| t.lookup(2, g, 5001, s.parse().expect("literal"));
         assert!(matches!(from("10.0.0.1"), Lookup::Rule(r) if r.name == "s1"));
@@ -271,12 +287,11 @@ mod tests {
 
     #[test]
     fn only_source_specific_rules_turn_other_sources_away() {
-        let t = MatchTable::compile(&snap(&[(
+        let t = compiled(&snap(&[(
             "s1",
             "veth1:239.1.1.1:5001,source=10.0.0.1",
             &["veth2:239.10.1.2:6001"],
-        )]))
-        .expect("compiles");
+        )]));
         let g: IpAddr = "239.1.1.1".parse().expect("literal");
         assert_eq!(
             t.lookup(2, g, 5001, "10.0.0.9".parse().expect("literal")),
@@ -286,7 +301,7 @@ mod tests {
 
     #[test]
     fn outputs_resolve_macs_sources_and_slots() {
-        let t = MatchTable::compile(&snap(&[(
+        let t = compiled(&snap(&[(
             "a",
             "veth1:10.0.0.2:5001",
             &[
@@ -294,8 +309,7 @@ mod tests {
                 "veth2:239.10.1.2:6002,source=keep",
                 "veth2:10.0.1.2:7000",
             ],
-        )]))
-        .expect("compiles");
+        )]));
         assert_eq!(t.version, 7);
         let r = &t.rules()[0];
         assert_eq!(r.slot, 10);
@@ -316,11 +330,34 @@ mod tests {
         assert_eq!(t.input_interfaces(), vec![2]);
     }
 
+    fn compiled(s: &TableSnapshot) -> MatchTable {
+        let (t, errors) = MatchTable::compile(s);
+        assert!(errors.is_empty(), "{errors:?}");
+        t
+    }
+
     #[test]
-    fn a_vanished_interface_is_a_compile_error() {
-        let mut s = snap(&[("a", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])]);
+    fn a_rule_whose_interface_vanished_is_left_out_and_the_rest_forwards() {
+        let mut s = snap(&[
+            ("a", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]),
+            ("b", "veth1:239.1.1.2:5001", &["veth9:239.10.1.2:6001"]),
+        ]);
+        let (t, errors) = MatchTable::compile(&s);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].rule, "b");
+        assert!(errors[0].to_string().contains("`veth9` is unknown"), "{}", errors[0]);
+        assert_eq!(t.rules().len(), 1);
+        assert!(matches!(
+            t.lookup(
+                2,
+                "239.1.1.1".parse().expect("literal"),
+                5001,
+                "10.0.0.1".parse().expect("literal")
+            ),
+            Lookup::Rule(_)
+        ));
         s.interfaces = Interfaces::default();
-        let e = MatchTable::compile(&s).expect_err("no interfaces");
-        assert!(e.to_string().contains("`veth1` is unknown"), "{e}");
+        let (t, errors) = MatchTable::compile(&s);
+        assert_eq!((t.rules().len(), errors.len()), (0, 2));
     }
 }

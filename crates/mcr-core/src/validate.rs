@@ -113,14 +113,19 @@ fn check_name(rule: &Rule) -> Result<(), RuleError> {
 }
 
 fn check_interface(rule: &Rule, field: &str, name: &str, interfaces: &Interfaces) -> Result<(), RuleError> {
-    if interfaces.get(name).is_none() {
-        return Err(err(
+    match interfaces.get(name) {
+        None => Err(err(
             rule,
             field,
             format!("interface `{name}` does not exist (known: {})", interfaces.names()),
-        ));
+        )),
+        Some(i) if !i.ethernet => Err(err(
+            rule,
+            field,
+            format!("interface `{name}` is not an Ethernet interface; MCR reads and writes Ethernet frames"),
+        )),
+        Some(_) => Ok(()),
     }
-    Ok(())
 }
 
 fn check_port(rule: &Rule, field: &str, a: &SocketAddr) -> Result<(), RuleError> {
@@ -309,11 +314,13 @@ mod tests {
             } else {
                 vec![addr.parse().expect("literal")]
             },
+            ethernet: name != "tun0",
         };
         Interfaces::new([
             mk("veth1", 2, "10.0.0.2"),
             mk("veth2", 3, "10.0.1.1"),
             mk("bare0", 4, ""),
+            mk("tun0", 5, "10.9.0.1"),
         ])
     }
 
@@ -356,7 +363,12 @@ mod tests {
             (
                 rule("x", "eth9:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]),
                 "input.interface",
-                "`eth9` does not exist (known: bare0, veth1, veth2)",
+                "`eth9` does not exist (known: bare0, tun0, veth1, veth2)",
+            ),
+            (
+                rule("x", "tun0:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]),
+                "input.interface",
+                "not an Ethernet interface",
             ),
             (
                 rule("x", "veth1:239.1.1.1:0", &["veth2:239.10.1.1:6001"]),

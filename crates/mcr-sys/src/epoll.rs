@@ -48,6 +48,13 @@ impl Epoll {
     /// Waits up to `timeout_ms` (-1: forever) and returns the tokens of the
     /// fds that are ready. An interrupted wait returns no tokens.
     pub fn wait(&mut self, timeout_ms: i32) -> io::Result<impl Iterator<Item = u64> + '_> {
+        Ok(self.wait_events(timeout_ms)?.map(|e| e.token))
+    }
+
+    /// As [`Epoll::wait`], also saying whether each fd reported an error or
+    /// a hang-up (`EPOLLERR`/`EPOLLHUP`), which stays reported until the
+    /// fd's error is read.
+    pub fn wait_events(&mut self, timeout_ms: i32) -> io::Result<impl Iterator<Item = Ready> + '_> {
         // SAFETY: `events` has `len` writable entries; the kernel writes at
         // most that many.
         let rc = unsafe {
@@ -63,8 +70,20 @@ impl Epoll {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
             Err(e) => return Err(e),
         };
-        Ok(self.events[..n].iter().map(|e| e.u64))
+        Ok(self.events[..n].iter().map(|e| Ready {
+            token: e.u64,
+            error: e.events & (libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0,
+        }))
     }
+}
+
+/// A ready file descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ready {
+    /// The token it was registered with.
+    pub token: u64,
+    /// It reported an error or a hang-up.
+    pub error: bool,
 }
 
 #[cfg(test)]

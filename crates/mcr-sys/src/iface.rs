@@ -132,6 +132,25 @@ pub fn mac(name: &str) -> io::Result<[u8; 6]> {
     Ok(m)
 }
 
+/// True if interface `name` is an Ethernet interface (`ARPHRD_ETHER`):
+/// one MCR can read and write Ethernet frames on.
+pub fn is_ethernet(name: &str) -> io::Result<bool> {
+    let mut req = ifreq(name)?;
+    ioctl(libc::SIOCGIFHWADDR, &mut req)?;
+    // SAFETY: SIOCGIFHWADDR filled the ifru_hwaddr member of the union.
+    let family = unsafe { req.ifr_ifru.ifru_hwaddr.sa_family };
+    Ok(family == libc::ARPHRD_ETHER)
+}
+
+/// True if interface `name` is up (`IFF_UP`).
+pub fn is_up(name: &str) -> io::Result<bool> {
+    let mut req = ifreq(name)?;
+    ioctl(libc::SIOCGIFFLAGS, &mut req)?;
+    // SAFETY: SIOCGIFFLAGS filled the ifru_flags member of the union.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    Ok(flags & libc::IFF_UP as libc::c_short != 0)
+}
+
 /// The MTU of interface `name`.
 pub fn mtu(name: &str) -> io::Result<u32> {
     let mut req = ifreq(name)?;
@@ -143,10 +162,16 @@ pub fn mtu(name: &str) -> io::Result<u32> {
 
 /// The IP addresses (both families) of interface `name`, IPv4 first.
 pub fn addresses(name: &str) -> io::Result<Vec<std::net::IpAddr>> {
+    Ok(all_addresses()?.remove(name).unwrap_or_default())
+}
+
+/// The IP addresses of every interface, by name, IPv4 first, from one
+/// `getifaddrs` call.
+pub fn all_addresses() -> io::Result<std::collections::HashMap<String, Vec<std::net::IpAddr>>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a list head that we free below.
     crate::check(unsafe { libc::getifaddrs(&mut head) })?;
-    let mut out = Vec::new();
+    let mut out: std::collections::HashMap<String, Vec<std::net::IpAddr>> = std::collections::HashMap::new();
     let mut cur = head;
     while !cur.is_null() {
         // SAFETY: `cur` is a node of the list getifaddrs returned, alive
@@ -154,7 +179,7 @@ pub fn addresses(name: &str) -> io::Result<Vec<std::net::IpAddr>> {
         let ifa = unsafe { &*cur };
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
         let ifname = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
-        if ifname.to_bytes() == name.as_bytes() && !ifa.ifa_addr.is_null() {
+        if !ifa.ifa_addr.is_null() {
             // SAFETY: ifa_addr points at a sockaddr of the family it names;
             // sockaddr_storage is large enough to copy any of them into, and
             // we copy only the size of the family's own type.
@@ -172,7 +197,9 @@ pub fn addresses(name: &str) -> io::Result<Vec<std::net::IpAddr>> {
                     std::ptr::copy_nonoverlapping(ifa.ifa_addr.cast::<u8>(), (&raw mut storage).cast::<u8>(), len)
                 };
                 if let Some(a) = crate::sockaddr::from_storage(&storage, len as libc::socklen_t) {
-                    out.push(a.ip());
+                    out.entry(ifname.to_string_lossy().into_owned())
+                        .or_default()
+                        .push(a.ip());
                 }
             }
         }
@@ -180,7 +207,9 @@ pub fn addresses(name: &str) -> io::Result<Vec<std::net::IpAddr>> {
     }
     // SAFETY: `head` came from getifaddrs and is freed exactly once.
     unsafe { libc::freeifaddrs(head) };
-    out.sort_by_key(|a| a.is_ipv6());
+    for v in out.values_mut() {
+        v.sort_by_key(|a| a.is_ipv6());
+    }
     Ok(out)
 }
 
@@ -195,6 +224,8 @@ mod more_tests {
         let addrs = addresses("lo").expect("addrs");
         assert!(addrs.contains(&"127.0.0.1".parse().expect("literal")), "{addrs:?}");
         assert!(mac("no-such-if0").is_err());
+        assert!(!is_ethernet("lo").expect("lo"), "loopback is not Ethernet");
+        assert!(is_up("lo").is_ok());
         assert!(mac("").is_err());
         assert!(addresses("no-such-if0").expect("empty list").is_empty());
     }

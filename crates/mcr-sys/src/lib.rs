@@ -10,7 +10,7 @@
 //! the kernel's layout ([`sockaddr`]), socket options that `socket2` does not
 //! cover ([`sockopt`]), interface lookups ([`iface`]), process helpers
 //! ([`process`]), AF_PACKET receive rings with fanout and filters
-//! ([`ring`]), io_uring sends ([`uring`]),
+//! ([`ring`]),
 //! counters in shared memory ([`shm`]) and network namespaces
 //! ([`netns`]).
 
@@ -27,7 +27,6 @@ pub mod ring;
 pub mod shm;
 pub mod sockaddr;
 pub mod sockopt;
-pub mod uring;
 
 /// Turns a `-1` return into the thread's `errno` as an [`std::io::Error`].
 fn check(rc: libc::c_int) -> std::io::Result<libc::c_int> {

@@ -20,7 +20,21 @@ pub struct Outgoing<'a> {
     pub to: Option<&'a RawSockAddr>,
     /// The UDP payload.
     pub data: &'a [u8],
+    /// This datagram's TTL (IPv4) or hop limit (IPv6), sent as a control
+    /// message; `None` for the socket's own.
+    pub ttl: Option<u8>,
 }
+
+impl<'a> Outgoing<'a> {
+    /// A datagram to `to` (or to the connected peer) with the socket's TTL.
+    pub fn new(to: Option<&'a RawSockAddr>, data: &'a [u8]) -> Self {
+        Outgoing { to, data, ttl: None }
+    }
+}
+
+/// Room for one `IP_TTL` / `IPV6_HOPLIMIT` control message (an int), with
+/// its header, in `u64`s.
+const TTL_CMSG_WORDS: usize = 4;
 
 /// Sends up to [`MAX_BATCH`] datagrams with one `sendmmsg` call and returns
 /// how many the kernel accepted (it may take fewer than offered).
@@ -41,7 +55,9 @@ pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[Outgoing<'_>], dont_wait: bool) ->
     // SAFETY: mmsghdr is plain data; all zeroes (null pointers, zero lengths)
     // is a valid value.
     let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { mem::zeroed() };
+    let mut control = [[0u64; TTL_CMSG_WORDS]; MAX_BATCH];
     let iov_base = iov.as_mut_ptr();
+    let control_base = control.as_mut_ptr();
     for (i, (h, m)) in hdrs.iter_mut().zip(msgs).enumerate() {
         if let Some(to) = m.to {
             h.msg_hdr.msg_name = to.as_ptr().cast_mut().cast();
@@ -49,6 +65,13 @@ pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[Outgoing<'_>], dont_wait: bool) ->
         }
         h.msg_hdr.msg_iov = iov_base.wrapping_add(i);
         h.msg_hdr.msg_iovlen = 1;
+        if let Some(ttl) = m.ttl {
+            let v6 = m.to.and_then(|t| t.to_std()).is_some_and(|a| a.is_ipv6());
+            let buf = control_base.wrapping_add(i).cast::<libc::c_void>();
+            h.msg_hdr.msg_control = buf;
+            h.msg_hdr.msg_controllen = mem::size_of::<[u64; TTL_CMSG_WORDS]>();
+            write_ttl_cmsg(&h.msg_hdr, v6, ttl);
+        }
     }
     let flags = if dont_wait { libc::MSG_DONTWAIT } else { 0 };
     // SAFETY: the first `n` headers point at live iovecs, payloads and
@@ -62,6 +85,39 @@ pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[Outgoing<'_>], dont_wait: bool) ->
 /// shortly" (`ENOBUFS`, `EAGAIN`), as opposed to a real failure.
 pub fn is_queue_full(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ENOBUFS) || e.kind() == io::ErrorKind::WouldBlock
+}
+
+/// Writes one `IP_TTL` (or `IPV6_HOPLIMIT`) control message into the
+/// control buffer of `hdr` and shrinks its length to fit.
+fn write_ttl_cmsg(hdr: &libc::msghdr, v6: bool, ttl: u8) {
+    // SAFETY: `hdr` points at a control buffer of TTL_CMSG_WORDS u64s (32
+    // bytes, aligned for cmsghdr), which holds CMSG_SPACE(4) = 24 bytes;
+    // CMSG_FIRSTHDR returns its start.
+    let c = unsafe { libc::CMSG_FIRSTHDR(hdr) };
+    if c.is_null() {
+        return;
+    }
+    // SAFETY: CMSG_LEN is arithmetic on a length.
+    let len = unsafe { libc::CMSG_LEN(mem::size_of::<libc::c_int>() as u32) } as usize;
+    let (level, kind) = if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_TTL)
+    };
+    // SAFETY: `c` is the aligned start of the control buffer, large enough for
+    // a header and an int (see above); nothing else refers to it.
+    unsafe {
+        c.write(libc::cmsghdr {
+            cmsg_len: len,
+            cmsg_level: level,
+            cmsg_type: kind,
+        })
+    };
+    // SAFETY: CMSG_DATA is arithmetic on the header just written.
+    let data = unsafe { libc::CMSG_DATA(c) };
+    // SAFETY: `data` points inside the control buffer, where an int fits
+    // after the header; written unaligned to be safe.
+    unsafe { std::ptr::write_unaligned(data.cast::<libc::c_int>(), libc::c_int::from(ttl)) };
 }
 
 /// What the kernel said about one received datagram.
@@ -273,7 +329,7 @@ mod tests {
         let to = RawSockAddr::new(rx.local_addr().expect("addr"));
         let tx = UdpSocket::bind("127.0.0.1:0").expect("bind tx");
         let payloads: Vec<Vec<u8>> = (0u8..10).map(|i| vec![i; 100 + i as usize]).collect();
-        let msgs: Vec<Outgoing<'_>> = payloads.iter().map(|p| Outgoing { to: Some(&to), data: p }).collect();
+        let msgs: Vec<Outgoing<'_>> = payloads.iter().map(|p| Outgoing::new(Some(&to), p)).collect();
         assert_eq!(send_batch(tx.as_fd(), &msgs, false).expect("send"), 10);
 
         let mut batch = RecvBatch::new(16, 2048);
@@ -297,15 +353,7 @@ mod tests {
         let to = RawSockAddr::new(rx.local_addr().expect("addr"));
         let tx = UdpSocket::bind("127.0.0.1:0").expect("bind tx");
         let big = vec![7u8; 500];
-        send_batch(
-            tx.as_fd(),
-            &[Outgoing {
-                to: Some(&to),
-                data: &big,
-            }],
-            false,
-        )
-        .expect("send");
+        send_batch(tx.as_fd(), &[Outgoing::new(Some(&to), &big)], false).expect("send");
         let mut batch = RecvBatch::new(4, 100);
         let mut n = 0;
         while n == 0 {
@@ -314,6 +362,65 @@ mod tests {
         let (data, meta) = batch.get(0);
         assert!(meta.truncated);
         assert_eq!(data.len(), 100);
+    }
+
+    #[test]
+    fn a_ttl_per_datagram_reaches_the_receiver() {
+        let rx = UdpSocket::bind("127.0.0.1:0").expect("bind rx");
+        // Ask for each datagram's TTL on receipt.
+        let on: libc::c_int = 1;
+        // SAFETY: test only; IP_RECVTTL takes an int by pointer with its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&rx),
+                libc::IPPROTO_IP,
+                libc::IP_RECVTTL,
+                (&raw const on).cast(),
+                4,
+            )
+        };
+        assert_eq!(rc, 0);
+        let to = RawSockAddr::new(rx.local_addr().expect("addr"));
+        let tx = UdpSocket::bind("127.0.0.1:0").expect("bind tx");
+        let msgs = [
+            Outgoing {
+                to: Some(&to),
+                data: b"a",
+                ttl: Some(7),
+            },
+            Outgoing {
+                to: Some(&to),
+                data: b"b",
+                ttl: Some(9),
+            },
+        ];
+        assert_eq!(send_batch(tx.as_fd(), &msgs, false).expect("send"), 2);
+        let mut ttls = Vec::new();
+        let mut buf = [0u8; 16];
+        let mut cbuf = [0u64; 8];
+        while ttls.len() < 2 {
+            let mut iov = libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: buf.len(),
+            };
+            // SAFETY: test only; msghdr is plain data.
+            let mut m: libc::msghdr = unsafe { mem::zeroed() };
+            m.msg_iov = &mut iov;
+            m.msg_iovlen = 1;
+            m.msg_control = cbuf.as_mut_ptr().cast();
+            m.msg_controllen = mem::size_of_val(&cbuf);
+            // SAFETY: test only; every pointer in `m` is live for the call.
+            let n = unsafe { libc::recvmsg(std::os::fd::AsRawFd::as_raw_fd(&rx), &mut m, 0) };
+            assert!(n > 0);
+            // SAFETY: test only; the kernel filled `m`'s control buffer.
+            let c = unsafe { libc::CMSG_FIRSTHDR(&m) };
+            assert!(!c.is_null());
+            // SAFETY: test only; arithmetic on the header the kernel wrote.
+            let data = unsafe { libc::CMSG_DATA(c) };
+            // SAFETY: test only; an IP_TTL message carries an int there.
+            ttls.push(unsafe { std::ptr::read_unaligned(data.cast::<libc::c_int>()) });
+        }
+        assert_eq!(ttls, vec![7, 9]);
     }
 
     #[test]

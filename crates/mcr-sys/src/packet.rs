@@ -41,7 +41,7 @@ impl PacketTx {
     /// Sends up to [`mmsg::MAX_BATCH`] frames in one call; returns how many
     /// the kernel took.
     pub fn send(&self, frames: &[&[u8]], dont_wait: bool) -> io::Result<usize> {
-        let mut msgs = [Outgoing { to: None, data: &[] }; mmsg::MAX_BATCH];
+        let mut msgs = [Outgoing::new(None, &[]); mmsg::MAX_BATCH];
         let n = frames.len().min(mmsg::MAX_BATCH);
         for (m, f) in msgs.iter_mut().zip(frames) {
             m.data = f;

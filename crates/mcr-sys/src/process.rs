@@ -115,33 +115,43 @@ fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
     Ok(())
 }
 
-/// Makes the child that `cmd` starts find `fd` open as descriptor number
-/// `target` (without close-on-exec). The caller keeps `fd` open until the
-/// child has started.
-pub fn pass_fd(cmd: &mut Command, fd: std::os::fd::BorrowedFd<'_>, target: i32) {
+/// Makes the child that `cmd` starts find each `fds[i].0` open as
+/// descriptor number `fds[i].1` (without close-on-exec). The caller keeps
+/// the descriptors open until the child has started. Sources are first
+/// moved above every target, so no `dup2` clobbers another source.
+pub fn pass_fds(cmd: &mut Command, fds: &[(std::os::fd::BorrowedFd<'_>, i32)]) {
     use std::os::fd::AsRawFd;
-    let src = fd.as_raw_fd();
+    const MAX: usize = 8;
+    let mut pairs = [(-1i32, -1i32); MAX];
+    let n = fds.len().min(MAX);
+    for (p, (fd, target)) in pairs.iter_mut().zip(fds) {
+        *p = (fd.as_raw_fd(), *target);
+    }
     // SAFETY: the closure runs in the forked child before exec and calls
-    // only dup2 and fcntl, which are async-signal-safe; it allocates nothing.
-    unsafe { cmd.pre_exec(move || dup_to(src, target)) };
+    // only fcntl and dup2, which are async-signal-safe; it works on a copy
+    // of a fixed array and allocates nothing.
+    unsafe { cmd.pre_exec(move || place_fds(&pairs[..n])) };
 }
 
-/// In a freshly forked child: make `src` available as `target`.
-fn dup_to(src: i32, target: i32) -> io::Result<()> {
-    if src == target {
-        // dup2 onto itself keeps close-on-exec: clear the flag instead.
-        // SAFETY: fcntl on an fd number with plain integer arguments.
-        crate::check(unsafe { libc::fcntl(src, libc::F_SETFD, 0) })?;
-    } else {
-        // SAFETY: dup2 takes two fd numbers; the new one has no
-        // close-on-exec flag.
-        crate::check(unsafe { libc::dup2(src, target) })?;
+/// In a freshly forked child: put each `(src, target)` in place.
+fn place_fds(pairs: &[(i32, i32)]) -> io::Result<()> {
+    let highest = pairs.iter().map(|p| p.1).max().unwrap_or(0);
+    let mut moved = [-1i32; 8];
+    for (m, &(src, _)) in moved.iter_mut().zip(pairs) {
+        // SAFETY: F_DUPFD_CLOEXEC duplicates an open fd to the lowest free
+        // number above `highest`; plain integers only.
+        *m = crate::check(unsafe { libc::fcntl(src, libc::F_DUPFD_CLOEXEC, highest + 1) })?;
+    }
+    for (&m, &(_, target)) in moved.iter().zip(pairs) {
+        // SAFETY: dup2 takes two fd numbers; the new one has no close-on-exec
+        // flag, and `m` is never a target (it is above all of them).
+        crate::check(unsafe { libc::dup2(m, target) })?;
     }
     Ok(())
 }
 
 /// Takes ownership of descriptor `n`, inherited from the parent (see
-/// [`pass_fd`]), and marks it close-on-exec. Fails if `n` is not open.
+/// [`pass_fds`]), and marks it close-on-exec. Fails if `n` is not open.
 pub fn own_inherited_fd(n: i32) -> io::Result<std::os::fd::OwnedFd> {
     // SAFETY: F_SETFD on a descriptor number changes only its flags; it
     // fails with EBADF if the number is not open, and then we own nothing.
@@ -165,6 +175,20 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     // calling thread.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     crate::check(rc).map(|_| ())
+}
+
+/// The CPUs this process may run on (its affinity mask), in order.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a writable cpu_set_t of the size passed; pid 0 is
+    // this thread.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    crate::check(rc)?;
+    // SAFETY: CPU_ISSET reads one bit of a valid set, below CPU_SETSIZE.
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
 }
 
 /// Raises the soft limit on open file descriptors to the hard limit and
@@ -204,14 +228,24 @@ mod tests {
     }
 
     #[test]
-    fn a_passed_fd_is_open_in_the_child_under_its_number() {
-        let f = std::fs::File::open("/proc/self/stat").expect("file");
+    fn passed_fds_land_on_their_numbers_even_when_they_cross() {
+        use std::os::fd::{AsFd, AsRawFd};
+        let a = std::fs::File::open("/proc/self/stat").expect("a");
+        let b = std::fs::File::open("/dev/null").expect("b");
+        // Ask for a's number to become b's target and the other way round.
+        let (na, nb) = (a.as_raw_fd(), b.as_raw_fd());
         let mut cmd = Command::new("sh");
-        cmd.args(["-c", "test -e /proc/self/fd/7 && echo yes || echo no"]);
-        use std::os::fd::AsFd;
-        pass_fd(&mut cmd, f.as_fd(), 7);
+        cmd.args([
+            "-c",
+            &format!("readlink /proc/self/fd/{na}; readlink /proc/self/fd/{nb}"),
+        ]);
+        pass_fds(&mut cmd, &[(a.as_fd(), nb), (b.as_fd(), na)]);
         let out = cmd.output().expect("run");
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "yes");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines[0], "/dev/null", "b landed on a's number: {text}");
+        assert!(lines[1].ends_with("/stat"), "a landed on b's number: {text}");
     }
 
     #[test]
@@ -222,6 +256,12 @@ mod tests {
     #[test]
     fn fd_limit_can_be_raised() {
         assert!(raise_fd_limit().expect("rlimit") >= 1024);
+    }
+
+    #[test]
+    fn this_process_may_run_on_some_cpu() {
+        let cpus = allowed_cpus().expect("affinity");
+        assert!(!cpus.is_empty());
     }
 
     #[test]

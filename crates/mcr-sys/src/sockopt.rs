@@ -32,6 +32,15 @@ fn set_flag(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, on: bool)
     set_raw(fd, level, name, &libc::c_int::from(on))
 }
 
+/// Takes a socket's pending error (`SO_ERROR`, which reading clears).
+pub fn take_error(fd: BorrowedFd<'_>) -> Option<io::Error> {
+    match get_int(fd, libc::SOL_SOCKET, libc::SO_ERROR) {
+        Ok(0) => None,
+        Ok(e) => Some(io::Error::from_raw_os_error(e)),
+        Err(e) => Some(e),
+    }
+}
+
 /// Asks for `IP_PKTINFO` / `IPV6_PKTINFO` control messages, which carry the
 /// destination address of each received datagram.
 pub fn set_recv_pktinfo(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
@@ -106,6 +115,33 @@ pub fn force_send_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> 
         set_raw(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &v)?;
     }
     get_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF).map(|n| n.max(0) as usize)
+}
+
+/// Attaches a classic BPF program (`SO_ATTACH_FILTER`), replacing any
+/// the socket had, atomically.
+pub fn attach_filter(fd: BorrowedFd<'_>, prog: &[libc::sock_filter]) -> io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: u16::try_from(prog.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "filter too long"))?,
+        filter: prog.as_ptr().cast_mut(),
+    };
+    // `fprog` points at `prog`, alive for the call; the kernel copies the
+    // program before it returns.
+    set_raw(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+}
+
+/// Makes a socket refuse every packet at its filter, so nothing is ever
+/// queued to it (the kernel counts each as a UDP `InErrors`).
+pub fn drop_everything(fd: BorrowedFd<'_>) -> io::Result<()> {
+    const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    attach_filter(
+        fd,
+        &[libc::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }],
+    )
 }
 
 /// `IP_MULTICAST_IF` by interface index (`ip_mreqn`), so the choice does not

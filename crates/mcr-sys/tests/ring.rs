@@ -9,7 +9,6 @@ use mcr_core::bpf::ingress_filter;
 use mcr_core::wire::{UDP_V4_HEADERS, UdpFrameSpec, ethernet, write_udp_v4_frame};
 use mcr_sys::packet::PacketTx;
 use mcr_sys::ring::{FilterInsn, RingConfig, RingVersion, RxRing};
-use mcr_sys::uring::UringSend;
 use mcr_testbed::presets::Pipeline;
 
 fn filter_all() -> Vec<FilterInsn> {
@@ -101,6 +100,12 @@ fn drain(rings: &mut [RxRing], want: usize) -> Vec<(usize, SocketAddrV4, u32)> {
         let mut any = false;
         for (r, ring) in rings.iter_mut().enumerate() {
             let n = ring.for_each_ready(64, |f| {
+                // The links' own IPv6 traffic (neighbour discovery, MLD
+                // reports), sent at moments of the kernel's choosing after
+                // they come up, is not ours; every IPv4 frame is.
+                if f.data[12..14] != [0x08, 0x00] {
+                    return;
+                }
                 let d = mcr_core::forward::parse(f.data, f.wire_len, mcr_core::forward::RxChecksum::Unknown)
                     .expect("a valid frame");
                 let seq = u32::from_be_bytes(f.data[d.payload_at..d.payload_at + 4].try_into().expect("4 bytes"));
@@ -209,38 +214,4 @@ fn a_full_ring_counts_its_drops() {
             "{version:?}: every frame either read or counted as dropped"
         );
     }
-}
-
-/// Sends `frames` from the generator's veth0 with io_uring.
-fn send_with_uring(p: &Pipeline, frames: Vec<Vec<u8>>) {
-    let ns = p.generator.name().to_string();
-    std::thread::spawn(move || {
-        mcr_sys::netns::enter(&ns).expect("enter gen ns");
-        let idx = mcr_sys::iface::index("veth0").expect("veth0");
-        let sock = PacketTx::open(idx, false).expect("socket");
-        let mut u = UringSend::new(64).expect("io_uring");
-        let mut results = Vec::new();
-        for chunk in frames.chunks(32) {
-            let refs: Vec<&[u8]> = chunk.iter().map(|f| f.as_slice()).collect();
-            u.send(std::os::fd::AsFd::as_fd(&sock), &refs, &mut results)
-                .expect("submit");
-            assert!(results.iter().all(|r| matches!(r, Ok(n) if *n > 0)), "{results:?}");
-        }
-    })
-    .join()
-    .expect("sender thread");
-}
-
-#[test]
-fn io_uring_sends_deliver_every_frame_in_order() {
-    let _lock = mcr_testbed::traffic_lock().expect("lock");
-    let p = Pipeline::new("tx-uring", 0).expect("link");
-    let mut rings = in_sink(&p, |idx| {
-        vec![RxRing::open(idx, &cfg(RingVersion::V2, 8 << 20), &filter_all(), None).expect("ring")]
-    });
-    let dst: SocketAddrV4 = "239.1.1.1:5001".parse().expect("literal");
-    send_with_uring(&p, (0..2000).map(|s| frame(dst, s)).collect());
-    let got = drain(&mut rings, 2000);
-    let seqs: Vec<u32> = got.iter().filter(|g| g.1 == dst).map(|g| g.2).collect();
-    assert_eq!(seqs, (0..2000).collect::<Vec<_>>());
 }

@@ -1,6 +1,9 @@
 //! `mcrctl`: talks to `mcrd` over its control socket. Tables for people,
-//! `--json` for programs; the exit code is 0 on success, 1 when the daemon
-//! refused the request, 2 when it could not be asked at all.
+//! `--json` for programs. The exit code is 0 on success, 1 when the daemon
+//! refused the request, 2 when it could not be asked at all (no daemon,
+//! no permission, another protocol version), and 3 when it took a change
+//! that is not fully in effect: a worker did not run it within the wait,
+//! or the rule has problems (both printed).
 
 #![forbid(unsafe_code)]
 
@@ -11,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use mcr_core::control::{Reply, Request};
+use mcr_core::control::{Reply, Request, Response};
 use mcr_core::rule::{Input, Output, Rule};
 
 #[derive(Parser, Debug)]
@@ -92,9 +95,54 @@ fn main() -> ExitCode {
             other => print!("{}", tables::render(other)),
         }
     }
-    if response.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+    ExitCode::from(exit_code(&response))
+}
+
+/// 0 done, 1 refused, 3 taken but not fully in effect (2, could not ask,
+/// is decided before there is a response).
+fn exit_code(response: &Response) -> u8 {
+    match &response.reply {
+        _ if !response.ok => 1,
+        Reply::Added { applied, problems, .. } if !*applied || !problems.is_empty() => 3,
+        Reply::Removed { applied: false, .. } => 3,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcr_core::control::{ControlError, ErrorKind};
+
+    fn added(applied: bool, problems: &[&str]) -> Response {
+        Reply::Added {
+            rule: "a".into(),
+            replaced: false,
+            applied,
+            joins: Vec::new(),
+            problems: problems.iter().map(|p| p.to_string()).collect(),
+        }
+        .into()
+    }
+
+    #[test]
+    fn a_change_not_fully_in_effect_exits_3() {
+        assert_eq!(exit_code(&added(true, &[])), 0);
+        assert_eq!(exit_code(&added(false, &[])), 3);
+        assert_eq!(exit_code(&added(true, &["output interface `x`: gone"])), 3);
+        let removed = |applied| -> Response {
+            Reply::Removed {
+                rule: "a".into(),
+                applied,
+            }
+            .into()
+        };
+        assert_eq!(exit_code(&removed(true)), 0);
+        assert_eq!(exit_code(&removed(false)), 3);
+        let refused: Response = Reply::Error {
+            error: ControlError::new(ErrorKind::NotFound, "no rule named `a`"),
+        }
+        .into();
+        assert_eq!(exit_code(&refused), 1);
     }
 }

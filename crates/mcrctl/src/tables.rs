@@ -33,8 +33,23 @@ pub fn render(r: &Reply) -> String {
         Reply::Version { daemon, protocol } => {
             let _ = writeln!(o, "mcrd {daemon}, protocol {protocol}");
         }
-        Reply::Added { rule, replaced, joins } => {
+        Reply::Added {
+            rule,
+            replaced,
+            applied,
+            joins,
+            problems,
+        } => {
             let _ = writeln!(o, "{} rule {rule}", if *replaced { "replaced" } else { "added" });
+            if !*applied {
+                let _ = writeln!(
+                    o,
+                    "  NOT yet applied by every worker: it may not forward yet (see `mcrctl workers`)"
+                );
+            }
+            for p in problems {
+                let _ = writeln!(o, "  problem: {p}");
+            }
             for j in joins {
                 match &j.error {
                     None => {
@@ -46,8 +61,14 @@ pub fn render(r: &Reply) -> String {
                 }
             }
         }
-        Reply::Removed { rule } => {
+        Reply::Removed { rule, applied } => {
             let _ = writeln!(o, "removed rule {rule}");
+            if !*applied {
+                let _ = writeln!(
+                    o,
+                    "  NOT yet applied by every worker: it may still forward (see `mcrctl workers`)"
+                );
+            }
         }
         Reply::Rules { rules } => {
             if rules.is_empty() {
@@ -62,6 +83,9 @@ pub fn render(r: &Reply) -> String {
                 let _ = writeln!(o, "{:<20} {:<40} {join}", s.rule.name, s.rule.input.to_string());
                 for out in &s.rule.outputs {
                     let _ = writeln!(o, "{:<20}   -> {out}", "");
+                }
+                for p in &s.problems {
+                    let _ = writeln!(o, "{:<20}   problem: {p}", "");
                 }
             }
         }
@@ -84,6 +108,9 @@ pub fn render(r: &Reply) -> String {
                     w.table_version,
                     w.last_exit.as_deref().unwrap_or("-")
                 );
+                for p in &w.problems {
+                    let _ = writeln!(o, "       problem: {p}");
+                }
             }
         }
         Reply::Error { error } => {
@@ -136,8 +163,8 @@ fn stats(o: &mut String, s: &StatsReport) {
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "{:<6} {:>12} {:>8} {:>12} {:>10}  dropped",
-        "worker", "rx frames", "rx pps", "tx packets", "ring drops"
+        "{:<6} {:>12} {:>8} {:>12} {:>10} {:>11}  dropped",
+        "worker", "rx frames", "rx pps", "tx packets", "ring drops", "ring errors"
     );
     for w in &s.workers {
         let why: Vec<String> = w
@@ -148,12 +175,13 @@ fn stats(o: &mut String, s: &StatsReport) {
             .collect();
         let _ = writeln!(
             o,
-            "{:<6} {:>12} {:>8} {:>12} {:>10}  {}",
+            "{:<6} {:>12} {:>8} {:>12} {:>10} {:>11}  {}",
             w.index,
             w.rx_frames,
             rate(w.rx_pps),
             w.tx_packets,
             w.ring_drops,
+            w.ring_errors,
             if why.is_empty() { "-".into() } else { why.join(", ") }
         );
     }

@@ -28,17 +28,45 @@ pub enum FromWorker {
         /// The worker's process id.
         pid: u32,
     },
-    /// Runs table `version` now.
+    /// Runs table `version` now, without the parts listed in `problems`
+    /// (an interface that vanished, say).
     Applied {
         /// The version.
         version: u64,
+        /// What could not be set up.
+        #[serde(default)]
+        problems: Vec<Problem>,
     },
-    /// Could not set up part of table `version` (an interface that
-    /// vanished, say); runs it without that part.
-    Trouble {
-        /// The version.
-        version: u64,
-        /// What went wrong.
-        error: String,
-    },
+}
+
+/// Something a worker could not set up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    /// What it keeps from forwarding.
+    pub scope: Scope,
+    /// What went wrong, naming the interface.
+    pub error: String,
+}
+
+/// The rules a [`Problem`] concerns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// This rule.
+    Rule(String),
+    /// Every rule that reads this interface.
+    Input(String),
+    /// Every rule with an output on this interface.
+    Output(String),
+}
+
+impl Problem {
+    /// True if it keeps `rule` (or part of it) from forwarding.
+    pub fn concerns(&self, rule: &mcr_core::rule::Rule) -> bool {
+        match &self.scope {
+            Scope::Rule(name) => *name == rule.name,
+            Scope::Input(i) => *i == rule.input.interface,
+            Scope::Output(i) => rule.outputs.iter().any(|o| o.interface == *i),
+        }
+    }
 }

@@ -10,6 +10,7 @@ mod worker;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use mcr_sys::ring::RingVersion;
 use tracing_subscriber::EnvFilter;
@@ -39,8 +40,8 @@ struct RunArgs {
     /// Worker processes, each pinned to its own core.
     #[arg(long, default_value_t = 1)]
     workers: usize,
-    /// The CPUs to pin workers to, comma separated (default: 0, 1, ... in
-    /// turn over the online CPUs).
+    /// The CPUs to pin workers to, comma separated (default: the CPUs this
+    /// process may run on, in turn).
     #[arg(long, value_delimiter = ',')]
     cpus: Vec<usize>,
     /// The control socket.
@@ -55,9 +56,6 @@ struct RunArgs {
     /// With --ring v3: how long a part-filled block waits, in ms.
     #[arg(long, default_value_t = 1)]
     block_timeout_ms: u32,
-    /// How multicast frames are sent: sendmmsg or uring.
-    #[arg(long, default_value = "sendmmsg", value_parser = worker::egress::parse_egress)]
-    egress: worker::egress::EgressKind,
 
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, default_value = "info")]
@@ -75,6 +73,11 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // Every stream may need a socket or a ring: take all the descriptors
+    // the hard limit allows (a worker inherits the raised limit).
+    if let Err(e) = mcr_sys::process::raise_fd_limit() {
+        tracing::warn!("could not raise the open-file limit: {e}");
+    }
     let result = match cli.command {
         Some(Command::Worker(a)) => {
             let index = a.index;
@@ -98,26 +101,21 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         "--ring-mb {} is outside 1-4096",
         a.ring_mb
     );
-    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cpus = if a.cpus.is_empty() {
-        (0..a.workers).map(|i| i % online).collect()
+    let allowed = mcr_sys::process::allowed_cpus().context("read this process's CPU affinity")?;
+    anyhow::ensure!(!allowed.is_empty(), "this process may run on no CPU");
+    let cpus: Vec<usize> = if a.cpus.is_empty() {
+        (0..a.workers).map(|i| allowed[i % allowed.len()]).collect()
     } else {
         a.cpus.clone()
     };
-    if let Some(c) = cpus.iter().find(|&&c| c >= online) {
-        anyhow::bail!("--cpus: CPU {c} is not online (this machine has {online})");
+    if let Some(c) = cpus.iter().find(|c| !allowed.contains(c)) {
+        anyhow::bail!("--cpus: mcrd may not run on CPU {c} (it may use CPUs {allowed:?})");
     }
     let ring = match a.ring {
         RingVersion::V2 => "v2",
         RingVersion::V3 => "v3",
     };
-    let egress = match a.egress {
-        worker::egress::EgressKind::Sendmmsg => "sendmmsg",
-        worker::egress::EgressKind::Uring => "uring",
-    };
     let worker_args = vec![
-        "--egress".into(),
-        egress.into(),
         "--workers".into(),
         a.workers.to_string(),
         "--ring".into(),

@@ -237,3 +237,100 @@ fn the_dual_bridge_is_crossed_with_no_route_between_its_segments() {
     let got = rx.finish(MINUTES).expect("recv done");
     assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
 }
+
+/// The groups joined on `ifname`, from the namespace's `/proc/net/igmp`
+/// (without 224.0.0.0/24, which every interface joins by itself).
+fn igmp_groups(ns: &Ns, ifname: &str) -> Vec<std::net::Ipv4Addr> {
+    let text = ns.exec("cat", ["/proc/net/igmp"]).expect("igmp");
+    let mut device = String::new();
+    let mut out = Vec::new();
+    for line in text.lines().skip(1) {
+        if !line.starts_with('\t') {
+            // "Idx\tDevice    : Count Querier"
+            device = line.split_whitespace().nth(1).unwrap_or("").to_string();
+        } else if device == ifname {
+            // The group as the kernel holds it, in network byte order,
+            // printed as a host-order hexadecimal number.
+            let hex = line.split_whitespace().next().expect("group");
+            let raw = u32::from_str_radix(hex, 16).expect("hex");
+            let g = std::net::Ipv4Addr::from(raw.to_le_bytes());
+            if g.octets()[..3] != [224, 0, 0] {
+                out.push(g);
+            }
+        }
+    }
+    out
+}
+
+/// The (group, source) filters on `ifname`, from `/proc/net/mcfilter`.
+fn source_filters(ns: &Ns, ifname: &str) -> Vec<(std::net::Ipv4Addr, std::net::Ipv4Addr)> {
+    let text = ns.exec("cat", ["/proc/net/mcfilter"]).expect("mcfilter");
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(1) == Some(&ifname)).then(|| {
+                let hex = |s: &str| u32::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex");
+                (hex(f[2]).into(), hex(f[3]).into())
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn any_source_and_source_specific_joins_of_one_group_live_side_by_side() {
+    use mcr_testbed::presets::Chain;
+    let c = Chain::new("joins-mixed").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    let group: std::net::Ipv4Addr = "239.1.1.1".parse().expect("group");
+    let joined = |args: &[&str]| match relay.ask(args).expect("add") {
+        Reply::Added { joins, .. } => {
+            assert!(joins.iter().all(|j| j.joined), "{joins:?}");
+            assert_eq!(joins.len(), 1);
+        }
+        other => panic!("{other:?}"),
+    };
+    let add_any = [
+        "add",
+        "any",
+        "--input",
+        "veth1:239.1.1.1:5001",
+        "--output",
+        "veth2:239.10.1.1:6001",
+    ];
+    let add_one = [
+        "add",
+        "one",
+        "--input",
+        "veth1:239.1.1.1:5001,source=10.0.0.1",
+        "--output",
+        "veth2:239.10.1.2:6001",
+    ];
+    let sender: std::net::Ipv4Addr = "10.0.0.1".parse().expect("source");
+    // Both orders: (*,G) then (S,G), and (S,G) then (*,G); each time,
+    // removing either join leaves the other in place.
+    for (first, second, first_is_specific) in [(&add_any, &add_one, false), (&add_one, &add_any, true)] {
+        joined(first);
+        joined(second);
+        assert_eq!(igmp_groups(&c.relay, Chain::RELAY_IN_IF), vec![group]);
+        assert_eq!(source_filters(&c.relay, Chain::RELAY_IN_IF), vec![(group, sender)]);
+        relay.ctl_ok(&["remove", first[1]]).expect("remove");
+        assert_eq!(
+            igmp_groups(&c.relay, Chain::RELAY_IN_IF),
+            vec![group],
+            "removing `{}` left the group",
+            first[1]
+        );
+        let filters = source_filters(&c.relay, Chain::RELAY_IN_IF);
+        if first_is_specific {
+            assert!(
+                filters.is_empty(),
+                "the source-specific join went with its rule: {filters:?}"
+            );
+        } else {
+            assert_eq!(filters, vec![(group, sender)], "the source-specific join stays");
+        }
+        relay.ctl_ok(&["remove", second[1]]).expect("remove");
+        assert!(igmp_groups(&c.relay, Chain::RELAY_IN_IF).is_empty());
+    }
+}

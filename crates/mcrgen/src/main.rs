@@ -157,6 +157,10 @@ struct SendArgs {
     /// interface is given and every destination is an IPv4 group).
     #[arg(long, default_value = "auto")]
     via: Via,
+    /// Tag every frame with this 802.1Q VLAN id (1-4094), as a trunk
+    /// port would carry it (frames path only).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4094))]
+    vlan: Option<u16>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -252,6 +256,7 @@ fn send(a: SendArgs) -> anyhow::Result<ExitCode> {
         duration: a.duration,
         cpu: a.cpu,
         via: a.via,
+        vlan: a.vlan,
     };
     let report = mcrgen::send::run(&cfg, &*stop_flag()?)?;
     if a.json {

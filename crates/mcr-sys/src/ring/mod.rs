@@ -115,14 +115,11 @@ fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T)
     crate::check(rc).map(|_| ())
 }
 
-fn attach_filter(fd: &OwnedFd, prog: &[FilterInsn]) -> io::Result<()> {
-    let fprog = libc::sock_fprog {
-        len: u16::try_from(prog.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "filter too long"))?,
-        filter: prog.as_ptr().cast_mut(),
-    };
-    // SAFETY: `fprog` points at `prog`, alive for the call; the kernel
-    // copies the program.
-    setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+/// The system's page size (ring blocks must be multiples of it).
+fn page_size() -> usize {
+    // SAFETY: sysconf takes a constant and touches no memory.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 { n as usize } else { 4096 }
 }
 
 /// Rounds `x` up to a multiple of `to` (a power of two).
@@ -148,7 +145,7 @@ impl RxRing {
             RingVersion::V3 => libc::tpacket_versions::TPACKET_V3 as libc::c_int,
         };
         setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_VERSION, &version)?;
-        let page = 4096;
+        let page = page_size();
         let (map_len, cursor) = match cfg.version {
             RingVersion::V2 => {
                 // Room for the header, the link-layer address and the frame.
@@ -188,15 +185,7 @@ impl RxRing {
         };
         let map = Mmap::shared(fd.as_fd(), map_len)?;
         // Drop everything until this socket is in its fanout group.
-        attach_filter(
-            &fd,
-            &[FilterInsn {
-                code: 0x06,
-                jt: 0,
-                jf: 0,
-                k: 0,
-            }],
-        )?;
+        crate::sockopt::drop_everything(fd.as_fd())?;
         // SAFETY: sockaddr_ll is plain data; all zeroes is valid.
         let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -225,7 +214,7 @@ impl RxRing {
 
     /// Replaces the filter (atomically: no frame passes unfiltered).
     pub fn set_filter(&self, filter: &[FilterInsn]) -> io::Result<()> {
-        attach_filter(&self.fd, filter)
+        crate::sockopt::attach_filter(self.fd.as_fd(), filter)
     }
 
     /// Hands every ready frame, at most `max`, to `f`, returning each slot
@@ -235,6 +224,13 @@ impl RxRing {
             Cursor::V2(c) => c.for_each_ready(&self.map, max, f),
             Cursor::V3(c) => c.for_each_ready(&self.map, max, f),
         }
+    }
+
+    /// Takes the socket's pending error, if any (`SO_ERROR`; the kernel sets
+    /// ENETDOWN when the interface goes down). Until it is read, epoll keeps
+    /// reporting the socket.
+    pub fn take_error(&self) -> Option<io::Error> {
+        crate::sockopt::take_error(self.fd.as_fd())
     }
 
     /// Reads (and resets) the kernel's counters for this socket.

@@ -4,14 +4,18 @@
 //!
 //! Joins are spread over as many sockets as the kernel's per-socket limit
 //! (`net.ipv4.igmp_max_memberships`, 20 by default) requires: when a socket
-//! refuses a join for want of room, the next socket takes it. The sockets
+//! refuses a join for want of room, the next socket takes it. A socket
+//! holds at most one membership per group and interface, so an any-source
+//! join and source-specific joins of the same group (which the kernel will
+//! not mix on one socket) sit on different sockets, and leaving one never
+//! touches the other. The sockets
 //! are bound to the loopback address (with `IP_FREEBIND`, so that works
 //! even when `lo` is down): no stream's datagram can ever match them, so
 //! the kernel queues no data to them, whatever ports the streams use. A
 //! join that fails is recorded with its reason and reported on the rule;
 //! it stops nothing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsFd;
@@ -41,6 +45,8 @@ struct JoinSocket {
     sock: Socket,
     ipv6: bool,
     full: bool,
+    /// The (interface, group) pairs it holds a membership of.
+    groups: HashSet<(u32, IpAddr)>,
 }
 
 /// Every membership the rules need.
@@ -78,7 +84,13 @@ fn open_socket(ipv6: bool) -> io::Result<Socket> {
 
 /// The kernel's "this socket holds all the memberships it may".
 fn is_socket_limit(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(code) if code == 105 /* ENOBUFS */ || code == 12 /* ENOMEM */)
+    matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::ENOMEM))
+}
+
+/// The kernel's "this socket holds a membership of that group that does
+/// not mix with this one": another socket may take it.
+fn is_socket_conflict(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EADDRINUSE | libc::EINVAL))
 }
 
 impl Memberships {
@@ -107,27 +119,40 @@ impl Memberships {
 
     fn join_somewhere(sockets: &mut Vec<JoinSocket>, key: JoinKey) -> Result<usize, String> {
         let ipv6 = key.group.is_ipv6();
+        let pair = (key.ifindex, key.group);
         let candidates: Vec<usize> = (0..sockets.len())
-            .filter(|&i| sockets[i].ipv6 == ipv6 && !sockets[i].full)
+            .filter(|&i| sockets[i].ipv6 == ipv6 && !sockets[i].full && !sockets[i].groups.contains(&pair))
             .collect();
+        let mut conflict = None;
         for i in candidates {
             match mcr_sys::membership::join(sockets[i].sock.as_fd(), key.ifindex, key.group, key.source) {
-                Ok(()) => return Ok(i),
+                Ok(()) => {
+                    sockets[i].groups.insert(pair);
+                    return Ok(i);
+                }
                 Err(e) if is_socket_limit(&e) => sockets[i].full = true,
+                Err(e) if is_socket_conflict(&e) => conflict = Some(e),
                 Err(e) => return Err(e.to_string()),
             }
         }
         let s = open_socket(ipv6).map_err(|e| format!("open a membership socket: {e}"))?;
         let r = mcr_sys::membership::join(s.as_fd(), key.ifindex, key.group, key.source);
-        sockets.push(JoinSocket {
+        let mut js = JoinSocket {
             sock: s,
             ipv6,
             full: false,
-        });
-        match r {
-            Ok(()) => Ok(sockets.len() - 1),
-            Err(e) => Err(e.to_string()),
-        }
+            groups: HashSet::new(),
+        };
+        let r = match r {
+            Ok(()) => {
+                js.groups.insert(pair);
+                Ok(sockets.len())
+            }
+            // A fresh socket refuses it too: the conflict is not the socket's.
+            Err(e) => Err(conflict.map_or_else(|| e.to_string(), |c| format!("{e} (and before: {c})"))),
+        };
+        sockets.push(js);
+        r
     }
 
     /// One user fewer of `key`; the last one leaves the group.
@@ -144,6 +169,7 @@ impl Memberships {
             if let Err(e) = mcr_sys::membership::leave(s.sock.as_fd(), key.ifindex, key.group, key.source) {
                 tracing::warn!("leaving {} on {}: {e}", key.group, j.interface);
             }
+            s.groups.remove(&(key.ifindex, key.group));
             s.full = false;
         }
     }

@@ -5,10 +5,13 @@
 
 mod control;
 mod membership;
+mod ports;
 mod rules;
 mod stats;
 mod workers;
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +27,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::channel::{FromWorker, ToWorker};
 use membership::{JoinKey, Memberships};
+use ports::Ports;
 use rules::{ChangeError, RuleTable};
 use stats::Stats;
 use workers::{Recipe, State, Worker, WorkerEvent};
@@ -48,13 +52,38 @@ const APPLY_WAIT: Duration = Duration::from_secs(5);
 struct Pending {
     version: u64,
     deadline: Instant,
-    response: Response,
+    reply: PendingReply,
     reply_to: oneshot::Sender<Response>,
+}
+
+/// An answer to a change, completed when it is sent: whether the workers
+/// run it, and what they could not set up.
+enum PendingReply {
+    Added {
+        rule: String,
+        replaced: bool,
+        joins: Vec<JoinState>,
+    },
+    Removed {
+        rule: String,
+    },
+}
+
+/// What a rule holds on the host for its input: a group membership, or
+/// (for a unicast input) its port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    Join(JoinKey),
+    Port(SocketAddr),
 }
 
 struct Supervisor {
     rules: RuleTable,
     members: Memberships,
+    ports: Ports,
+    /// Each rule's claim, as acquired (released as acquired, whatever the
+    /// interfaces have become since).
+    claims: HashMap<String, Claim>,
     workers: Vec<Worker>,
     recipe: Recipe,
     counters: SharedCounters,
@@ -66,27 +95,32 @@ struct Supervisor {
 
 /// Everything the host's interfaces offer, read afresh.
 pub fn interfaces() -> Interfaces {
+    let mut addresses = mcr_sys::iface::all_addresses().unwrap_or_else(|e| {
+        tracing::warn!("could not read the interfaces' addresses: {e}");
+        HashMap::new()
+    });
     Interfaces::new(mcr_sys::iface::names().into_iter().filter_map(|name| {
         Some(InterfaceInfo {
             index: mcr_sys::iface::index(&name).ok()?,
             mac: mcr_sys::iface::mac(&name).unwrap_or([0; 6]),
             mtu: mcr_sys::iface::mtu(&name).unwrap_or(1500),
-            addresses: mcr_sys::iface::addresses(&name).unwrap_or_default(),
+            addresses: addresses.remove(&name).unwrap_or_default(),
+            ethernet: mcr_sys::iface::is_ethernet(&name).unwrap_or(false),
             name,
         })
     }))
 }
 
-fn join_key(rule: &Rule, interfaces: &Interfaces) -> Option<JoinKey> {
-    let group = rule.input.destination.ip();
-    if !group.is_multicast() {
-        return None;
+fn claim_of(rule: &Rule, interfaces: &Interfaces) -> Option<Claim> {
+    let dst = rule.input.destination;
+    if !dst.ip().is_multicast() {
+        return Some(Claim::Port(dst));
     }
-    Some(JoinKey {
+    Some(Claim::Join(JoinKey {
         ifindex: interfaces.get(&rule.input.interface)?.index,
-        group,
+        group: dst.ip(),
         source: rule.input.source,
-    })
+    }))
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
@@ -108,6 +142,8 @@ async fn run_async(opts: Options) -> anyhow::Result<()> {
     let mut sup = Supervisor {
         rules: RuleTable::new(layout.rule_slots, layout.output_slots),
         members: Memberships::default(),
+        ports: Ports::default(),
+        claims: HashMap::new(),
         workers: (0..opts.workers)
             .map(|i| Worker::new(i, opts.cpus[i % opts.cpus.len()]))
             .collect(),
@@ -195,18 +231,15 @@ impl Supervisor {
                 };
                 match msg {
                     FromWorker::Ready { pid } => tracing::debug!("worker {index} (pid {pid}) ready"),
-                    FromWorker::Applied { version } => {
+                    FromWorker::Applied { version, problems } => {
+                        for p in problems.iter().filter(|p| !w.problems.contains(p)) {
+                            tracing::warn!("worker {index}, table {version}: {}", p.error);
+                        }
                         w.applied = version;
+                        w.problems = problems;
                         if w.state == State::Starting {
                             w.state = State::Running;
                         }
-                    }
-                    FromWorker::Trouble { version, error } => {
-                        w.applied = version;
-                        if w.state == State::Starting {
-                            w.state = State::Running;
-                        }
-                        tracing::warn!("worker {index}, table {version}: {error}");
                     }
                 }
                 self.answer_pending(false);
@@ -244,7 +277,7 @@ impl Supervisor {
     }
 
     /// Answers the changes every live worker now runs (or, with `timed`,
-    /// those that waited too long).
+    /// those that waited too long, saying so).
     fn answer_pending(&mut self, timed: bool) {
         let acked = self.acked();
         let now = Instant::now();
@@ -254,21 +287,38 @@ impl Supervisor {
             .partition(|p| p.version <= acked || (timed && now >= p.deadline));
         self.pending = wait;
         for p in done {
-            if p.version > acked {
+            let applied = p.version <= acked;
+            if !applied {
                 tracing::warn!(
                     "table {} not yet applied by every worker after {APPLY_WAIT:?}",
                     p.version
                 );
             }
-            let _ = p.reply_to.send(p.response);
+            let reply = match p.reply {
+                PendingReply::Added { rule, replaced, joins } => Reply::Added {
+                    problems: self
+                        .rules
+                        .rules()
+                        .iter()
+                        .find(|r| r.rule.name == rule)
+                        .map(|r| self.problems_of(&r.rule))
+                        .unwrap_or_default(),
+                    rule,
+                    replaced,
+                    applied,
+                    joins,
+                },
+                PendingReply::Removed { rule } => Reply::Removed { rule, applied },
+            };
+            let _ = p.reply_to.send(reply.into());
         }
     }
 
-    fn reply_when_applied(&mut self, version: u64, response: Response, reply_to: oneshot::Sender<Response>) {
+    fn reply_when_applied(&mut self, version: u64, reply: PendingReply, reply_to: oneshot::Sender<Response>) {
         self.pending.push(Pending {
             version,
             deadline: Instant::now() + APPLY_WAIT,
-            response,
+            reply,
             reply_to,
         });
         self.answer_pending(false);
@@ -303,24 +353,74 @@ impl Supervisor {
         let _ = reply_to.send(reply.into());
     }
 
-    fn joins_of(&self, r: &Rule) -> Vec<JoinState> {
-        let ifs = interfaces();
-        join_key(r, &ifs).map(|k| self.members.state(k)).into_iter().collect()
+    /// Takes the claim `rule` needs (before the rule it replaces lets go
+    /// of its own, so a rule replaced with the same input never leaves its
+    /// group), and releases the claim it held before.
+    fn claim(&mut self, rule: &Rule, interfaces: &Interfaces) -> Vec<JoinState> {
+        let mut joins = Vec::new();
+        let new = claim_of(rule, interfaces);
+        match new {
+            Some(Claim::Join(k)) => joins.push(self.members.acquire(k, &rule.input.interface)),
+            Some(Claim::Port(a)) => {
+                if let Some(p) = self.ports.acquire(a) {
+                    tracing::warn!("rule `{}`: {p}", rule.name);
+                }
+            }
+            None => {}
+        }
+        let old = match new {
+            Some(c) => self.claims.insert(rule.name.clone(), c),
+            None => self.claims.remove(&rule.name),
+        };
+        if let Some(old) = old {
+            self.release(old);
+        }
+        joins
+    }
+
+    fn release(&mut self, c: Claim) {
+        match c {
+            Claim::Join(k) => self.members.release(k),
+            Claim::Port(a) => self.ports.release(a),
+        }
+    }
+
+    /// What keeps `rule` from forwarding: what the live workers could not
+    /// set up for it, and a port that could not be held.
+    fn problems_of(&self, rule: &Rule) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(Claim::Port(a)) = self.claims.get(&rule.name)
+            && let Some(p) = self.ports.problem(*a)
+        {
+            out.push(p);
+        }
+        let live = self
+            .workers
+            .iter()
+            .filter(|w| matches!(w.state, State::Starting | State::Running));
+        for p in live.flat_map(|w| &w.problems).filter(|p| p.concerns(rule)) {
+            if !out.contains(&p.error) {
+                out.push(p.error.clone());
+            }
+        }
+        out
     }
 
     fn status(&self, r: &SlottedRule) -> RuleStatus {
         RuleStatus {
             rule: r.rule.clone(),
-            joins: self.joins_of(&r.rule),
+            joins: match self.claims.get(&r.rule.name) {
+                Some(Claim::Join(k)) => vec![self.members.state(*k)],
+                _ => Vec::new(),
+            },
+            problems: self.problems_of(&r.rule),
         }
     }
 
     fn add(&mut self, rule: Rule, reply_to: oneshot::Sender<Response>) {
         let ifs = interfaces();
         let name = rule.name.clone();
-        let input_if = rule.input.interface.clone();
-        let new_key = join_key(&rule, &ifs);
-        match self.rules.add(rule, &ifs, self.acked()) {
+        match self.rules.add(rule.clone(), &ifs, self.acked()) {
             Err(e) => {
                 let error = match e {
                     ChangeError::Invalid(r) => ControlError {
@@ -338,17 +438,7 @@ impl Supervisor {
             Ok(added) => {
                 self.stats
                     .zero(&self.counters, &added.reused.rules, &added.reused.outputs);
-                // Join the new group before leaving the old one, so a rule
-                // replaced with the same input never leaves it.
-                let joins: Vec<JoinState> = new_key
-                    .map(|k| self.members.acquire(k, &input_if))
-                    .into_iter()
-                    .collect();
-                if let Some(old) = &added.replaced
-                    && let Some(k) = join_key(&old.rule, &ifs)
-                {
-                    self.members.release(k);
-                }
+                let joins = self.claim(&rule, &ifs);
                 for j in joins.iter().filter(|j| !j.joined) {
                     tracing::warn!(
                         "rule `{name}`: joining {} on {}: {}",
@@ -358,19 +448,18 @@ impl Supervisor {
                     );
                 }
                 self.publish();
-                let response = Reply::Added {
+                let reply = PendingReply::Added {
                     rule: name,
                     replaced: added.replaced.is_some(),
                     joins,
-                }
-                .into();
-                self.reply_when_applied(added.version, response, reply_to);
+                };
+                self.reply_when_applied(added.version, reply, reply_to);
             }
         }
     }
 
     fn remove(&mut self, name: &str, reply_to: oneshot::Sender<Response>) {
-        let Some((r, version)) = self.rules.remove(name) else {
+        let Some((_, version)) = self.rules.remove(name) else {
             let known: Vec<&str> = self.rules.rules().iter().map(|r| r.rule.name.as_str()).collect();
             let error = ControlError::new(
                 ErrorKind::NotFound,
@@ -388,10 +477,10 @@ impl Supervisor {
         };
         // Stop forwarding first, then leave the group.
         self.publish();
-        if let Some(k) = join_key(&r.rule, &interfaces()) {
-            self.members.release(k);
+        if let Some(c) = self.claims.remove(name) {
+            self.release(c);
         }
-        self.reply_when_applied(version, Reply::Removed { rule: name.to_string() }.into(), reply_to);
+        self.reply_when_applied(version, PendingReply::Removed { rule: name.to_string() }, reply_to);
     }
 
     async fn shutdown(&mut self, events: &mut mpsc::UnboundedReceiver<WorkerEvent>) {
@@ -438,11 +527,12 @@ impl Supervisor {
                 .map(|(k, v)| format!("{k} {v}"))
                 .collect();
             out.push_str(&format!(
-                "  worker {} rx {} frames, tx {} packets, {} ring drops, {} dropped{}\n",
+                "  worker {} rx {} frames, tx {} packets, {} ring drops, {} ring errors, {} dropped{}\n",
                 w.index,
                 w.rx_frames,
                 w.tx_packets,
                 w.ring_drops,
+                w.ring_errors,
                 drops,
                 if why.is_empty() {
                     String::new()

@@ -250,6 +250,7 @@ mod tests {
             mac: [2, 0, 0, 0, 0, index as u8],
             mtu: 1500,
             addresses: vec![addr.parse().expect("literal")],
+            ethernet: true,
         };
         Interfaces::new([mk("in0", 2, "10.0.0.2"), mk("out0", 3, "10.0.1.1")])
     }

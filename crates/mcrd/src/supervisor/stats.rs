@@ -169,6 +169,7 @@ impl Stats {
                 rx_bytes: self.worker(c, w, WorkerCounter::RxBytes),
                 tx_packets: self.worker(c, w, WorkerCounter::TxPackets),
                 ring_drops: self.worker(c, w, WorkerCounter::RingDrops),
+                ring_errors: self.worker(c, w, WorkerCounter::RingErrors),
                 drops: WorkerCounter::DROPS
                     .iter()
                     .map(|(k, name)| (name.to_string(), self.worker(c, w, *k)))

@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::channel::{FromWorker, ToWorker, WORKER_CHANNEL_FD, WORKER_STATS_FD};
+use crate::channel::{FromWorker, Problem, ToWorker, WORKER_CHANNEL_FD, WORKER_STATS_FD};
 
 /// What the supervisor hears about a worker.
 #[derive(Debug)]
@@ -80,6 +80,8 @@ pub struct Worker {
     pub pid: Option<u32>,
     /// The table version it has applied.
     pub applied: u64,
+    /// What it could not set up for that table.
+    pub problems: Vec<Problem>,
     /// How often it was restarted.
     pub restarts: u64,
     /// Why it last ended.
@@ -106,6 +108,7 @@ impl Worker {
             state: State::Restarting,
             pid: None,
             applied: 0,
+            problems: Vec::new(),
             restarts: 0,
             last_exit: None,
             generation: 0,
@@ -134,8 +137,10 @@ impl Worker {
             .args(&recipe.common_args)
             .args(["--index", &self.index.to_string(), "--cpu", &self.cpu.to_string()])
             .stdin(Stdio::null());
-        mcr_sys::process::pass_fd(&mut cmd, theirs.as_fd(), WORKER_CHANNEL_FD);
-        mcr_sys::process::pass_fd(&mut cmd, counters.as_fd(), WORKER_STATS_FD);
+        mcr_sys::process::pass_fds(
+            &mut cmd,
+            &[(theirs.as_fd(), WORKER_CHANNEL_FD), (counters.as_fd(), WORKER_STATS_FD)],
+        );
         // A worker dies with its supervisor.
         mcr_sys::process::kill_with_parent(&mut cmd);
         let mut child = tokio::process::Command::from(cmd).kill_on_drop(true).spawn()?;
@@ -144,6 +149,7 @@ impl Worker {
         self.pid = child.id();
         self.state = State::Starting;
         self.applied = 0;
+        self.problems.clear();
         self.started = Instant::now();
         ours.set_nonblocking(true)?;
         let stream = UnixStream::from_std(ours)?;
@@ -245,6 +251,7 @@ impl Worker {
             restarts: self.restarts,
             table_version: self.applied,
             last_exit: self.last_exit.clone(),
+            problems: self.problems.iter().map(|p| p.error.clone()).collect(),
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Sending: frames for multicast outputs in one batch per output
-//! interface, payloads for unicast outputs through one UDP socket each.
-//! Batches are flushed with one `sendmmsg` per interface or socket, never
-//! blocking: what the kernel will not take now is dropped and counted for
-//! its output alone.
+//! interface; payloads for unicast outputs through one UDP socket per
+//! (interface, source address), each datagram carrying its destination and
+//! TTL. Batches are flushed with one `sendmmsg` per interface or socket,
+//! never blocking: what the kernel will not take now is dropped and counted
+//! for its output alone.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -14,7 +15,6 @@ use mcr_sys::mmsg::{MAX_BATCH, Outgoing, is_queue_full, send_batch};
 use mcr_sys::packet::PacketTx;
 use mcr_sys::shm::SharedCounters;
 use mcr_sys::sockaddr::RawSockAddr;
-use mcr_sys::uring::UringSend;
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Where a worker counts.
@@ -36,33 +36,57 @@ impl Counts<'_> {
     }
 }
 
-/// How frames for multicast outputs reach the kernel. Both build frames in
-/// a batch buffer; see docs/relay.md for what each costs here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EgressKind {
-    /// One `sendmmsg` per batch.
-    Sendmmsg,
-    /// One io_uring submission per batch.
-    Uring,
-}
-
-/// Parses `sendmmsg` or `uring`.
-pub fn parse_egress(s: &str) -> Result<EgressKind, String> {
-    match s {
-        "sendmmsg" => Ok(EgressKind::Sendmmsg),
-        "uring" => Ok(EgressKind::Uring),
-        _ => Err(format!("`{s}`: write sendmmsg or uring")),
+/// Sends `n` messages with `attempt(offset)` and counts each by its output:
+/// sent, or dropped because the queue was full (the rest of the batch) or
+/// because the kernel refused (also the rest of the batch: an error that is
+/// not a full queue, such as a link that is down, will not clear by trying
+/// message by message).
+fn send_counted(
+    n: usize,
+    outputs: &[u32],
+    bytes: &[u32],
+    counts: &Counts<'_>,
+    mut attempt: impl FnMut(usize) -> io::Result<usize>,
+) {
+    let mut off = 0;
+    while off < n {
+        match attempt(off) {
+            Ok(0) => {
+                for &o in &outputs[off..n] {
+                    counts.output(o, OutputCounter::SendError, 1);
+                }
+                return;
+            }
+            Ok(k) => {
+                for i in off..off + k {
+                    counts.output(outputs[i], OutputCounter::Packets, 1);
+                    counts.output(outputs[i], OutputCounter::Bytes, u64::from(bytes[i]));
+                }
+                counts.worker(WorkerCounter::TxPackets, k as u64);
+                off += k;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                let reason = if is_queue_full(&e) {
+                    OutputCounter::QueueFull
+                } else {
+                    OutputCounter::SendError
+                };
+                for &o in &outputs[off..n] {
+                    counts.output(o, reason, 1);
+                }
+                return;
+            }
+        }
     }
 }
 
 /// Frames waiting to leave one interface.
 pub struct FrameBatch {
     tx: PacketTx,
-    uring: Option<(UringSend, Vec<io::Result<usize>>)>,
     slot_bytes: usize,
     buf: Vec<u8>,
     lens: [usize; MAX_BATCH],
-    max_frame: usize,
     outputs: [u32; MAX_BATCH],
     payloads: [u32; MAX_BATCH],
     n: usize,
@@ -70,22 +94,16 @@ pub struct FrameBatch {
 
 impl FrameBatch {
     /// A batch for interface `ifindex`, whose frames are at most
-    /// `max_frame` bytes, sent the `kind` way.
-    pub fn open(ifindex: u32, max_frame: usize, kind: EgressKind) -> io::Result<FrameBatch> {
+    /// `max_frame` bytes.
+    pub fn open(ifindex: u32, max_frame: usize) -> io::Result<FrameBatch> {
         let tx = PacketTx::open(ifindex, false)?;
         mcr_sys::sockopt::force_send_buffer(tx.as_fd(), 4 << 20)?;
         let slot_bytes = max_frame.next_multiple_of(64);
-        let uring = match kind {
-            EgressKind::Uring => Some((UringSend::new(MAX_BATCH as u32)?, Vec::with_capacity(MAX_BATCH))),
-            EgressKind::Sendmmsg => None,
-        };
         Ok(FrameBatch {
             tx,
-            uring,
             slot_bytes,
             buf: vec![0; slot_bytes * MAX_BATCH],
             lens: [0; MAX_BATCH],
-            max_frame,
             outputs: [0; MAX_BATCH],
             payloads: [0; MAX_BATCH],
             n: 0,
@@ -94,7 +112,7 @@ impl FrameBatch {
 
     /// The largest frame it takes.
     pub fn max_frame(&self) -> usize {
-        self.max_frame
+        self.slot_bytes
     }
 
     /// Builds output `slot`'s frame for datagram `d` into the batch.
@@ -117,100 +135,48 @@ impl FrameBatch {
 
     /// Hands the batch to the kernel.
     pub fn flush(&mut self, counts: &Counts<'_>) {
-        if self.n == 0 {
+        let n = std::mem::take(&mut self.n);
+        if n == 0 {
             return;
         }
-        let n = self.n;
-        self.n = 0;
-        let (outputs, payloads) = (&self.outputs, &self.payloads);
-        let count_sent = |range: std::ops::Range<usize>| {
-            for i in range.clone() {
-                counts.output(outputs[i], OutputCounter::Packets, 1);
-                counts.output(outputs[i], OutputCounter::Bytes, u64::from(payloads[i]));
-            }
-            counts.worker(WorkerCounter::TxPackets, range.len() as u64);
-        };
-        let count_dropped = |range: std::ops::Range<usize>, reason: OutputCounter| {
-            for i in range {
-                counts.output(outputs[i], reason, 1);
-            }
-        };
         let mut frames: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
         for (i, f) in frames.iter_mut().enumerate().take(n) {
             *f = &self.buf[i * self.slot_bytes..i * self.slot_bytes + self.lens[i]];
         }
-        if let Some((u, results)) = &mut self.uring {
-            if u.send(self.tx.as_fd(), &frames[..n], results).is_err() {
-                results.clear();
-            }
-            for i in 0..n {
-                match results.get(i) {
-                    Some(Ok(_)) => count_sent(i..i + 1),
-                    Some(Err(e)) if is_queue_full(e) => count_dropped(i..i + 1, OutputCounter::QueueFull),
-                    _ => count_dropped(i..i + 1, OutputCounter::SendError),
-                }
-            }
-            return;
-        }
-        let mut off = 0;
-        while off < n {
-            match self.tx.send(&frames[off..n], true) {
-                Ok(k) => {
-                    count_sent(off..off + k);
-                    off += k;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if is_queue_full(&e) => {
-                    count_dropped(off..n, OutputCounter::QueueFull);
-                    break;
-                }
-                Err(_) => {
-                    count_dropped(off..off + 1, OutputCounter::SendError);
-                    off += 1;
-                }
-            }
-        }
+        let tx = &self.tx;
+        send_counted(n, &self.outputs, &self.payloads, counts, |off| {
+            tx.send(&frames[off..n], true)
+        });
     }
 }
 
-/// A unicast output's socket and what waits in it.
-pub struct UdpOutput {
+/// A UDP socket that sends unicast outputs from one source address out of
+/// one interface, and what waits in it.
+pub struct UdpSender {
     sock: Socket,
-    to: RawSockAddr,
-    ttl_set: Option<u8>,
-    /// Indexes into the shared payload slab.
-    pending: Vec<(usize, u8)>,
+    /// Pending: (slab entry, output slot, destination index, TTL).
+    pending: Vec<(usize, u32, usize, u8)>,
 }
 
-impl UdpOutput {
-    /// A socket that sends from `source` on interface `ifname` to `to`.
-    pub fn open(ifname: &str, source: IpAddr, to: SocketAddr) -> io::Result<UdpOutput> {
-        let domain = if to.is_ipv6() { Domain::IPV6 } else { Domain::IPV4 };
+impl UdpSender {
+    /// A socket that sends from `source` out of interface `ifname`.
+    pub fn open(ifname: &str, source: IpAddr) -> io::Result<UdpSender> {
+        let domain = if source.is_ipv6() { Domain::IPV6 } else { Domain::IPV4 };
         let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
         sock.bind_device(Some(ifname.as_bytes()))?;
         sock.bind(&SocketAddr::new(source, 0).into())?;
         sock.set_nonblocking(true)?;
         mcr_sys::sockopt::force_send_buffer(sock.as_fd(), 4 << 20)?;
         // Without it a send the queue below drops looks like success.
-        mcr_sys::sockopt::set_recv_errors(sock.as_fd(), to.is_ipv6())?;
-        Ok(UdpOutput {
+        mcr_sys::sockopt::set_recv_errors(sock.as_fd(), source.is_ipv6())?;
+        Ok(UdpSender {
             sock,
-            to: RawSockAddr::new(to),
-            ttl_set: None,
             pending: Vec::with_capacity(MAX_BATCH),
         })
     }
 
-    fn set_ttl(&mut self, ttl: u8) -> io::Result<()> {
-        if self.ttl_set != Some(ttl) {
-            if self.to.to_std().is_some_and(|a| a.is_ipv6()) {
-                self.sock.set_unicast_hops_v6(u32::from(ttl))?;
-            } else {
-                self.sock.set_ttl_v4(u32::from(ttl))?;
-            }
-            self.ttl_set = Some(ttl);
-        }
-        Ok(())
+    fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
     }
 }
 
@@ -232,83 +198,67 @@ impl UdpSlab {
         }
     }
 
-    fn full(&self) -> bool {
+    /// True if a flush is due before the next payload fits.
+    pub fn needs_flush(&self) -> bool {
         self.lens.len() * self.entry_bytes >= self.buf.len()
     }
 
-    /// True if a flush is due before the next payload fits.
-    pub fn needs_flush(&self) -> bool {
-        self.full()
-    }
-
-    /// Queues `payload` for `out` with TTL `ttl`; false if it does not fit.
-    pub fn push(&mut self, out: &mut UdpOutput, payload: &[u8], ttl: u8) -> bool {
-        if self.full() || payload.len() > self.entry_bytes {
+    /// Queues `payload` on `sender` for output `slot`, to destination
+    /// `dest` (an index into the worker's destinations), with `ttl`; false
+    /// if it does not fit.
+    pub fn push(&mut self, sender: &mut UdpSender, payload: &[u8], slot: u32, dest: usize, ttl: u8) -> bool {
+        if self.needs_flush() || payload.len() > self.entry_bytes {
             return false;
         }
         let i = self.lens.len();
         self.buf[i * self.entry_bytes..i * self.entry_bytes + payload.len()].copy_from_slice(payload);
         self.lens.push(payload.len());
-        out.pending.push((i, ttl));
+        sender.pending.push((i, slot, dest, ttl));
         true
     }
 
-    /// Sends what every output has pending, and empties the slab.
-    pub fn flush<'a>(&mut self, outputs: impl Iterator<Item = (u32, &'a mut UdpOutput)>, counts: &Counts<'_>) {
-        for (slot, out) in outputs {
-            let mut start = 0;
-            while start < out.pending.len() {
-                // A run of the same TTL goes out in one call.
-                let ttl = out.pending[start].1;
-                let end = out.pending[start..]
-                    .iter()
-                    .position(|p| p.1 != ttl)
-                    .map_or(out.pending.len(), |k| start + k)
-                    .min(start + MAX_BATCH);
-                if out.set_ttl(ttl).is_err() {
-                    counts.output(slot, OutputCounter::SendError, (end - start) as u64);
-                    start = end;
-                    continue;
+    /// Sends what every sender has pending, and empties the slab.
+    pub fn flush<'a>(
+        &mut self,
+        senders: impl Iterator<Item = &'a mut UdpSender>,
+        dests: &[RawSockAddr],
+        counts: &Counts<'_>,
+    ) {
+        if self.lens.is_empty() {
+            return;
+        }
+        for s in senders.filter(|s| s.has_pending()) {
+            for chunk in s.pending.chunks(MAX_BATCH) {
+                let mut msgs = [Outgoing::new(None, &[]); MAX_BATCH];
+                let mut outputs = [0u32; MAX_BATCH];
+                let mut bytes = [0u32; MAX_BATCH];
+                for (k, &(i, slot, dest, ttl)) in chunk.iter().enumerate() {
+                    msgs[k] = Outgoing {
+                        to: dests.get(dest),
+                        data: &self.buf[i * self.entry_bytes..i * self.entry_bytes + self.lens[i]],
+                        ttl: Some(ttl),
+                    };
+                    outputs[k] = slot;
+                    bytes[k] = self.lens[i] as u32;
                 }
-                let mut msgs = [Outgoing { to: None, data: &[] }; MAX_BATCH];
-                for (m, &(i, _)) in msgs.iter_mut().zip(&out.pending[start..end]) {
-                    m.to = Some(&out.to);
-                    m.data = &self.buf[i * self.entry_bytes..i * self.entry_bytes + self.lens[i]];
-                }
-                let n = end - start;
-                let mut off = 0;
-                let mut retried = false;
-                while off < n {
-                    match send_batch(out.sock.as_fd(), &msgs[off..n], true) {
-                        Ok(k) => {
-                            for m in &msgs[off..off + k] {
-                                counts.output(slot, OutputCounter::Packets, 1);
-                                counts.output(slot, OutputCounter::Bytes, m.data.len() as u64);
-                            }
-                            counts.worker(WorkerCounter::TxPackets, k as u64);
-                            off += k;
+                let n = chunk.len();
+                let fd = s.sock.as_fd();
+                let mut icmp_retried = false;
+                send_counted(n, &outputs, &bytes, counts, |off| {
+                    match send_batch(fd, &msgs[off..n], true) {
+                        // An ICMP error about an earlier datagram (host or
+                        // port unreachable) fails the next send once: count
+                        // it against that output and try again.
+                        Err(e) if !icmp_retried && matches!(e.raw_os_error(), Some(111 | 113)) => {
+                            icmp_retried = true;
+                            counts.output(outputs[off], OutputCounter::SendError, 1);
+                            Err(io::Error::from(io::ErrorKind::Interrupted))
                         }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) if is_queue_full(&e) => {
-                            counts.output(slot, OutputCounter::QueueFull, (n - off) as u64);
-                            break;
-                        }
-                        Err(_) if !retried => {
-                            // An ICMP error about an earlier packet (host or
-                            // port unreachable) fails this send once; count
-                            // it and try again.
-                            counts.output(slot, OutputCounter::SendError, 1);
-                            retried = true;
-                        }
-                        Err(_) => {
-                            counts.output(slot, OutputCounter::SendError, (n - off) as u64);
-                            break;
-                        }
+                        r => r,
                     }
-                }
-                start = end;
+                });
             }
-            out.pending.clear();
+            s.pending.clear();
         }
         self.lens.clear();
     }

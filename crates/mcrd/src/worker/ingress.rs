@@ -11,6 +11,8 @@ use mcr_core::table::MatchTable;
 use mcr_sys::epoll::Epoll;
 use mcr_sys::ring::{FilterInsn, RingConfig, RxRing};
 
+use crate::channel::{Problem, Scope};
+
 struct Input {
     ifindex: u32,
     ring: RxRing,
@@ -58,38 +60,50 @@ impl Ingress {
         self.inputs.iter_mut().map(|i| (i.ifindex, &mut i.ring))
     }
 
-    /// Adds rings opened since the last call to `epoll`.
+    /// Adds rings opened since the last call to `epoll`, each with its
+    /// interface index as token.
     pub fn register_new(&mut self, epoll: &Epoll) -> std::io::Result<()> {
-        for (k, i) in self.inputs.iter_mut().enumerate() {
-            if !i.registered {
-                epoll.add_readable(i.ring.as_fd(), k as u64)?;
-                i.registered = true;
-            }
+        for i in self.inputs.iter_mut().filter(|i| !i.registered) {
+            epoll.add_readable(i.ring.as_fd(), u64::from(i.ifindex))?;
+            i.registered = true;
         }
         Ok(())
     }
 
+    /// Reads the pending error of the ring on `ifindex`; true if there was
+    /// one.
+    pub fn take_error(&mut self, ifindex: u32) -> bool {
+        self.inputs
+            .iter()
+            .find(|i| i.ifindex == ifindex)
+            .and_then(|i| i.ring.take_error())
+            .is_some()
+    }
+
     /// Opens, refilters and closes rings to match `table`; returns what
     /// could not be set up.
-    pub fn reconcile(&mut self, table: &MatchTable, interfaces: &Interfaces) -> Vec<String> {
+    pub fn reconcile(&mut self, table: &MatchTable, interfaces: &Interfaces) -> Vec<Problem> {
         let wanted = table.input_interfaces();
         self.inputs.retain(|i| wanted.contains(&i.ifindex));
         let mut troubles = Vec::new();
         for ifindex in wanted {
+            let iface = interfaces.by_index(ifindex);
+            let name = iface.map_or_else(|| format!("#{ifindex}"), |i| i.name.clone());
             let unicast = table.unicast_inputs(ifindex);
             if let Some(i) = self.inputs.iter_mut().find(|i| i.ifindex == ifindex) {
                 if i.unicast != unicast {
                     match i.ring.set_filter(&filter(&unicast)) {
                         Ok(()) => i.unicast = unicast,
-                        Err(e) => troubles.push(format!("input interface {ifindex}: filter: {e}")),
+                        Err(e) => troubles.push(Problem {
+                            error: format!("input interface `{name}`: filter: {e}"),
+                            scope: Scope::Input(name),
+                        }),
                     }
                 }
                 continue;
             }
-            let iface = interfaces.by_index(ifindex);
             let mut cfg = self.cfg;
             cfg.max_frame = iface.map_or(1500, |i| i.mtu as usize) + 14 + 4;
-            let name = iface.map_or_else(|| ifindex.to_string(), |i| i.name.clone());
             match RxRing::open(
                 ifindex,
                 &cfg,
@@ -102,7 +116,10 @@ impl Ingress {
                     unicast,
                     registered: false,
                 }),
-                Err(e) => troubles.push(format!("input interface {name}: receive ring: {e}")),
+                Err(e) => troubles.push(Problem {
+                    error: format!("input interface `{name}`: receive ring: {e}"),
+                    scope: Scope::Input(name),
+                }),
             }
         }
         troubles

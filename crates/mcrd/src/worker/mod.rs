@@ -19,8 +19,8 @@ use mcr_sys::ring::{RingConfig, RingVersion};
 use mcr_sys::shm::SharedCounters;
 use rustc_hash::FxHashMap;
 
-use crate::channel::{FromWorker, ToWorker, WORKER_CHANNEL_FD, WORKER_STATS_FD};
-use egress::{Counts, FrameBatch, UdpOutput, UdpSlab};
+use crate::channel::{FromWorker, Problem, Scope, ToWorker, WORKER_CHANNEL_FD, WORKER_STATS_FD};
+use egress::{Counts, FrameBatch, UdpSender, UdpSlab};
 use ingress::Ingress;
 
 /// How a worker was started (its command line).
@@ -47,9 +47,6 @@ pub struct WorkerArgs {
     /// Fanout group ids are derived from this (the supervisor's pid).
     #[arg(long)]
     pub fanout_seed: u16,
-    /// How multicast frames are sent: sendmmsg or uring.
-    #[arg(long, default_value = "sendmmsg", value_parser = egress::parse_egress)]
-    pub egress: egress::EgressKind,
 }
 
 /// Parses `v2` or `v3`.
@@ -75,7 +72,12 @@ struct Worker {
     table: MatchTable,
     ingress: Ingress,
     frames: FxHashMap<u32, FrameBatch>,
-    udp: FxHashMap<u32, UdpOutput>,
+    /// Unicast senders by (interface index, source address).
+    udp: FxHashMap<(u32, std::net::IpAddr), UdpSender>,
+    /// Unicast destinations, by output slot: the sender's key and an index
+    /// into `dests`.
+    udp_routes: FxHashMap<u32, ((u32, std::net::IpAddr), usize)>,
+    dests: Vec<mcr_sys::sockaddr::RawSockAddr>,
     slab: UdpSlab,
 }
 
@@ -110,6 +112,8 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         table: MatchTable::default(),
         frames: FxHashMap::default(),
         udp: FxHashMap::default(),
+        udp_routes: FxHashMap::default(),
+        dests: Vec::new(),
         slab: UdpSlab::new(MAX_UDP_PENDING, 9216),
     };
     w.say(&FromWorker::Ready {
@@ -144,8 +148,23 @@ impl Worker {
         let mut last_stats = mcr_sys::clock::monotonic_ns();
         loop {
             // Any wake-up looks at every ring: a ring whose slot is not ready
-            // costs one load.
-            let table_msg = epoll.wait(100)?.any(|t| t == CHANNEL);
+            // costs one load. A ring that reports an error (its interface
+            // went down) must have the error read, or epoll reports it
+            // again at once, forever.
+            let mut table_msg = false;
+            let mut errored: Vec<u32> = Vec::new();
+            for r in epoll.wait_events(100)? {
+                if r.token == CHANNEL {
+                    table_msg = true;
+                } else if r.error {
+                    errored.push(r.token as u32);
+                }
+            }
+            for ifindex in errored {
+                if self.ingress.take_error(ifindex) {
+                    self.counts().worker(WorkerCounter::RingErrors, 1);
+                }
+            }
             self.forward_ready();
             if table_msg && self.read_channel(&mut epoll)? {
                 return Ok(());
@@ -191,20 +210,13 @@ impl Worker {
                 }
                 ToWorker::Table(snap) => {
                     let version = snap.version;
-                    let troubles = self.apply(&snap);
+                    let problems = self.apply(&snap);
                     self.ingress.register_new(epoll)?;
                     self.counters.set(
                         self.layout.worker(self.args.index, WorkerCounter::TableVersion),
                         version,
                     );
-                    if troubles.is_empty() {
-                        self.say(&FromWorker::Applied { version })?;
-                    } else {
-                        self.say(&FromWorker::Trouble {
-                            version,
-                            error: troubles.join("; "),
-                        })?;
-                    }
+                    self.say(&FromWorker::Applied { version, problems })?;
                 }
             }
         }
@@ -212,24 +224,30 @@ impl Worker {
     }
 
     /// Swaps in a new table, opening and closing sockets to match it.
-    /// Returns what could not be set up.
-    fn apply(&mut self, snap: &mcr_core::snapshot::TableSnapshot) -> Vec<String> {
+    /// Rules that cannot be set up are left out; returns why.
+    fn apply(&mut self, snap: &mcr_core::snapshot::TableSnapshot) -> Vec<Problem> {
         self.flush();
-        let mut troubles = Vec::new();
-        let table = match MatchTable::compile(snap) {
-            Ok(t) => t,
-            Err(e) => {
-                troubles.push(e.to_string());
-                return troubles;
-            }
+        let (table, errors) = MatchTable::compile(snap);
+        let mut problems: Vec<Problem> = errors
+            .into_iter()
+            .map(|e| Problem {
+                scope: Scope::Rule(e.rule),
+                error: e.reason,
+            })
+            .collect();
+        let name_of = |ifindex: u32| {
+            snap.interfaces
+                .by_index(ifindex)
+                .map_or_else(|| format!("#{ifindex}"), |i| i.name.clone())
         };
         // Ingress: a ring per input interface, its filter following the
         // unicast inputs. (A closed ring leaves the epoll set by itself.)
-        troubles.extend(self.ingress.reconcile(&table, &snap.interfaces));
-        // Egress: a frame batch per output interface, a socket per unicast
-        // output.
+        problems.extend(self.ingress.reconcile(&table, &snap.interfaces));
+        // Egress: a frame batch per output interface, a UDP sender per
+        // (interface, source) of unicast outputs.
         let mut frame_ifs: FxHashMap<u32, usize> = FxHashMap::default();
-        let mut udp_slots: FxHashMap<u32, ()> = FxHashMap::default();
+        let mut routes: FxHashMap<u32, ((u32, std::net::IpAddr), usize)> = FxHashMap::default();
+        let mut dests = Vec::new();
         for r in table.rules() {
             for o in &r.outputs {
                 match &o.kind {
@@ -241,37 +259,48 @@ impl Worker {
                     OutputKind::Udp {
                         destination, source, ..
                     } => {
-                        udp_slots.insert(o.slot, ());
-                        if let std::collections::hash_map::Entry::Vacant(v) = self.udp.entry(o.slot) {
-                            match UdpOutput::open(&o.interface, *source, *destination) {
+                        let key = (o.ifindex, *source);
+                        if let std::collections::hash_map::Entry::Vacant(v) = self.udp.entry(key) {
+                            match UdpSender::open(&o.interface, *source) {
                                 Ok(u) => {
                                     v.insert(u);
                                 }
-                                Err(e) => troubles.push(format!(
-                                    "rule `{}`: unicast output to {destination} on {}: {e}",
-                                    r.name, o.interface
-                                )),
+                                Err(e) => {
+                                    problems.push(Problem {
+                                        scope: Scope::Rule(r.name.clone()),
+                                        error: format!("unicast output on `{}` from {source}: {e}", o.interface),
+                                    });
+                                    continue;
+                                }
                             }
                         }
+                        dests.push(mcr_sys::sockaddr::RawSockAddr::new(*destination));
+                        routes.insert(o.slot, (key, dests.len() - 1));
                     }
                 }
             }
         }
-        self.udp.retain(|slot, _| udp_slots.contains_key(slot));
+        let used: std::collections::HashSet<(u32, std::net::IpAddr)> = routes.values().map(|(k, _)| *k).collect();
+        self.udp.retain(|k, _| used.contains(k));
+        self.udp_routes = routes;
+        self.dests = dests;
         self.frames
             .retain(|ifindex, b| frame_ifs.get(ifindex).is_some_and(|&need| b.max_frame() >= need));
         for (ifindex, need) in frame_ifs {
             if let std::collections::hash_map::Entry::Vacant(v) = self.frames.entry(ifindex) {
-                match FrameBatch::open(ifindex, need, self.args.egress) {
+                match FrameBatch::open(ifindex, need) {
                     Ok(b) => {
                         v.insert(b);
                     }
-                    Err(e) => troubles.push(format!("output interface {ifindex}: AF_PACKET socket: {e}")),
+                    Err(e) => problems.push(Problem {
+                        scope: Scope::Output(name_of(ifindex)),
+                        error: format!("output interface `{}`: AF_PACKET socket: {e}", name_of(ifindex)),
+                    }),
                 }
             }
         }
         self.table = table;
-        troubles
+        problems
     }
 
     /// Takes every ready frame from every ring and forwards it.
@@ -283,6 +312,8 @@ impl Worker {
                 table,
                 frames,
                 udp,
+                udp_routes,
+                dests,
                 slab,
                 counters,
                 layout,
@@ -298,6 +329,12 @@ impl Worker {
                 let n = ring.for_each_ready(RING_BUDGET, |f| {
                     counts.worker(WorkerCounter::RxFrames, 1);
                     counts.worker(WorkerCounter::RxBytes, f.wire_len as u64);
+                    if f.vlan_tci.is_some() {
+                        // The kernel took a VLAN tag off: not this
+                        // interface's untagged traffic.
+                        counts.worker(WorkerCounter::VlanTagged, 1);
+                        return;
+                    }
                     let csum = if f.csum_not_ready {
                         RxChecksum::NotReady
                     } else if f.csum_valid {
@@ -344,15 +381,19 @@ impl Worker {
                                         continue;
                                     }
                                 };
+                                let Some(&(key, dest)) = udp_routes.get(&o.slot) else {
+                                    counts.output(o.slot, mcr_core::stats::OutputCounter::SendError, 1);
+                                    continue;
+                                };
                                 if slab.needs_flush() {
-                                    slab.flush(udp.iter_mut().map(|(s, u)| (*s, u)), &counts);
+                                    slab.flush(udp.values_mut(), dests, &counts);
                                 }
-                                let Some(u) = udp.get_mut(&o.slot) else {
+                                let Some(u) = udp.get_mut(&key) else {
                                     counts.output(o.slot, mcr_core::stats::OutputCounter::SendError, 1);
                                     continue;
                                 };
                                 let payload = &f.data[d.payload_at..d.payload_at + d.payload_len];
-                                if !slab.push(u, payload, ttl) {
+                                if !slab.push(u, payload, o.slot, dest, ttl) {
                                     counts.output(o.slot, mcr_core::stats::OutputCounter::QueueFull, 1);
                                 }
                             }
@@ -377,6 +418,6 @@ impl Worker {
         for b in self.frames.values_mut() {
             b.flush(&counts);
         }
-        self.slab.flush(self.udp.iter_mut().map(|(s, u)| (*s, u)), &counts);
+        self.slab.flush(self.udp.values_mut(), &self.dests, &counts);
     }
 }

@@ -10,6 +10,9 @@ use mcr_sys::packet::PacketTx;
 use super::{SendConfig, SendError, Sent, Transmit, send_all, setup, stream_and_seq};
 use crate::payload;
 
+/// The length of an 802.1Q tag.
+const VLAN_TAG: usize = 4;
+
 pub(super) struct FramePath {
     tx: PacketTx,
     streams: Vec<SocketAddr>,
@@ -17,6 +20,8 @@ pub(super) struct FramePath {
     first_id: u32,
     payload_bytes: usize,
     bufs: Vec<Vec<u8>>,
+    /// The 802.1Q tag to insert after the MAC addresses, if any.
+    vlan: Option<[u8; 4]>,
     ident: u16,
     /// Holds the source port, so the kernel gives it to nobody else while
     /// we send from it.
@@ -108,8 +113,13 @@ impl FramePath {
             first_id: cfg.first_id,
             payload_bytes: cfg.payload_bytes,
             bufs: (0..MAX_BATCH)
-                .map(|_| vec![0u8; UDP_V4_HEADERS + cfg.payload_bytes])
+                .map(|_| vec![0u8; VLAN_TAG + UDP_V4_HEADERS + cfg.payload_bytes])
                 .collect(),
+            vlan: cfg.vlan.map(|id| {
+                let [tpid_hi, tpid_lo] = 0x8100u16.to_be_bytes();
+                let [tci_hi, tci_lo] = (id & 0x0fff).to_be_bytes();
+                [tpid_hi, tpid_lo, tci_hi, tci_lo]
+            }),
             ident: 0,
             _port: port,
         })
@@ -119,10 +129,15 @@ impl FramePath {
 impl Transmit for FramePath {
     fn send(&mut self, first: u64, n: usize, now_ns: u64, stop: &dyn Fn() -> bool) -> Result<Sent, SendError> {
         let s = self.streams.len();
+        // Each frame is built after room for a tag; a tagged frame then
+        // moves its MAC addresses forward over that room and puts the tag
+        // between them and the EtherType.
+        let start = if self.vlan.is_some() { 0 } else { VLAN_TAG };
         for (i, buf) in self.bufs.iter_mut().take(n).enumerate() {
             let (stream, seq) = stream_and_seq(first + i as u64, s);
+            let frame = &mut buf[VLAN_TAG..];
             payload::fill(
-                &mut buf[UDP_V4_HEADERS..],
+                &mut frame[UDP_V4_HEADERS..],
                 self.first_id.wrapping_add(stream as u32),
                 seq,
                 now_ns,
@@ -131,11 +146,15 @@ impl Transmit for FramePath {
             spec.ident = self.ident;
             self.ident = self.ident.wrapping_add(1);
             // The buffer was sized for headers and payload in `open`.
-            write_udp_v4_frame(buf, &spec, self.payload_bytes).map_err(|e| SendError::Frames(e.to_string()))?;
+            write_udp_v4_frame(frame, &spec, self.payload_bytes).map_err(|e| SendError::Frames(e.to_string()))?;
+            if let Some(tag) = self.vlan {
+                buf.copy_within(VLAN_TAG..VLAN_TAG + 12, 0);
+                buf[12..16].copy_from_slice(&tag);
+            }
         }
         let mut frames: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
         for (f, b) in frames.iter_mut().zip(&self.bufs).take(n) {
-            *f = b;
+            *f = &b[start..];
         }
         let tx = &self.tx;
         send_all(n, stop, |off| tx.send(&frames[off..n], false)).map_err(|(off, source)| SendError::Send {

@@ -89,6 +89,9 @@ pub struct SendConfig {
     pub cpu: Option<usize>,
     /// Which path.
     pub via: Via,
+    /// With the frames path: an 802.1Q tag with this VLAN id on every
+    /// frame.
+    pub vlan: Option<u16>,
 }
 
 /// Why `send` could not run.
@@ -250,6 +253,11 @@ fn validate(cfg: &SendConfig) -> Result<(bool, Option<f64>), SendError> {
 
 fn open_path(cfg: &SendConfig, ipv6: bool) -> Result<Box<dyn Transmit>, SendError> {
     let frames_fit = cfg.interface.is_some() && !ipv6 && cfg.streams.iter().all(|a| a.ip().is_multicast());
+    if cfg.vlan.is_some() && (cfg.via == Via::Udp || (cfg.via == Via::Auto && !frames_fit)) {
+        return Err(SendError::Frames(
+            "--vlan tags frames, so it needs the frames path: an interface and IPv4 destinations".into(),
+        ));
+    }
     match cfg.via {
         Via::Udp => Ok(Box::new(udp::UdpPath::open(cfg, ipv6)?)),
         Via::Frames => Ok(Box::new(frames::FramePath::open(cfg)?)),
@@ -391,6 +399,7 @@ mod tests {
             duration: None,
             cpu: None,
             via: Via::Auto,
+            vlan: None,
         }
     }
 

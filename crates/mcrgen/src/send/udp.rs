@@ -67,7 +67,7 @@ impl Transmit for UdpPath {
             let (stream, seq) = stream_and_seq(first + i as u64, s);
             payload::fill(buf, self.first_id.wrapping_add(stream as u32), seq, now_ns);
         }
-        let mut msgs = [Outgoing { to: None, data: &[] }; MAX_BATCH];
+        let mut msgs = [Outgoing::new(None, &[]); MAX_BATCH];
         for (i, (m, b)) in msgs.iter_mut().zip(&self.bufs).take(n).enumerate() {
             m.to = Some(&self.addrs[stream_and_seq(first + i as u64, s).0]);
             m.data = b;

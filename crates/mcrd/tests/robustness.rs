@@ -1,0 +1,291 @@
+//! The relay meets a changing host: interfaces that go down or vanish,
+//! frames that are not its interface's own, datagrams sent to the host
+//! itself. Each is handled, counted or reported; no stream it should carry
+//! loses a packet, and nothing spins or freezes.
+
+use std::time::Duration;
+
+use mcr_core::control::{Reply, RuleStatus, StatsReport, WorkerStatus};
+use mcr_testbed::capture::Capture;
+use mcr_testbed::presets::Chain;
+use mcr_testbed::relay::Relay;
+use mcr_testbed::traffic::{Receiver, send};
+use mcr_testbed::{Ns, traffic_lock};
+
+const MINUTES: Duration = Duration::from_secs(180);
+
+fn stats(relay: &Relay) -> StatsReport {
+    match relay.ask(&["stats"]).expect("stats") {
+        Reply::Stats(s) => *s,
+        other => panic!("not stats: {other:?}"),
+    }
+}
+
+fn workers(relay: &Relay) -> Vec<WorkerStatus> {
+    match relay.ask(&["workers"]).expect("workers") {
+        Reply::Workers { workers } => workers,
+        other => panic!("not workers: {other:?}"),
+    }
+}
+
+fn rules(relay: &Relay) -> Vec<RuleStatus> {
+    match relay.ask(&["list"]).expect("list") {
+        Reply::Rules { rules } => rules,
+        other => panic!("not rules: {other:?}"),
+    }
+}
+
+/// Sends `count` packets of one stream from the chain's generator to
+/// `dest` through `via`, and checks that every one of them arrives at the
+/// sink's `expect_at`, in order, intact.
+fn every_packet_crosses(c: &Chain, relay: &Relay, dest: &str, via: &str, expect_at: &str, count: u64) {
+    let n = count.to_string();
+    let rx = Receiver::start(&c.sink, &["-s", expect_at, "-i", Chain::SINK_IF, "--expect", &n]).expect("recv");
+    let sent = send(
+        &c.generator,
+        &["-s", dest, "-i", via, "--count", &n, "--rate", "5k"],
+        MINUTES,
+    )
+    .expect("send");
+    assert_eq!(sent.packets, count);
+    let got = rx.finish(MINUTES).expect("recv done");
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert_eq!(got.report.total.received, count);
+}
+
+/// The CPU time (user + system, in clock ticks) process `pid` has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // Fields after the command name (which may hold spaces) start at the
+    // last ')'; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
+}
+
+#[test]
+fn an_input_that_goes_down_and_up_is_waited_out_and_then_forwarded_again() {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("relay-link-flap").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    relay
+        .ctl_ok(&[
+            "add",
+            "feed",
+            "--input",
+            "veth1:239.1.1.1:5001",
+            "--output",
+            "veth2:239.10.1.1:6001",
+        ])
+        .expect("add");
+    every_packet_crosses(&c, &relay, "239.1.1.1:5001", Chain::GEN_IF, "239.10.1.1:6001", 2000);
+
+    let pid = workers(&relay)[0].pid.expect("a running worker");
+    c.relay.link_down(Chain::RELAY_IN_IF).expect("down");
+    // The ring reports the interface going down once; a worker that did
+    // not take that error would be woken for it again at once, forever,
+    // and burn its core. Over three seconds an idle worker uses next to
+    // no CPU, a spinning one all three.
+    let ticks_per_s = 100;
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(3));
+    let used = cpu_ticks(pid) - before;
+    assert!(
+        used < ticks_per_s,
+        "the worker used {used} ticks of CPU in 3 s with its input down"
+    );
+    let st = stats(&relay);
+    assert!(st.workers[0].ring_errors >= 1, "{:?}", st.workers[0]);
+    assert_eq!(workers(&relay)[0].pid, Some(pid), "the worker kept running");
+
+    c.relay.link_up(Chain::RELAY_IN_IF).expect("up");
+    every_packet_crosses(&c, &relay, "239.1.1.1:5001", Chain::GEN_IF, "239.10.1.1:6001", 2000);
+}
+
+#[test]
+fn a_rule_whose_output_interface_vanished_is_reported_and_the_others_go_on() {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("relay-vanish").expect("chain");
+    // A spare veth pair inside the relay's namespace; deleting one end
+    // deletes both.
+    c.relay
+        .ip(&["link", "add", "spare0", "type", "veth", "peer", "name", "spare1"])
+        .expect("veth");
+    c.relay.addr("spare0", "10.9.9.1/24").expect("addr");
+    c.relay.link_up("spare0").expect("up");
+    c.relay.link_up("spare1").expect("up");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    relay
+        .ctl_ok(&[
+            "add",
+            "lost",
+            "--input",
+            "veth1:239.1.1.1:5001",
+            "--output",
+            "spare0:239.20.1.1:6001",
+        ])
+        .expect("add");
+    relay
+        .ctl_ok(&[
+            "add",
+            "kept",
+            "--input",
+            "veth1:239.1.1.3:5001",
+            "--output",
+            "veth2:239.10.1.3:6001",
+        ])
+        .expect("add");
+    c.relay.link_del("spare0").expect("delete spare0");
+
+    // A change after that: the new table holds a rule the workers cannot
+    // set up. It is reported on that rule; every other rule, old and new,
+    // runs.
+    relay
+        .ctl_ok(&[
+            "add",
+            "fresh",
+            "--input",
+            "veth1:239.1.1.2:5001",
+            "--output",
+            "veth2:239.10.1.2:6001",
+        ])
+        .expect("a rule that can run is added cleanly");
+    let listed = rules(&relay);
+    let problems = |name: &str| {
+        listed
+            .iter()
+            .find(|r| r.rule.name == name)
+            .map(|r| r.problems.clone())
+            .expect("listed")
+    };
+    let lost = problems("lost");
+    assert!(
+        lost.iter().any(|p| p.contains("spare0")),
+        "the problem names the interface: {lost:?}"
+    );
+    assert_eq!(problems("fresh"), Vec::<String>::new());
+    assert_eq!(problems("kept"), Vec::<String>::new());
+    every_packet_crosses(&c, &relay, "239.1.1.2:5001", Chain::GEN_IF, "239.10.1.2:6001", 2000);
+    every_packet_crosses(&c, &relay, "239.1.1.3:5001", Chain::GEN_IF, "239.10.1.3:6001", 2000);
+
+    // Naming the vanished interface in a new change is refused outright,
+    // with the reason.
+    let out = relay
+        .ctl(&[
+            "add",
+            "lost",
+            "--input",
+            "veth1:239.1.1.1:5001",
+            "--output",
+            "spare0:239.20.1.1:6001",
+        ])
+        .expect("mcrctl");
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("spare0"), "{out:?}");
+}
+
+#[test]
+fn frames_with_a_vlan_tag_are_not_the_untagged_interfaces_stream() {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("relay-vlan").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    relay
+        .ctl_ok(&[
+            "add",
+            "feed",
+            "--input",
+            "veth1:239.1.1.1:5001",
+            "--output",
+            "veth2:239.10.1.1:6001",
+        ])
+        .expect("add");
+    let rx = Receiver::start(
+        &c.sink,
+        &["-s", "239.10.1.1:6001", "-i", Chain::SINK_IF, "--idle-timeout", "2s"],
+    )
+    .expect("recv");
+    // The tagged frames do reach the relay's interface.
+    let cap = Capture::start_limited(&c.relay, Chain::RELAY_IN_IF, "vlan 100 and udp", Some(2000)).expect("capture");
+    // The same group and port, the same stream numbering: had the tagged
+    // frames been forwarded, the sink would see every packet twice.
+    for vlan in [Some("100"), None] {
+        let mut args = vec![
+            "-s",
+            "239.1.1.1:5001",
+            "-i",
+            Chain::GEN_IF,
+            "--count",
+            "2000",
+            "--rate",
+            "5k",
+        ];
+        if let Some(id) = vlan {
+            args.extend(["--via", "frames", "--vlan", id]);
+        }
+        let sent = send(&c.generator, &args, MINUTES).expect("send");
+        assert_eq!(sent.packets, 2000);
+    }
+    let tagged = cap.stop().expect("captured");
+    assert_eq!(tagged.len(), 2000);
+    assert!(
+        tagged.iter().all(|f| f[12..16] == [0x81, 0x00, 0x00, 100]),
+        "802.1Q, VLAN 100"
+    );
+    let got = rx.finish(MINUTES).expect("recv done");
+    let s = &got.report.total;
+    assert_eq!(s.received, 2000, "{:?}", got.report);
+    assert_eq!((s.lost, s.duplicated, s.reordered, s.corrupted), (0, 0, 0, 0), "{s:?}");
+    assert_eq!(stats(&relay).rules[0].packets, 2000);
+}
+
+fn udp_in_errors(ns: &Ns) -> u64 {
+    let snmp = ns.exec("cat", ["/proc/net/snmp"]).expect("snmp");
+    let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
+    let names: Vec<&str> = udp[0].split_whitespace().collect();
+    let values: Vec<&str> = udp[1].split_whitespace().collect();
+    let at = names.iter().position(|n| *n == "InErrors").expect("InErrors");
+    values[at].parse().expect("a number")
+}
+
+#[test]
+fn a_unicast_input_takes_datagrams_sent_to_the_host_and_the_sender_hears_no_icmp() {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("relay-unicast-in").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    let input = format!("{}:{}:5001", Chain::RELAY_IN_IF, Chain::RELAY_IN_ADDR);
+    relay
+        .ctl_ok(&["add", "to-me", "--input", &input, "--output", "veth2:239.10.1.1:6001"])
+        .expect("add");
+    let errors_before = udp_in_errors(&c.relay);
+    let rx = Receiver::start(
+        &c.sink,
+        &["-s", "239.10.1.1:6001", "-i", Chain::SINK_IF, "--expect", "3000"],
+    )
+    .expect("recv");
+    let dest = format!("{}:5001", Chain::RELAY_IN_ADDR);
+    let sent = send(
+        &c.generator,
+        &["-s", &dest, "-i", Chain::GEN_IF, "--count", "3000", "--rate", "3k"],
+        MINUTES,
+    )
+    .expect("send");
+    assert_eq!(sent.packets, 3000);
+    // With no socket on the port, the relay host's kernel would have
+    // answered with ICMP port unreachable, which the sender sees.
+    assert_eq!(sent.icmp_errors, 0, "{sent:?}");
+    let got = rx.finish(MINUTES).expect("recv done");
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert_eq!(got.report.total.received, 3000);
+    // The supervisor's socket refused each one at its filter.
+    assert!(udp_in_errors(&c.relay) - errors_before >= 3000);
+
+    // Removing the rule lets go of the port: the kernel answers again.
+    relay.ctl_ok(&["remove", "to-me"]).expect("remove");
+    let sent = send(
+        &c.generator,
+        &["-s", &dest, "-i", Chain::GEN_IF, "--count", "200", "--rate", "1k"],
+        MINUTES,
+    )
+    .expect("send");
+    assert!(sent.icmp_errors > 0, "{sent:?}");
+}

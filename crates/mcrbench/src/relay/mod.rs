@@ -22,6 +22,8 @@ mod scenario;
 mod topo;
 
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
@@ -124,6 +126,14 @@ impl Outcome {
     }
 }
 
+/// Set by SIGINT or SIGTERM: finish no further run, clean up, report what
+/// was measured.
+static STOP: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+
+fn interrupted() -> bool {
+    STOP.get().is_some_and(|s| s.load(Ordering::Relaxed))
+}
+
 fn measure(topo: &topo::Topology, relay: &dyn Relay, p: &Point, a: &Args, layout: &Layout) -> anyhow::Result<Vec<Run>> {
     // The warm-up also lets a relay finish what it does on a stream's first
     // packets (the kernel installs a (*,G) route through an upcall to
@@ -133,6 +143,7 @@ fn measure(topo: &topo::Topology, relay: &dyn Relay, p: &Point, a: &Args, layout
     let mut runs = Vec::new();
     let mut repeats = 0;
     while runs.len() < wanted {
+        anyhow::ensure!(!interrupted(), "interrupted");
         let r = run::once(topo, relay, p, p.count, layout)?;
         if r.others_cores > 0.1 && repeats < a.runs && !a.quick {
             eprintln!(
@@ -148,6 +159,10 @@ fn measure(topo: &topo::Topology, relay: &dyn Relay, p: &Point, a: &Args, layout
 }
 
 pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
+    let stop = STOP.get_or_init(|| Arc::new(AtomicBool::new(false)));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(stop))?;
+    }
     let mut params = if a.quick { Params::quick() } else { Params::full() };
     if !a.rates.is_empty() {
         params.rates = a.rates.clone();
@@ -183,6 +198,9 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
     let mut all: Vec<Outcome> = Vec::new();
     let mut out = report::Printer::new(a.json);
     for sc in &scenarios {
+        if interrupted() {
+            break;
+        }
         let points = scenario::points(sc, &params)?;
         out.scenario(sc);
         // Points on the same topology share it, per relay.
@@ -191,6 +209,9 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         for shape in shapes {
             let here: Vec<&Point> = points.iter().filter(|p| p.shape == shape).collect();
             for (label, relay) in &mut relays {
+                if interrupted() {
+                    break;
+                }
                 let skip = |relay: &dyn Relay, status: String| {
                     here.iter()
                         .map(|p| Outcome::new(p, label, relay, status.clone(), Vec::new()))
@@ -224,6 +245,10 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &a.report {
         report::write(dir, &all, &std::env::args().collect::<Vec<_>>().join(" "))?;
         eprintln!("mcrbench: report written to {}", dir.display());
+    }
+    if interrupted() {
+        eprintln!("mcrbench: interrupted; the results above are all that was measured");
+        return Ok(ExitCode::from(130));
     }
     if a.quick {
         let bad: Vec<&Outcome> = all

@@ -36,11 +36,19 @@ impl Counts<'_> {
     }
 }
 
+/// How many messages of one batch the kernel may refuse for a full queue
+/// before the rest of the batch is dropped unasked. A queue that another
+/// CPU drains (a veth peer's backlog, a NIC's ring) has room again a moment
+/// later, so one refusal must not cost the frames behind it (the kernel's
+/// own forwarding drops only the frames that meet the full queue); but a
+/// queue that stays full must not cost a system call per frame either.
+const QUEUE_FULL_SKIPS: usize = 8;
+
 /// Sends `n` messages with `attempt(offset)` and counts each by its output:
-/// sent, or dropped because the queue was full (the rest of the batch) or
-/// because the kernel refused (also the rest of the batch: an error that is
-/// not a full queue, such as a link that is down, will not clear by trying
-/// message by message).
+/// sent; dropped because the queue was full (that message, and the rest of
+/// the batch once [`QUEUE_FULL_SKIPS`] were); or dropped because the kernel
+/// refused for another reason (the rest of the batch: such an error, a link
+/// that is down, say, does not clear message by message).
 fn send_counted(
     n: usize,
     outputs: &[u32],
@@ -49,6 +57,7 @@ fn send_counted(
     mut attempt: impl FnMut(usize) -> io::Result<usize>,
 ) {
     let mut off = 0;
+    let mut skips = 0;
     while off < n {
         match attempt(off) {
             Ok(0) => {
@@ -64,6 +73,11 @@ fn send_counted(
                 }
                 counts.worker(WorkerCounter::TxPackets, k as u64);
                 off += k;
+            }
+            Err(e) if is_queue_full(&e) && skips < QUEUE_FULL_SKIPS => {
+                counts.output(outputs[off], OutputCounter::QueueFull, 1);
+                off += 1;
+                skips += 1;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
@@ -261,5 +275,94 @@ impl UdpSlab {
             s.pending.clear();
         }
         self.lens.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Bench {
+        counters: SharedCounters,
+        layout: StatsLayout,
+    }
+
+    impl Bench {
+        fn new() -> Self {
+            let layout = StatsLayout::new(1);
+            Bench {
+                counters: SharedCounters::create("egress-test", layout.len()).expect("memory"),
+                layout,
+            }
+        }
+        fn counts(&self) -> Counts<'_> {
+            Counts {
+                counters: &self.counters,
+                layout: &self.layout,
+                worker: 0,
+            }
+        }
+        fn get(&self, slot: u32, c: OutputCounter) -> u64 {
+            self.counters.get(self.layout.output(0, slot, c))
+        }
+    }
+
+    /// A kernel that takes messages until `refuse(i)` refuses one
+    /// (with that errno): an error if it is the call's first, else a short
+    /// count, as `sendmmsg` does.
+    fn run(n: usize, refuse: impl Fn(usize) -> Option<i32>) -> (Bench, usize) {
+        let b = Bench::new();
+        let outputs: Vec<u32> = (0..n as u32).map(|i| i % 2).collect();
+        let bytes = vec![100u32; n];
+        let mut calls = 0;
+        send_counted(n, &outputs, &bytes, &b.counts(), |off| {
+            calls += 1;
+            let mut k = 0;
+            while off + k < n {
+                if let Some(errno) = refuse(off + k) {
+                    return if k == 0 {
+                        Err(io::Error::from_raw_os_error(errno))
+                    } else {
+                        Ok(k)
+                    };
+                }
+                k += 1;
+            }
+            Ok(k)
+        });
+        (b, calls)
+    }
+
+    fn total(b: &Bench, c: OutputCounter) -> u64 {
+        b.get(0, c) + b.get(1, c)
+    }
+
+    #[test]
+    fn a_full_queue_costs_only_the_frames_that_meet_it() {
+        // Messages 3 and 10 meet a full queue: the call that reaches one
+        // ends short, the next one, starting with it, fails.
+        let (b, calls) = run(64, |i| (i == 3 || i == 10).then_some(libc::ENOBUFS));
+        assert_eq!(calls, 5);
+        assert_eq!(total(&b, OutputCounter::QueueFull), 2);
+        assert_eq!(total(&b, OutputCounter::Packets), 62);
+        assert_eq!(b.get(1, OutputCounter::QueueFull), 1, "message 3 was output 1's");
+        assert_eq!(total(&b, OutputCounter::Bytes), 6200);
+    }
+
+    #[test]
+    fn a_queue_that_stays_full_costs_a_bounded_number_of_calls() {
+        let (b, calls) = run(64, |_| Some(libc::EAGAIN));
+        assert_eq!(total(&b, OutputCounter::QueueFull), 64);
+        assert_eq!(total(&b, OutputCounter::Packets), 0);
+        assert_eq!(calls, QUEUE_FULL_SKIPS + 1);
+    }
+
+    #[test]
+    fn another_error_drops_the_rest_at_once() {
+        let (b, calls) = run(64, |i| (i >= 20).then_some(libc::ENETDOWN));
+        assert_eq!(total(&b, OutputCounter::Packets), 20);
+        assert_eq!(total(&b, OutputCounter::SendError), 44);
+        assert_eq!(total(&b, OutputCounter::QueueFull), 0);
+        assert_eq!(calls, 2);
     }
 }

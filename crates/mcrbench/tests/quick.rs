@@ -61,6 +61,10 @@ fn every_scenario_runs_against_every_relay_and_the_report_is_complete() {
     for sc in ["## chain-rate", "## streams", "## pipeline"] {
         assert!(report.contains(sc), "{report}");
     }
+    assert!(
+        report.contains("Not like for like: `kernel` kept each stream's group and port"),
+        "{report}"
+    );
     assert!(dir.join("chain-rate-delivered.svg").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

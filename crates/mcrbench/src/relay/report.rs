@@ -116,6 +116,18 @@ pub fn write(dir: &Path, all: &[Outcome], command: &str) -> anyhow::Result<()> {
         "# mcrbench relay\n\nMachine: {}\n\nCommand: `{command}`\n",
         machine()
     );
+    let mut kept: Vec<&str> = all.iter().filter(|o| !o.rewrote).map(|o| o.relay.as_str()).collect();
+    kept.sort_unstable();
+    kept.dedup();
+    if !kept.is_empty() {
+        let _ = writeln!(
+            md,
+            "Not like for like: {} kept each stream's group and port (the kernel's multicast forwarding \
+             cannot rewrite them), so its sinks listened on the input groups. Its figures are a ceiling \
+             for forwarding alone, not a relay that does the same job.\n",
+            kept.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", ")
+        );
+    }
     let mut scenarios: Vec<&str> = all.iter().map(|o| o.scenario.as_str()).collect();
     scenarios.dedup();
     for sc in scenarios {

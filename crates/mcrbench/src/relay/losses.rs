@@ -26,6 +26,10 @@ pub struct Losses {
     pub backlog: u64,
     /// UDP receive buffers overflowed in the sink namespaces.
     pub sink_rcvbuf: u64,
+    /// UDP datagrams dropped because all UDP sockets of the host together
+    /// reached `net.ipv4.udp_mem` (`MemErrors`, any namespace): hundreds of
+    /// socket-based relay processes with large buffers get there.
+    pub udp_mem: u64,
     /// The receivers' own sockets or rings overflowed.
     pub sink_socket: u64,
 }
@@ -42,6 +46,10 @@ fn veth_drops(ns: &Ns, ifname: &str) -> u64 {
 }
 
 fn rcvbuf_errors(ns: &Ns) -> u64 {
+    udp_counter(ns, "RcvbufErrors")
+}
+
+fn udp_counter(ns: &Ns, name: &str) -> u64 {
     let snmp = ns.exec("cat", ["/proc/net/snmp"]).unwrap_or_default();
     let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
     if udp.len() < 2 {
@@ -51,7 +59,7 @@ fn rcvbuf_errors(ns: &Ns) -> u64 {
     let values: Vec<&str> = udp[1].split_whitespace().collect();
     names
         .iter()
-        .position(|n| *n == "RcvbufErrors")
+        .position(|n| n == &name)
         .and_then(|i| values.get(i))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
@@ -81,6 +89,7 @@ impl Losses {
                 .sum(),
             backlog: backlog_drops(),
             sink_rcvbuf: topo.sinks.iter().map(|k| rcvbuf_errors(&k.ns)).sum(),
+            udp_mem: topo.all.iter().map(|(ns, _)| udp_counter(ns, "MemErrors")).sum(),
             sink_socket: 0,
         }
     }
@@ -94,6 +103,7 @@ impl Losses {
             veth: self.veth.saturating_sub(before.veth),
             backlog: self.backlog.saturating_sub(before.backlog),
             sink_rcvbuf: self.sink_rcvbuf.saturating_sub(before.sink_rcvbuf),
+            udp_mem: self.udp_mem.saturating_sub(before.udp_mem),
             sink_socket,
         }
     }
@@ -110,6 +120,7 @@ impl Losses {
             ("veth", self.veth),
             ("backlog", self.backlog),
             ("sink rcvbuf", self.sink_rcvbuf),
+            ("udp_mem", self.udp_mem),
             ("sink", self.sink_socket),
         ];
         let parts: Vec<String> = places
@@ -124,6 +135,7 @@ impl Losses {
             + self.relay_rcvbuf
             + self.veth.max(self.backlog)
             + self.sink_rcvbuf
+            + self.udp_mem
             + self.sink_socket;
         let mut s = format!(
             "lost {lost}: {}",

@@ -52,6 +52,9 @@ pub struct Args {
     /// chain-rate, dual-bridge, pipeline: packets per run.
     #[arg(long)]
     count: Option<u64>,
+    /// pipeline: offered rates [default: max].
+    #[arg(long, value_delimiter = ',')]
+    pipeline_rates: Vec<String>,
     /// streams: the stream counts.
     #[arg(long, value_delimiter = ',')]
     streams: Vec<usize>,
@@ -166,6 +169,9 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
     let mut params = if a.quick { Params::quick() } else { Params::full() };
     if !a.rates.is_empty() {
         params.rates = a.rates.clone();
+    }
+    if !a.pipeline_rates.is_empty() {
+        params.pipeline_rates = a.pipeline_rates.clone();
     }
     if let Some(c) = a.count {
         params.count = c;

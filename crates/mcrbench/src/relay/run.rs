@@ -92,6 +92,7 @@ pub fn once(topo: &Topology, relay: &dyn Relay, point: &Point, count: u64, l: &L
     let all0 = cpu::all_processes();
     let t0 = Instant::now();
     let mut receivers = Vec::new();
+    let sink_buffer = sink_buffer_bytes(topo.sinks.len()).to_string();
     for k in &topo.sinks {
         let list: Vec<String> = k.streams.iter().map(|s| s.to_string()).collect();
         let list = list.join(",");
@@ -113,7 +114,7 @@ pub fn once(topo: &Topology, relay: &dyn Relay, point: &Point, count: u64, l: &L
                 "--via",
                 &l.sink_via,
                 "--rcvbuf",
-                "134217728",
+                &sink_buffer,
             ],
         )?);
     }
@@ -186,4 +187,28 @@ pub fn once(topo: &Topology, relay: &dyn Relay, point: &Point, count: u64, l: &L
         others_cores: others,
         losses,
     })
+}
+
+/// Each sink's receive buffer (its ring's size with `--via ring`, where the
+/// kernel allocates all of it up front): 128 MiB, but never more than 2 GiB
+/// for all sinks together, so that 200 sinks of a fan-out do not exhaust the
+/// machine's memory; at least 8 MiB.
+fn sink_buffer_bytes(sinks: usize) -> usize {
+    const MIB: usize = 1 << 20;
+    ((2048 * MIB) / sinks.max(1)).clamp(8 * MIB, 128 * MIB)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sink_buffer_bytes;
+
+    #[test]
+    fn sink_buffers_share_a_bounded_budget() {
+        assert_eq!(sink_buffer_bytes(1), 128 << 20);
+        assert_eq!(sink_buffer_bytes(16), 128 << 20);
+        assert_eq!(sink_buffer_bytes(50), (2048 << 20) / 50);
+        assert_eq!(sink_buffer_bytes(200), (2048 << 20) / 200);
+        assert_eq!(sink_buffer_bytes(1000), 8 << 20);
+        assert!(sink_buffer_bytes(200) * 200 <= 2048 << 20);
+    }
 }

@@ -85,6 +85,7 @@ pub struct Params {
     pub dense_streams: usize,
     pub dense_pps: u64,
     pub pipeline_size: usize,
+    pub pipeline_rates: Vec<String>,
 }
 
 impl Params {
@@ -101,6 +102,7 @@ impl Params {
             dense_streams: 50,
             dense_pps: 3000,
             pipeline_size: 1400,
+            pipeline_rates: vec!["max".into()],
         }
     }
 
@@ -117,6 +119,7 @@ impl Params {
             dense_streams: 5,
             dense_pps: 1000,
             pipeline_size: 1400,
+            pipeline_rates: vec!["max".into()],
         }
     }
 }
@@ -183,14 +186,22 @@ pub fn points(scenario: &str, p: &Params) -> anyhow::Result<Vec<Point>> {
                 })
             })
             .collect(),
-        "pipeline" => vec![Point {
-            scenario: "pipeline",
-            label: format!("3 hops, {} B, max", p.pipeline_size),
-            shape: Shape::Pipeline(3),
-            rate: Rate::Total("max".into()),
-            count: p.count,
-            size: p.pipeline_size,
-        }],
+        "pipeline" => p
+            .pipeline_rates
+            .iter()
+            .map(|r| Point {
+                scenario: "pipeline",
+                label: if r == "max" {
+                    format!("3 hops, {} B, max", p.pipeline_size)
+                } else {
+                    format!("3 hops, {} B, {r} pps", p.pipeline_size)
+                },
+                shape: Shape::Pipeline(3),
+                rate: Rate::Total(r.clone()),
+                count: p.count,
+                size: p.pipeline_size,
+            })
+            .collect(),
         other => anyhow::bail!("unknown scenario `{other}` (known: {})", ALL.join(", ")),
     };
     Ok(pts)

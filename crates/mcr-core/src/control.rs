@@ -210,6 +210,17 @@ pub struct OutputStats {
     pub drops: BTreeMap<String, u64>,
 }
 
+/// The non-zero drop reasons of `drops`, each as "reason count", in the
+/// order of the map: what `mcrctl stats` and the final totals show beside a
+/// drop total.
+pub fn nonzero_drops(drops: &BTreeMap<String, u64>) -> Vec<String> {
+    drops
+        .iter()
+        .filter(|(_, v)| **v > 0)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect()
+}
+
 /// Counters of one rule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RuleStats {
@@ -290,6 +301,15 @@ pub struct WorkerStatus {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_reasons_that_dropped_are_named() {
+        let drops: BTreeMap<String, u64> = [("no_rule", 0), ("queue_full", 3), ("bad_frame", 2)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        assert_eq!(super::nonzero_drops(&drops), vec!["bad_frame 2", "queue_full 3"]);
+    }
+
     use super::*;
 
     #[test]

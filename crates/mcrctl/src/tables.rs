@@ -138,12 +138,7 @@ fn stats(o: &mut String, s: &StatsReport) {
         );
         for out in &r.outputs {
             let dropped: u64 = out.drops.values().sum();
-            let why: Vec<String> = out
-                .drops
-                .iter()
-                .filter(|(_, v)| **v > 0)
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect();
+            let why = mcr_core::control::nonzero_drops(&out.drops);
             let _ = writeln!(
                 o,
                 "  -> {:<52} {:>12} {:>8} {:>11} {:>10}{}",
@@ -167,12 +162,7 @@ fn stats(o: &mut String, s: &StatsReport) {
         "worker", "rx frames", "rx pps", "tx packets", "ring drops", "ring errors"
     );
     for w in &s.workers {
-        let why: Vec<String> = w
-            .drops
-            .iter()
-            .filter(|(_, v)| **v > 0)
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
+        let why = mcr_core::control::nonzero_drops(&w.drops);
         let _ = writeln!(
             o,
             "{:<6} {:>12} {:>8} {:>12} {:>10} {:>11}  {}",

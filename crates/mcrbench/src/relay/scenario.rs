@@ -128,30 +128,24 @@ impl Params {
 pub fn points(scenario: &str, p: &Params) -> anyhow::Result<Vec<Point>> {
     let per_stream_count = p.per_stream_pps * p.seconds;
     let pts = match scenario {
-        "chain-rate" => p
-            .rates
-            .iter()
-            .map(|r| Point {
-                scenario: "chain-rate",
-                label: format!("{r} pps"),
-                shape: Shape::Chain(1),
-                rate: Rate::Total(r.clone()),
-                count: p.count,
-                size: 1024,
-            })
-            .collect(),
-        "dual-bridge" => p
-            .rates
-            .iter()
-            .map(|r| Point {
-                scenario: "dual-bridge",
-                label: format!("{r} pps"),
-                shape: Shape::DualBridge(1),
-                rate: Rate::Total(r.clone()),
-                count: p.count,
-                size: 1024,
-            })
-            .collect(),
+        "chain-rate" | "dual-bridge" => {
+            let (scenario, shape) = if scenario == "chain-rate" {
+                ("chain-rate", Shape::Chain(1))
+            } else {
+                ("dual-bridge", Shape::DualBridge(1))
+            };
+            p.rates
+                .iter()
+                .map(|r| Point {
+                    scenario,
+                    label: format!("{r} pps"),
+                    shape,
+                    rate: Rate::Total(r.clone()),
+                    count: p.count,
+                    size: 1024,
+                })
+                .collect()
+        }
         "streams" => p
             .stream_counts
             .iter()

@@ -520,12 +520,7 @@ impl Supervisor {
         }
         for w in &report.workers {
             let drops: u64 = w.drops.values().sum();
-            let why: Vec<String> = w
-                .drops
-                .iter()
-                .filter(|(_, v)| **v > 0)
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect();
+            let why = mcr_core::control::nonzero_drops(&w.drops);
             out.push_str(&format!(
                 "  worker {} rx {} frames, tx {} packets, {} ring drops, {} ring errors, {} dropped{}\n",
                 w.index,

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -48,7 +49,25 @@ pub enum Request {
     Stats {},
     /// The worker processes.
     Workers {},
+    /// Read the config file again and apply what changed.
+    Reload {},
+    /// Write the running rules to a config file.
+    Save {
+        /// Where (an absolute path); the daemon's own config file if absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<PathBuf>,
+    },
+    /// A `stats` reply every `interval_ms` (default 1000) until the client
+    /// sends anything or closes.
+    Watch {
+        /// Between replies, in ms (100 to 60000).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        interval_ms: Option<u64>,
+    },
 }
+
+/// The shortest and longest `watch` interval, in ms.
+pub const WATCH_INTERVAL_MS: std::ops::RangeInclusive<u64> = 100..=60_000;
 
 /// A response: `ok` and one of the replies.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,6 +128,36 @@ pub enum Reply {
     },
     /// To `stats`.
     Stats(Box<StatsReport>),
+    /// To `reload`: what changed. Answered once every worker runs the
+    /// new table (or the wait ran out: `applied` false).
+    Reloaded {
+        /// The file read.
+        path: PathBuf,
+        /// Rules that are new.
+        added: Vec<String>,
+        /// Rules that changed.
+        changed: Vec<String>,
+        /// Rules that are gone.
+        removed: Vec<String>,
+        /// How many rules stayed as they were (and were not touched).
+        unchanged: usize,
+        /// Whether every running worker runs the new table.
+        applied: bool,
+        /// Settings in `[daemon]` that differ from what the daemon runs
+        /// with and take effect only at the next start.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        restart_needed: Vec<String>,
+        /// What keeps new or changed rules from forwarding.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        problems: Vec<String>,
+    },
+    /// To `save`.
+    Saved {
+        /// The file written.
+        path: PathBuf,
+        /// How many rules it holds.
+        rules: usize,
+    },
     /// To `workers`.
     Workers {
         /// Every worker.
@@ -148,6 +197,9 @@ pub enum ErrorKind {
     InvalidRule,
     /// No rule of that name.
     NotFound,
+    /// The config file could not be read, or is not valid (the message
+    /// says `PATH:LINE:COLUMN: what`); nothing was changed.
+    InvalidConfig,
     /// The daemon could not carry out a valid request.
     Internal,
 }
@@ -238,6 +290,10 @@ pub struct RuleStats {
     pub bps: f64,
     /// Per output.
     pub outputs: Vec<OutputStats>,
+    /// What keeps it from forwarding (a failed join, a missing interface);
+    /// empty when it forwards.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
 }
 
 /// Counters of one worker.
@@ -260,6 +316,13 @@ pub struct WorkerStats {
     pub drops: BTreeMap<String, u64>,
     /// Frames per second taken over the last interval.
     pub rx_pps: f64,
+    /// CPU time its processes used, user and system, in seconds (over
+    /// every restart).
+    #[serde(default)]
+    pub cpu_s: f64,
+    /// The share of one CPU it used over the last interval (0 to 1).
+    #[serde(default)]
+    pub busy: f64,
 }
 
 /// The answer to `stats`.

@@ -11,14 +11,17 @@
 //!   [`table`]: the match table compiled from it; [`forward`]: parsing a
 //!   frame and rewriting it for an output; [`bpf`]: the ingress filter.
 //! - [`stats`]: where every counter lives in the shared statistics memory.
-//! - [`control`]: the control protocol between `mcrctl` and `mcrd`.
+//! - [`control`]: the control protocol between `mcrctl` and `mcrd`;
+//!   [`config`]: the config file; [`metrics`]: the Prometheus text format.
 
 #![forbid(unsafe_code)]
 
 pub mod bpf;
+pub mod config;
 pub mod control;
 pub mod forward;
 pub mod interfaces;
+pub mod metrics;
 pub mod rule;
 pub mod snapshot;
 pub mod stats;

@@ -212,6 +212,26 @@ pub fn effective_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// Clock ticks per second of `/proc/PID/stat` (USER_HZ, 100 on every Linux
+/// build that matters).
+const USER_HZ: f64 = 100.0;
+
+/// `utime + stime` (and, with `children`, `cutime + cstime`) of a
+/// process, in seconds.
+pub fn cpu_seconds(pid: u32, children: bool) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields after the command name start at field 3 (state): utime is 14,
+    // stime 15, cutime 16, cstime 17.
+    let get = |n: usize| f.get(n - 3).and_then(|x| x.parse::<u64>().ok());
+    let mut t = get(14)? + get(15)?;
+    if children {
+        t += get(16)? + get(17)?;
+    }
+    Some(t as f64 / USER_HZ)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,6 +27,7 @@ mod ns;
 pub mod presets;
 mod process;
 pub mod relay;
+mod temp_dir;
 pub mod traffic;
 
 pub use bed::{BridgeOptions, Testbed};
@@ -35,6 +36,7 @@ pub use lock::{TrafficLock, traffic_lock};
 pub use naming::{PREFIX, live_namespaces};
 pub use ns::Ns;
 pub use process::{Finished, Proc};
+pub use temp_dir::TempDir;
 
 /// Signals, re-exported so callers need not depend on `mcr-sys`.
 pub use mcr_sys::process::Signal;

@@ -41,9 +41,15 @@ impl Relay {
     /// Starts `mcrd ARGS...` in `ns` with a control socket unique to this
     /// relay, and waits until it answers.
     pub fn start(ns: &Ns, args: &[&str]) -> Result<Relay> {
+        Relay::start_with_env(ns, args, &[])
+    }
+
+    /// [`Relay::start`] with these environment variables set for `mcrd`.
+    pub fn start_with_env(ns: &Ns, args: &[&str], env: &[(&str, &str)]) -> Result<Relay> {
         let socket = PathBuf::from(format!("/tmp/{}.sock", ns.name()));
         let mut cmd = ns.command(bin("mcrd")?);
         cmd.arg("--control-socket").arg(&socket).args(args);
+        cmd.envs(env.iter().copied());
         let mut relay = Relay {
             proc: ns.spawn(cmd)?,
             socket,
@@ -118,6 +124,11 @@ impl Relay {
             stderr: String::new(),
         })?;
         Ok(r.reply)
+    }
+
+    /// Sends the daemon `signal` (`Hup` to reload its config file).
+    pub fn signal(&mut self, signal: Signal) -> Result<()> {
+        self.proc.signal(signal)
     }
 
     /// Stops the daemon with SIGTERM and returns what it printed (its final

@@ -11,6 +11,30 @@ use mcr_core::control::{PROTOCOL, Reply, Request, Response};
 
 /// Asks the daemon at `socket` and returns its response.
 pub fn ask(socket: &Path, request: &Request) -> anyhow::Result<Response> {
+    let (mut conv, hello) = connect(socket)?;
+    if matches!(request, Request::Version { .. }) {
+        return Ok(hello);
+    }
+    conv.exchange(request)
+}
+
+/// Asks for a `watch` every `interval_ms` and hands each response to
+/// `show` until it returns false or the daemon closes the connection.
+pub fn watch(socket: &Path, interval_ms: u64, mut show: impl FnMut(&Response) -> bool) -> anyhow::Result<()> {
+    let (mut conv, _) = connect(socket)?;
+    let mut response = conv.exchange(&Request::Watch {
+        interval_ms: Some(interval_ms),
+    })?;
+    loop {
+        if !show(&response) || !response.ok {
+            return Ok(());
+        }
+        response = conv.receive()?;
+    }
+}
+
+/// Connects and checks that the daemon speaks this protocol.
+fn connect(socket: &Path) -> anyhow::Result<(Conversation, Response)> {
     let stream = UnixStream::connect(socket).with_context(|| {
         format!(
             "cannot reach mcrd at {}: is it running? (--socket gives another path)",
@@ -29,10 +53,7 @@ pub fn ask(socket: &Path, request: &Request) -> anyhow::Result<Response> {
     if let Reply::Error { error } = &hello.reply {
         bail!("{}", error.message);
     }
-    if matches!(request, Request::Version { .. }) {
-        return Ok(hello);
-    }
-    conv.exchange(request)
+    Ok((conv, hello))
 }
 
 struct Conversation {
@@ -45,6 +66,10 @@ impl Conversation {
         let mut line = serde_json::to_vec(request)?;
         line.push(b'\n');
         self.writer.write_all(&line).context("send the request")?;
+        self.receive()
+    }
+
+    fn receive(&mut self) -> anyhow::Result<Response> {
         let mut answer = String::new();
         let n = self.reader.read_line(&mut answer).context("read the response")?;
         if n == 0 {

@@ -13,12 +13,18 @@ mod tables;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use mcr_core::control::{Reply, Request, Response};
+use clap::{CommandFactory, Parser, Subcommand};
+use mcr_core::control::{Reply, Request, Response, WATCH_INTERVAL_MS};
 use mcr_core::rule::{Input, Output, Rule};
 
 #[derive(Parser, Debug)]
-#[command(name = "mcrctl", version, about = "Control mcrd, MCR's multicast relay")]
+#[command(
+    name = "mcrctl",
+    version,
+    about = "Control mcrd, MCR's multicast relay",
+    after_help = "Exit codes: 0 done; 1 the daemon refused the request; 2 it could not be asked; 3 the change \
+                  was taken but is not fully in effect (printed)."
+)]
 struct Cli {
     /// The daemon's control socket.
     #[arg(long, global = true, default_value = "/run/mcr/mcrd.sock")]
@@ -60,11 +66,64 @@ enum Command {
     Stats,
     /// The worker processes.
     Workers,
+    /// Read the daemon's config file again and apply what changed: rules
+    /// that did not change are not touched. A file with a mistake changes
+    /// nothing (the mistake is printed with its line and column).
+    Reload,
+    /// Write the running rules, with the config file's [daemon] settings,
+    /// to the daemon's config file (or to --to) atomically.
+    Save {
+        /// Where to write instead of the daemon's config file.
+        #[arg(long, value_name = "PATH")]
+        to: Option<PathBuf>,
+    },
+    /// A live view of every rule and output (rates, drops, state),
+    /// refreshed every second; with --json, one stats object per line.
+    Watch {
+        /// Seconds between refreshes (0.1 to 60).
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Stop after this many refreshes (default: until Ctrl-C).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// Print a completion script for a shell (bash, zsh, fish, elvish,
+    /// powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (mcrctl.1 and one per command) into a
+    /// directory.
+    Man {
+        /// The directory.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let request = match cli.command {
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "mcrctl", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        Command::Man { dir } => {
+            return match clap_mangen::generate_to(Cli::command(), &dir) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("mcrctl: write the manual pages into {}: {e}", dir.display());
+                    ExitCode::from(2)
+                }
+            };
+        }
+        Command::Watch { interval, count } => return watch(&cli.socket, cli.json, interval, count),
+        Command::Reload => Request::Reload {},
+        Command::Save { to } => Request::Save {
+            // The daemon has its own working directory: send it a full path.
+            to: to.map(|p| std::path::absolute(&p).unwrap_or(p)),
+        },
         Command::Version => Request::Version { protocol: None },
         Command::Add { name, input, outputs } => Request::Add {
             rule: Rule { name, input, outputs },
@@ -98,6 +157,55 @@ fn main() -> ExitCode {
     ExitCode::from(exit_code(&response))
 }
 
+/// `mcrctl watch`: redraws the stats table (or prints JSON lines) every
+/// `interval_s` until `count` refreshes or Ctrl-C.
+fn watch(socket: &std::path::Path, json: bool, interval_s: f64, count: Option<u64>) -> ExitCode {
+    let ms = (interval_s * 1000.0).round();
+    if !(ms >= *WATCH_INTERVAL_MS.start() as f64 && ms <= *WATCH_INTERVAL_MS.end() as f64) {
+        eprintln!("mcrctl: --interval {interval_s} is outside 0.1-60 seconds");
+        return ExitCode::from(2);
+    }
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut shown = 0u64;
+    let mut code = 0u8;
+    let result = client::watch(socket, ms as u64, |r| {
+        let text = match (&r.reply, json) {
+            (Reply::Error { error }, _) => {
+                eprintln!("mcrctl: {}", error.message);
+                code = 1;
+                return false;
+            }
+            (_, true) => serde_json::to_string(r).map(|j| j + "\n").unwrap_or_default(),
+            (Reply::Stats(s), false) => {
+                let screen = tables::watch_screen(s, &socket.display().to_string());
+                // On a terminal, draw over the last screen; else one after another.
+                if tty {
+                    format!("\x1b[H\x1b[2J{screen}")
+                } else {
+                    format!("{screen}\n")
+                }
+            }
+            (other, false) => tables::render(other),
+        };
+        let mut out = std::io::stdout().lock();
+        if std::io::Write::write_all(&mut out, text.as_bytes())
+            .and_then(|()| std::io::Write::flush(&mut out))
+            .is_err()
+        {
+            return false;
+        }
+        shown += 1;
+        count.is_none_or(|c| shown < c)
+    });
+    match result {
+        Ok(()) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("mcrctl: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// 0 done, 1 refused, 3 taken but not fully in effect (2, could not ask,
 /// is decided before there is a response).
 fn exit_code(response: &Response) -> u8 {
@@ -105,6 +213,7 @@ fn exit_code(response: &Response) -> u8 {
         _ if !response.ok => 1,
         Reply::Added { applied, problems, .. } if !*applied || !problems.is_empty() => 3,
         Reply::Removed { applied: false, .. } => 3,
+        Reply::Reloaded { applied, problems, .. } if !*applied || !problems.is_empty() => 3,
         _ => 0,
     }
 }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use mcr_core::control::{Reply, StatsReport};
+use mcr_core::control::{Reply, RuleStats, StatsReport};
 
 fn rate(pps: f64) -> String {
     if pps >= 1e6 {
@@ -113,6 +113,35 @@ pub fn render(r: &Reply) -> String {
                 }
             }
         }
+        Reply::Reloaded {
+            path,
+            added,
+            changed,
+            removed,
+            unchanged,
+            applied,
+            restart_needed,
+            problems,
+        } => {
+            let list = |v: &[String]| if v.is_empty() { "-".to_string() } else { v.join(", ") };
+            let _ = writeln!(o, "reloaded {}", path.display());
+            let _ = writeln!(o, "  added:     {}", list(added));
+            let _ = writeln!(o, "  changed:   {}", list(changed));
+            let _ = writeln!(o, "  removed:   {}", list(removed));
+            let _ = writeln!(o, "  unchanged: {unchanged} (not touched)");
+            if !*applied {
+                let _ = writeln!(o, "  NOT yet applied by every worker: see `mcrctl workers`");
+            }
+            for k in restart_needed {
+                let _ = writeln!(o, "  `{k}` changed: it takes effect when mcrd restarts");
+            }
+            for p in problems {
+                let _ = writeln!(o, "  problem: {p}");
+            }
+        }
+        Reply::Saved { path, rules } => {
+            let _ = writeln!(o, "saved {rules} rule(s) to {}", path.display());
+        }
         Reply::Error { error } => {
             let _ = writeln!(o, "error: {}", error.message);
         }
@@ -120,22 +149,55 @@ pub fn render(r: &Reply) -> String {
     o
 }
 
+/// A rule at a glance: what keeps it from forwarding, or whether packets
+/// came in over the last interval.
+fn state(r: &RuleStats) -> String {
+    match r.problems.first() {
+        Some(p) => format!("PROBLEM: {p}"),
+        None if r.pps > 0.0 => "forwarding".into(),
+        None => "idle (no packets)".into(),
+    }
+}
+
+/// The `watch` screen: a heading and the `stats` table.
+pub fn watch_screen(s: &StatsReport, socket: &str) -> String {
+    let drops: u64 = s
+        .rules
+        .iter()
+        .flat_map(|r| &r.outputs)
+        .map(|o| o.drops.values().sum::<u64>())
+        .sum();
+    let mut o = format!(
+        "mcrctl watch  {socket}  up {:.0} s  {} rule(s)  {} output drop(s)  (Ctrl-C to leave)\n\n",
+        s.uptime_s,
+        s.rules.len(),
+        drops
+    );
+    stats(&mut o, s);
+    o
+}
+
 fn stats(o: &mut String, s: &StatsReport) {
     let _ = writeln!(
         o,
-        "{:<20} {:<36} {:>12} {:>8} {:>11} {:>10}",
+        "{:<20} {:<36} {:>12} {:>8} {:>11} {:>10}  state",
         "rule / output", "input", "packets", "pps", "bit rate", "dropped"
     );
     for r in &s.rules {
         let _ = writeln!(
             o,
-            "{:<20} {:<36} {:>12} {:>8} {:>11}",
+            "{:<20} {:<36} {:>12} {:>8} {:>11} {:>10}  {}",
             r.name,
             r.input,
             r.packets,
             rate(r.pps),
-            bits(r.bps)
+            bits(r.bps),
+            "",
+            state(r)
         );
+        for p in r.problems.iter().skip(1) {
+            let _ = writeln!(o, "{:<103}  {p}", "");
+        }
         for out in &r.outputs {
             let dropped: u64 = out.drops.values().sum();
             let why = mcr_core::control::nonzero_drops(&out.drops);
@@ -158,20 +220,22 @@ fn stats(o: &mut String, s: &StatsReport) {
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "{:<6} {:>12} {:>8} {:>12} {:>10} {:>11}  dropped",
-        "worker", "rx frames", "rx pps", "tx packets", "ring drops", "ring errors"
+        "{:<6} {:>12} {:>8} {:>12} {:>10} {:>11} {:>6} {:>9}  dropped",
+        "worker", "rx frames", "rx pps", "tx packets", "ring drops", "ring errors", "busy", "cpu s"
     );
     for w in &s.workers {
         let why = mcr_core::control::nonzero_drops(&w.drops);
         let _ = writeln!(
             o,
-            "{:<6} {:>12} {:>8} {:>12} {:>10} {:>11}  {}",
+            "{:<6} {:>12} {:>8} {:>12} {:>10} {:>11} {:>5.0}% {:>9.1}  {}",
             w.index,
             w.rx_frames,
             rate(w.rx_pps),
             w.tx_packets,
             w.ring_drops,
             w.ring_errors,
+            w.busy * 100.0,
+            w.cpu_s,
             if why.is_empty() { "-".into() } else { why.join(", ") }
         );
     }

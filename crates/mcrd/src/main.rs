@@ -4,22 +4,26 @@
 #![forbid(unsafe_code)]
 
 mod channel;
+mod logging;
 mod supervisor;
 mod worker;
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
-use mcr_sys::ring::RingVersion;
-use tracing_subscriber::EnvFilter;
+use clap::{CommandFactory, Parser, Subcommand};
+use mcr_core::config::{self, Config, LogFormat, LogLevel, RingFormat};
 
 #[derive(Parser, Debug)]
 #[command(
     name = "mcrd",
     version,
-    about = "MCR's multicast relay daemon (run as root, or with CAP_NET_RAW and CAP_NET_ADMIN)"
+    about = "MCR's multicast relay daemon (run as root, or with CAP_NET_RAW and CAP_NET_ADMIN)",
+    after_help = "Settings come from the command line, then the config file's [daemon] table, then the defaults \
+                  shown here. The config file (TOML) also holds the rules: docs/CONFIGURATION.md.\n\
+                  SIGHUP reloads the config file; SIGTERM and SIGINT stop the daemon."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -33,58 +37,105 @@ enum Command {
     /// A worker process; the supervisor starts these itself.
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
+    /// Write the manual page, mcrd.8, into a directory.
+    Man {
+        /// The directory.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(clap::Args, Debug)]
 struct RunArgs {
-    /// Worker processes, each pinned to its own core.
-    #[arg(long, default_value_t = 1)]
-    workers: usize,
-    /// The CPUs to pin workers to, comma separated (default: the CPUs this
-    /// process may run on, in turn).
+    /// The config file [default: /etc/mcr/mcrd.toml when it exists].
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Check a config file (syntax, keys, values, rules against this
+    /// host's interfaces), print what is wrong with line and column, and
+    /// exit: 0 valid, 1 not.
+    #[arg(long, value_name = "PATH", conflicts_with = "config")]
+    check_config: Option<PathBuf>,
+    /// Worker processes, each pinned to its own core [default: 1].
+    #[arg(long)]
+    workers: Option<u32>,
+    /// The CPUs to pin workers to, comma separated [default: the CPUs this
+    /// process may run on, in turn].
     #[arg(long, value_delimiter = ',')]
-    cpus: Vec<usize>,
-    /// The control socket.
-    #[arg(long, default_value = "/run/mcr/mcrd.sock")]
-    control_socket: PathBuf,
-    /// Receive ring format: v2 (frame by frame) or v3 (block by block).
-    #[arg(long, default_value = "v2", value_parser = worker::parse_ring)]
-    ring: RingVersion,
-    /// Receive ring memory per worker and input interface, in MiB.
-    #[arg(long, default_value_t = 32)]
-    ring_mb: usize,
-    /// With --ring v3: how long a part-filled block waits, in ms.
-    #[arg(long, default_value_t = 1)]
-    block_timeout_ms: u32,
+    cpus: Option<Vec<usize>>,
+    /// The control socket [default: /run/mcr/mcrd.sock].
+    #[arg(long)]
+    control_socket: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9808).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
+    /// Receive ring format: v2 (frame by frame) or v3 (block by block)
+    /// [default: v2].
+    #[arg(long, value_enum)]
+    ring: Option<RingArg>,
+    /// Receive ring memory per worker and input interface, in MiB [default: 32].
+    #[arg(long)]
+    ring_mb: Option<u32>,
+    /// With --ring v3: how long a part-filled block waits, in ms [default: 1].
+    #[arg(long)]
+    block_timeout_ms: Option<u32>,
+    /// Log level [default: info].
+    #[arg(long, value_enum)]
+    log_level: Option<LevelArg>,
+    /// Log format: text, json (one object per line, for collectors) or
+    /// journal [default: journal under systemd, text otherwise].
+    #[arg(long, value_enum)]
+    log_format: Option<FormatArg>,
+}
 
-    /// Log level: error, warn, info, debug, trace.
-    #[arg(long, default_value = "info")]
-    log_level: String,
+/// Ring formats on the command line.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum RingArg {
+    V2,
+    V3,
+}
+
+/// Log levels on the command line.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum LevelArg {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+/// Log formats on the command line.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum FormatArg {
+    Text,
+    Json,
+    Journal,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let level = match &cli.command {
-        Some(Command::Worker(_)) => "warn".to_string(),
-        None => cli.run.log_level.clone(),
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&level).unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    // Every stream may need a socket or a ring: take all the descriptors
-    // the hard limit allows (a worker inherits the raised limit).
-    if let Err(e) = mcr_sys::process::raise_fd_limit() {
-        tracing::warn!("could not raise the open-file limit: {e}");
-    }
-    let result = match cli.command {
+    match cli.command {
         Some(Command::Worker(a)) => {
+            logging::init(LogLevel::Warn, logging::default_format());
+            raise_fd_limit();
             let index = a.index;
-            worker::run(a).map_err(|e| e.context(format!("worker {index}")))
+            finish(worker::run(a).map_err(|e| e.context(format!("worker {index}"))))
         }
-        None => run(cli.run),
-    };
+        Some(Command::Man { dir }) => finish(
+            clap_mangen::Man::new(Cli::command())
+                .section("8")
+                .generate_to(&dir)
+                .map(|p| println!("{}", p.display()))
+                .with_context(|| format!("write the manual page into {}", dir.display())),
+        ),
+        None => match cli.run.check_config {
+            Some(path) => check_config(&path),
+            None => finish(run(cli.run)),
+        },
+    }
+}
+
+fn finish(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -94,43 +145,134 @@ fn main() -> ExitCode {
     }
 }
 
+/// Every stream may need a socket or a ring: take all the descriptors the
+/// hard limit allows (a worker inherits the raised limit).
+fn raise_fd_limit() {
+    if let Err(e) = mcr_sys::process::raise_fd_limit() {
+        tracing::warn!("could not raise the open-file limit: {e}");
+    }
+}
+
+/// `--check-config`: what is wrong, or how many rules the file holds.
+fn check_config(path: &Path) -> ExitCode {
+    match supervisor::load_config(path) {
+        Ok(c) => {
+            println!("{}: valid, {} rule(s)", path.display(), c.rules.len());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("mcrd: {}", e.message);
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn run(a: RunArgs) -> anyhow::Result<()> {
-    anyhow::ensure!((1..=64).contains(&a.workers), "--workers {} is outside 1-64", a.workers);
+    // The config file: the one named, else the default one if present.
+    let config_path = a.config.clone().or_else(|| {
+        let default = PathBuf::from(config::DEFAULT_PATH);
+        default.exists().then_some(default)
+    });
+    let config = match &config_path {
+        Some(p) => supervisor::load_config(p).map_err(|e| anyhow::anyhow!("{}; not starting", e.message))?,
+        None => Config::parse("").map_err(|e| anyhow::anyhow!("{e}"))?,
+    };
+    let f = &config.settings;
+    let level = a
+        .log_level
+        .map(LevelArg::level)
+        .or(f.log_level)
+        .unwrap_or(LogLevel::Info);
+    let format = a
+        .log_format
+        .map(FormatArg::format)
+        .or(f.log_format)
+        .unwrap_or_else(logging::default_format);
+    logging::init(level, format);
+    raise_fd_limit();
+    let workers = a.workers.or(f.workers).unwrap_or(1);
     anyhow::ensure!(
-        (1..=4096).contains(&a.ring_mb),
-        "--ring-mb {} is outside 1-4096",
-        a.ring_mb
+        (1..=config::MAX_WORKERS).contains(&workers),
+        "--workers {workers} is outside 1-{}",
+        config::MAX_WORKERS
+    );
+    let workers = workers as usize;
+    let ring_mb = a.ring_mb.or(f.ring_mb).unwrap_or(32);
+    anyhow::ensure!(
+        (1..=config::MAX_RING_MB).contains(&ring_mb),
+        "--ring-mb {ring_mb} is outside 1-{}",
+        config::MAX_RING_MB
     );
     let allowed = mcr_sys::process::allowed_cpus().context("read this process's CPU affinity")?;
     anyhow::ensure!(!allowed.is_empty(), "this process may run on no CPU");
-    let cpus: Vec<usize> = if a.cpus.is_empty() {
-        (0..a.workers).map(|i| allowed[i % allowed.len()]).collect()
-    } else {
-        a.cpus.clone()
+    let cpus: Vec<usize> = match a.cpus.clone().or_else(|| f.cpus.clone()) {
+        Some(c) if !c.is_empty() => c,
+        _ => (0..workers).map(|i| allowed[i % allowed.len()]).collect(),
     };
     if let Some(c) = cpus.iter().find(|c| !allowed.contains(c)) {
-        anyhow::bail!("--cpus: mcrd may not run on CPU {c} (it may use CPUs {allowed:?})");
+        anyhow::bail!("cpus: mcrd may not run on CPU {c} (it may use CPUs {allowed:?})");
     }
-    let ring = match a.ring {
-        RingVersion::V2 => "v2",
-        RingVersion::V3 => "v3",
+    let ring = match a.ring.map(RingArg::format).or(f.ring).unwrap_or(RingFormat::V2) {
+        RingFormat::V2 => "v2",
+        RingFormat::V3 => "v3",
     };
     let worker_args = vec![
         "--workers".into(),
-        a.workers.to_string(),
+        workers.to_string(),
         "--ring".into(),
         ring.into(),
         "--ring-mb".into(),
-        a.ring_mb.to_string(),
+        ring_mb.to_string(),
         "--block-timeout-ms".into(),
-        a.block_timeout_ms.to_string(),
+        a.block_timeout_ms.or(f.block_timeout_ms).unwrap_or(1).to_string(),
         "--fanout-seed".into(),
         (std::process::id() as u16).to_string(),
     ];
+    if let Some(p) = &config_path {
+        tracing::info!("config {}: {} rule(s)", p.display(), config.rules.len());
+    }
     supervisor::run(supervisor::Options {
-        workers: a.workers,
+        workers,
         cpus,
-        control_socket: a.control_socket,
+        control_socket: a
+            .control_socket
+            .or_else(|| f.control_socket.clone())
+            .unwrap_or_else(|| PathBuf::from("/run/mcr/mcrd.sock")),
         worker_args,
+        metrics_listen: a.metrics_listen.or(f.metrics_listen),
+        file_settings: config.settings,
+        rules: config.rules,
+        config_path,
     })
+}
+
+impl RingArg {
+    fn format(self) -> RingFormat {
+        match self {
+            RingArg::V2 => RingFormat::V2,
+            RingArg::V3 => RingFormat::V3,
+        }
+    }
+}
+
+impl LevelArg {
+    fn level(self) -> LogLevel {
+        match self {
+            LevelArg::Error => LogLevel::Error,
+            LevelArg::Warn => LogLevel::Warn,
+            LevelArg::Info => LogLevel::Info,
+            LevelArg::Debug => LogLevel::Debug,
+            LevelArg::Trace => LogLevel::Trace,
+        }
+    }
+}
+
+impl FormatArg {
+    fn format(self) -> LogFormat {
+        match self {
+            FormatArg::Text => LogFormat::Text,
+            FormatArg::Json => LogFormat::Json,
+            FormatArg::Journal => LogFormat::Journal,
+        }
+    }
 }

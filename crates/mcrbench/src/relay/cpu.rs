@@ -25,21 +25,7 @@ pub fn busy_s(wall_s: f64, idle_before: u64, idle_after: u64) -> f64 {
     (wall_s - idle_after.saturating_sub(idle_before) as f64 / HZ).max(0.0)
 }
 
-/// `utime + stime` (and, with `children`, `cutime + cstime`) of a
-/// process, in seconds.
-pub fn process_cpu_s(pid: u32, children: bool) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // Fields after the command name start at field 3 (state): utime is 14,
-    // stime 15, cutime 16, cstime 17.
-    let get = |n: usize| f.get(n - 3).and_then(|x| x.parse::<u64>().ok());
-    let mut t = get(14)? + get(15)?;
-    if children {
-        t += get(16)? + get(17)?;
-    }
-    Some(t as f64 / HZ)
-}
+pub use mcr_sys::process::cpu_seconds as process_cpu_s;
 
 /// True for a kernel thread (a child of kthreadd, pid 2). Those that
 /// matter here (ksoftirqd) do the very packet work being measured, which

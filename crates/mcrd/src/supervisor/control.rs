@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mcr_core::control::{ControlError, ErrorKind, MAX_REQUEST_BYTES, Reply, Request, Response};
+use mcr_core::control::{ControlError, ErrorKind, MAX_REQUEST_BYTES, Reply, Request, Response, WATCH_INTERVAL_MS};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
@@ -105,7 +105,7 @@ fn decode(line: &[u8]) -> Line {
         Err(e) => Line::Bad(error(
             ErrorKind::BadRequest,
             format!(
-                "not a request: {e}; send one JSON object per line, e.g. {{\"cmd\":\"list\"}} (commands: version, add, remove, list, stats, workers)"
+                "not a request: {e}; send one JSON object per line, e.g. {{\"cmd\":\"list\"}} (commands: version, add, remove, list, stats, workers, reload, save, watch)"
             ),
         )),
     }
@@ -131,6 +131,10 @@ async fn client(stream: UnixStream, calls: mpsc::Sender<Call>) {
             Ok(Ok(LineEnd::Newline)) => match decode(&buf) {
                 Line::Empty => continue,
                 Line::Bad(r) => r,
+                Line::Request(Request::Watch { interval_ms }) => {
+                    watch(&mut rd, &mut wr, &calls, interval_ms).await;
+                    return;
+                }
                 Line::Request(req) => {
                     let (tx, rx) = oneshot::channel();
                     if calls.send((req, tx)).await.is_err() {
@@ -145,6 +149,46 @@ async fn client(stream: UnixStream, calls: mpsc::Sender<Call>) {
         };
         if write(&mut wr, &response).await.is_err() {
             return;
+        }
+    }
+}
+
+/// Streams a `stats` reply every interval until the client sends anything,
+/// closes, or stops reading; then the connection ends.
+async fn watch(
+    rd: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+    wr: &mut tokio::net::unix::OwnedWriteHalf,
+    calls: &mpsc::Sender<Call>,
+    interval_ms: Option<u64>,
+) {
+    let ms = interval_ms.unwrap_or(1000);
+    if !WATCH_INTERVAL_MS.contains(&ms) {
+        let r = error(
+            ErrorKind::BadRequest,
+            format!(
+                "watch interval_ms {ms} is outside {}-{}",
+                WATCH_INTERVAL_MS.start(),
+                WATCH_INTERVAL_MS.end()
+            ),
+        );
+        let _ = write(wr, &r).await;
+        return;
+    }
+    let mut tick = tokio::time::interval(Duration::from_millis(ms));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let (tx, rx) = oneshot::channel();
+                if calls.send((Request::Stats {}, tx)).await.is_err() {
+                    return;
+                }
+                let Ok(r) = rx.await else { return };
+                if write(wr, &r).await.is_err() {
+                    return;
+                }
+            }
+            // Anything from the client (or its leaving) ends the watch.
+            _ = rd.fill_buf() => return,
         }
     }
 }

@@ -3,8 +3,11 @@
 //! joins the groups the rules need, restarts workers that die, sums the
 //! statistics and serves the control socket.
 
+mod config_file;
 mod control;
 mod membership;
+mod metrics;
+mod notify;
 mod ports;
 mod rules;
 mod stats;
@@ -17,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use mcr_core::config::Settings;
 use mcr_core::control::{ControlError, ErrorKind, JoinState, PROTOCOL, Reply, Request, Response, RuleStatus};
 use mcr_core::interfaces::{InterfaceInfo, Interfaces};
 use mcr_core::rule::Rule;
@@ -43,7 +47,17 @@ pub struct Options {
     pub control_socket: PathBuf,
     /// Arguments for every worker (ring settings).
     pub worker_args: Vec<String>,
+    /// The config file, if the daemon was started with one.
+    pub config_path: Option<PathBuf>,
+    /// Its `[daemon]` settings, written back by `save`.
+    pub file_settings: Settings,
+    /// The rules to start with (the config file's, already checked).
+    pub rules: Vec<Rule>,
+    /// Where to serve `/metrics`.
+    pub metrics_listen: Option<SocketAddr>,
 }
+
+pub use config_file::load as load_config;
 
 /// How long an `add` or `remove` waits for the workers to run the new
 /// table before answering anyway.
@@ -66,6 +80,14 @@ enum PendingReply {
     },
     Removed {
         rule: String,
+    },
+    Reloaded {
+        path: PathBuf,
+        added: Vec<String>,
+        changed: Vec<String>,
+        removed: Vec<String>,
+        unchanged: usize,
+        restart_needed: Vec<String>,
     },
 }
 
@@ -91,6 +113,8 @@ struct Supervisor {
     table: watch::Sender<Arc<Vec<u8>>>,
     events: mpsc::UnboundedSender<WorkerEvent>,
     pending: Vec<Pending>,
+    config_path: Option<PathBuf>,
+    file_settings: Settings,
 }
 
 /// Everything the host's interfaces offer, read afresh.
@@ -156,12 +180,21 @@ async fn run_async(opts: Options) -> anyhow::Result<()> {
         table: table_tx,
         events: events_tx,
         pending: Vec::new(),
+        config_path: opts.config_path.clone(),
+        file_settings: opts.file_settings.clone(),
     };
-    sup.publish();
+    sup.start_with(opts.rules)?;
+    let metrics = match opts.metrics_listen {
+        Some(addr) => Some(metrics::listen(addr).await?),
+        None => None,
+    };
     for i in 0..sup.workers.len() {
         sup.start_worker(i);
     }
     let (calls_tx, mut calls_rx) = mpsc::channel::<control::Call>(64);
+    if let Some(l) = metrics {
+        tokio::spawn(metrics::serve(l, calls_tx.clone()));
+    }
     tokio::spawn(control::serve(listener, calls_tx));
     tracing::info!(
         "mcrd {} running: {} worker(s) on CPU {:?}, control socket {}",
@@ -172,6 +205,12 @@ async fn run_async(opts: Options) -> anyhow::Result<()> {
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    notify::ready(&format!(
+        "{} rule(s), {} worker(s)",
+        sup.rules.rules().len(),
+        opts.workers
+    ));
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
@@ -179,12 +218,29 @@ async fn run_async(opts: Options) -> anyhow::Result<()> {
             Some(ev) = events_rx.recv() => sup.on_worker(ev),
             _ = tick.tick() => {
                 sup.stats.sample(&sup.counters, sup.rules.rules());
+                for w in &mut sup.workers {
+                    w.sample_cpu();
+                }
                 sup.answer_pending(true);
+            }
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading the config file");
+                notify::reloading();
+                let (tx, rx) = oneshot::channel();
+                sup.reload(tx);
+                tokio::spawn(async move {
+                    // The outcome is logged by reload; systemd is told the
+                    // daemon is ready again either way (a refused reload
+                    // leaves it running as before).
+                    let _ = rx.await;
+                    notify::ready("reloaded");
+                });
             }
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
     }
+    notify::stopping();
     sup.shutdown(&mut events_rx).await;
     let _ = std::fs::remove_file(&opts.control_socket);
     Ok(())
@@ -309,6 +365,33 @@ impl Supervisor {
                     joins,
                 },
                 PendingReply::Removed { rule } => Reply::Removed { rule, applied },
+                PendingReply::Reloaded {
+                    path,
+                    added,
+                    changed,
+                    removed,
+                    unchanged,
+                    restart_needed,
+                } => Reply::Reloaded {
+                    problems: self
+                        .rules
+                        .rules()
+                        .iter()
+                        .filter(|r| added.contains(&r.rule.name) || changed.contains(&r.rule.name))
+                        .flat_map(|r| {
+                            self.problems_of(&r.rule)
+                                .into_iter()
+                                .map(|p| format!("rule `{}`: {p}", r.rule.name))
+                        })
+                        .collect(),
+                    path,
+                    added,
+                    changed,
+                    removed,
+                    unchanged,
+                    applied,
+                    restart_needed,
+                },
             };
             let _ = p.reply_to.send(reply.into());
         }
@@ -345,7 +428,13 @@ impl Supervisor {
             Request::List {} => Reply::Rules {
                 rules: self.rules.rules().iter().map(|r| self.status(r)).collect(),
             },
-            Request::Stats {} => Reply::Stats(Box::new(self.stats.report(&self.counters, self.rules.rules()))),
+            Request::Stats {} => Reply::Stats(Box::new(self.stats_report())),
+            Request::Reload {} => return self.reload(reply_to),
+            Request::Save { to } => self.save(to),
+            // The connection serves `watch` itself with `stats` requests.
+            Request::Watch { .. } => Reply::Error {
+                error: ControlError::new(ErrorKind::BadRequest, "watch is answered by the connection"),
+            },
             Request::Workers {} => Reply::Workers {
                 workers: self.workers.iter().map(Worker::status).collect(),
             },
@@ -500,6 +589,56 @@ impl Supervisor {
         }
         self.stats.sample(&self.counters, self.rules.rules());
         print!("{}", self.final_totals());
+    }
+
+    /// Takes the rules of the config file before any worker starts, so
+    /// every worker starts with them.
+    fn start_with(&mut self, rules: Vec<Rule>) -> anyhow::Result<()> {
+        let ifs = interfaces();
+        self.rules
+            .replace_all(rules, &ifs, 0)
+            .map_err(|e| anyhow::anyhow!("the config file's rules: {e}"))?;
+        for r in self.rules.rules().to_vec() {
+            for j in self.claim(&r.rule, &ifs).iter().filter(|j| !j.joined) {
+                tracing::warn!(
+                    "rule `{}`: joining {} on {}: {}",
+                    r.rule.name,
+                    j.group,
+                    j.interface,
+                    j.error.as_deref().unwrap_or("?")
+                );
+            }
+        }
+        self.publish();
+        Ok(())
+    }
+
+    /// The answer to `stats`: the counters, each rule's problems and each
+    /// worker's CPU.
+    fn stats_report(&self) -> mcr_core::control::StatsReport {
+        let mut report = self.stats.report(&self.counters, self.rules.rules());
+        for (r, s) in self.rules.rules().iter().zip(&mut report.rules) {
+            let status = self.status(r);
+            s.problems = status
+                .joins
+                .iter()
+                .filter(|j| !j.joined)
+                .map(|j| {
+                    format!(
+                        "not joined to {} on {}: {}",
+                        j.group,
+                        j.interface,
+                        j.error.as_deref().unwrap_or("?")
+                    )
+                })
+                .chain(status.problems)
+                .collect();
+        }
+        for (w, s) in self.workers.iter().zip(&mut report.workers) {
+            s.cpu_s = w.cpu_s();
+            s.busy = w.busy;
+        }
+        report
     }
 
     fn final_totals(&self) -> String {

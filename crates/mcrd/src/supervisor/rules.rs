@@ -9,7 +9,7 @@ use mcr_core::snapshot::{SlottedRule, TableSnapshot};
 use mcr_core::validate::{RuleError, check_rule};
 
 /// Statistics slots of one kind.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct SlotPool {
     next: u32,
     cap: u32,
@@ -77,8 +77,25 @@ pub struct Added {
     pub reused: Reused,
 }
 
+/// What a reload did, by rule name.
+#[derive(Debug, Default)]
+pub struct Replaced {
+    /// The table version with the new set (unchanged when nothing changed).
+    pub version: u64,
+    /// Rules that are new.
+    pub added: Vec<Rule>,
+    /// Rules that changed: the old and the new.
+    pub changed: Vec<(Rule, Rule)>,
+    /// Rules that are gone.
+    pub removed: Vec<Rule>,
+    /// How many stayed exactly as they were.
+    pub unchanged: usize,
+    /// Slots to zero.
+    pub reused: Reused,
+}
+
 /// The rule table.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RuleTable {
     rules: Vec<SlottedRule>,
     version: u64,
@@ -120,8 +137,80 @@ impl RuleTable {
         let others: Vec<Rule> = self.rules.iter().map(|r| r.rule.clone()).collect();
         check_rule(&rule, &others, interfaces)?;
         let next_version = self.version + 1;
-        let old = self.rules.iter().position(|r| r.rule.name == rule.name);
         let mut reused = Reused::default();
+        let replaced = self.put(rule, acked, next_version, &mut reused)?;
+        self.version = next_version;
+        Ok(Added {
+            version: next_version,
+            replaced,
+            reused,
+        })
+    }
+
+    /// Makes the table exactly `rules` (a reload): checked as a whole
+    /// first, so a refusal changes nothing; then only the difference is
+    /// applied, as one new version. Unchanged rules keep their slots and
+    /// counts, and so do the unchanged outputs of a changed rule.
+    pub fn replace_all(
+        &mut self,
+        rules: Vec<Rule>,
+        interfaces: &Interfaces,
+        acked: u64,
+    ) -> Result<Replaced, ChangeError> {
+        for (i, r) in rules.iter().enumerate() {
+            if rules[..i].iter().any(|o| o.name == r.name) {
+                return Err(ChangeError::Invalid(RuleError {
+                    rule: r.name.clone(),
+                    field: "name".into(),
+                    reason: format!("rule name `{}` is used twice", r.name),
+                }));
+            }
+            check_rule(r, &rules, interfaces)?;
+        }
+        let next_version = self.version + 1;
+        let mut next = self.clone();
+        let mut out = Replaced::default();
+        // Removals first, so an input that moves to another rule is free.
+        for old in &self.rules {
+            if !rules.iter().any(|r| r.name == old.rule.name) {
+                next.drop_rule(&old.rule.name, next_version);
+                out.removed.push(old.rule.clone());
+            }
+        }
+        for rule in rules {
+            match self.rules.iter().find(|r| r.rule.name == rule.name) {
+                Some(old) if old.rule == rule => out.unchanged += 1,
+                Some(old) => {
+                    let old = old.rule.clone();
+                    next.put(rule.clone(), acked, next_version, &mut out.reused)?;
+                    out.changed.push((old, rule));
+                }
+                None => {
+                    next.put(rule.clone(), acked, next_version, &mut out.reused)?;
+                    out.added.push(rule);
+                }
+            }
+        }
+        if out.added.is_empty() && out.changed.is_empty() && out.removed.is_empty() {
+            out.version = self.version;
+            return Ok(out);
+        }
+        next.version = next_version;
+        *self = next;
+        out.version = next_version;
+        Ok(out)
+    }
+
+    /// Puts `rule` in the table as version `next_version` (already
+    /// checked), replacing the rule of the same name; returns that rule.
+    fn put(
+        &mut self,
+        rule: Rule,
+        acked: u64,
+        next_version: u64,
+        reused: &mut Reused,
+    ) -> Result<Option<SlottedRule>, ChangeError> {
+        let old = self.rules.iter().position(|r| r.rule.name == rule.name);
         // Outputs that stay the same keep their slot and their counts.
         let mut old_outputs: Vec<(OutputKey, u32)> = old
             .map(|i| {
@@ -182,31 +271,32 @@ impl RuleTable {
             slot: rule_slot,
             output_slots,
         };
-        let replaced = match old {
+        Ok(match old {
             Some(i) => Some(std::mem::replace(&mut self.rules[i], slotted)),
             None => {
                 self.rules.push(slotted);
                 None
             }
-        };
-        self.version = next_version;
-        Ok(Added {
-            version: next_version,
-            replaced,
-            reused,
         })
     }
 
     /// Removes the rule called `name`; returns it and the new version.
     pub fn remove(&mut self, name: &str) -> Option<(SlottedRule, u64)> {
+        let r = self.drop_rule(name, self.version + 1)?;
+        self.version += 1;
+        Some((r, self.version))
+    }
+
+    /// Takes the rule called `name` out; its slots are free from
+    /// `version` on.
+    fn drop_rule(&mut self, name: &str, version: u64) -> Option<SlottedRule> {
         let i = self.rules.iter().position(|r| r.rule.name == name)?;
         let r = self.rules.remove(i);
-        self.version += 1;
-        self.rule_slots.give_back(r.slot, self.version);
+        self.rule_slots.give_back(r.slot, version);
         for &s in &r.output_slots {
-            self.output_slots.give_back(s, self.version);
+            self.output_slots.give_back(s, version);
         }
-        Some((r, self.version))
+        Some(r)
     }
 
     /// The whole table, for the workers.
@@ -315,6 +405,55 @@ mod tests {
         );
         assert_ne!(after.output_slots[1], before.output_slots[0]);
         assert_eq!(t.rules().len(), 1);
+    }
+
+    #[test]
+    fn a_reload_changes_only_what_differs_and_refuses_as_a_whole() {
+        let mut t = RuleTable::new(10, 10);
+        for (n, g) in [("a", 1), ("b", 2), ("c", 3)] {
+            t.add(rule(n, g, &[&format!("out0:239.10.1.{g}:6001")]), &ifaces(), 0)
+                .expect("add");
+        }
+        let a_before = t.get("a").expect("a").clone();
+        let b_before = t.get("b").expect("b").clone();
+        // b gains an output, c goes, d comes (taking c's input: removals
+        // are applied first), a stays.
+        let new = vec![
+            rule("a", 1, &["out0:239.10.1.1:6001"]),
+            rule("b", 2, &["out0:239.10.1.2:6001", "out0:239.10.1.7:6001"]),
+            rule("d", 3, &["out0:239.10.1.9:6001"]),
+        ];
+        let r = t.replace_all(new.clone(), &ifaces(), 3).expect("reload");
+        assert_eq!(r.version, 4, "one new version for the whole change");
+        assert_eq!(r.unchanged, 1);
+        assert_eq!(r.added.iter().map(|x| x.name.as_str()).collect::<Vec<_>>(), ["d"]);
+        assert_eq!(r.changed.iter().map(|x| x.1.name.as_str()).collect::<Vec<_>>(), ["b"]);
+        assert_eq!(r.removed.iter().map(|x| x.name.as_str()).collect::<Vec<_>>(), ["c"]);
+        assert_eq!(t.get("a").expect("a"), &a_before, "untouched: same slots");
+        let b = t.get("b").expect("b");
+        assert_eq!((b.slot, b.output_slots[0]), (b_before.slot, b_before.output_slots[0]));
+        // The same set again changes nothing, not even the version.
+        let same = t.replace_all(new, &ifaces(), 4).expect("same");
+        assert_eq!((same.version, same.unchanged, t.version()), (4, 3, 4));
+        // A set with one bad rule (or a name twice) changes nothing.
+        let before = t.rules().to_vec();
+        let bad = vec![
+            rule("a", 1, &["out0:239.10.1.1:6001"]),
+            rule("e", 1, &["out0:239.10.1.5:6001"]),
+        ];
+        assert!(t.replace_all(bad, &ifaces(), 4).is_err());
+        let twice = vec![
+            rule("a", 1, &["out0:239.10.1.1:6001"]),
+            rule("a", 2, &["out0:239.10.1.5:6001"]),
+        ];
+        let e = t.replace_all(twice, &ifaces(), 4).expect_err("twice");
+        assert!(e.to_string().contains("used twice"), "{e}");
+        // A set too big for the table changes nothing either.
+        let many: Vec<Rule> = (1..=11)
+            .map(|g| rule(&format!("r{g}"), g, &["out0:239.10.1.1:6001"]))
+            .collect();
+        assert!(matches!(t.replace_all(many, &ifaces(), 4), Err(ChangeError::Full(_))));
+        assert_eq!((t.rules(), t.version()), (&before[..], 4));
     }
 
     #[test]

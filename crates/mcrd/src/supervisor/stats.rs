@@ -159,6 +159,7 @@ impl Stats {
                             }
                         })
                         .collect(),
+                    problems: Vec::new(),
                 }
             })
             .collect();
@@ -175,6 +176,8 @@ impl Stats {
                     .map(|(k, name)| (name.to_string(), self.worker(c, w, *k)))
                     .collect::<BTreeMap<_, _>>(),
                 rx_pps: rate(Key::Worker(w)).0,
+                cpu_s: 0.0,
+                busy: 0.0,
             })
             .collect();
         StatsReport {

@@ -86,6 +86,12 @@ pub struct Worker {
     pub restarts: u64,
     /// Why it last ended.
     pub last_exit: Option<String>,
+    /// CPU seconds of its earlier processes.
+    cpu_before_s: f64,
+    /// CPU seconds of the current process when last sampled, and when.
+    cpu_now: Option<(Instant, f64)>,
+    /// The share of a CPU it used between the last two samples.
+    pub busy: f64,
     generation: u64,
     started: Instant,
     backoff: Duration,
@@ -111,6 +117,9 @@ impl Worker {
             problems: Vec::new(),
             restarts: 0,
             last_exit: None,
+            cpu_before_s: 0.0,
+            cpu_now: None,
+            busy: 0.0,
             generation: 0,
             started: Instant::now(),
             backoff: MIN_BACKOFF,
@@ -216,6 +225,8 @@ impl Worker {
     /// Notes that the process ended; returns the delay before it restarts.
     pub fn died(&mut self, how: String) -> Duration {
         self.pid = None;
+        self.cpu_before_s += self.cpu_now.take().map_or(0.0, |(_, s)| s);
+        self.busy = 0.0;
         self.stop = None;
         self.last_exit = Some(how);
         if self.started.elapsed() >= STABLE {
@@ -225,6 +236,28 @@ impl Worker {
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
         self.state = State::Restarting;
         delay
+    }
+
+    /// Reads the CPU time of its process, for [`Worker::cpu_s`] and
+    /// [`Worker::busy`].
+    pub fn sample_cpu(&mut self) {
+        let Some(now_s) = self.pid.and_then(|p| mcr_sys::process::cpu_seconds(p, false)) else {
+            return;
+        };
+        let now = Instant::now();
+        if let Some((then, then_s)) = self.cpu_now {
+            let dt = now.duration_since(then).as_secs_f64();
+            if dt > 0.0 {
+                self.busy = ((now_s - then_s) / dt).clamp(0.0, 1.0);
+            }
+        }
+        self.cpu_now = Some((now, now_s));
+    }
+
+    /// CPU seconds over all its processes (as last sampled): never goes
+    /// backwards across restarts.
+    pub fn cpu_s(&self) -> f64 {
+        self.cpu_before_s + self.cpu_now.map_or(0.0, |(_, s)| s)
     }
 
     /// Asks the worker to finish and exit.

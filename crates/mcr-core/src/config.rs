@@ -1,0 +1,608 @@
+//! The config file of `mcrd`: TOML, a `[daemon]` table of settings and one
+//! `[[rule]]` table per rule, with the same fields as `mcrctl add`.
+//!
+//! ```toml
+//! [daemon]
+//! workers = 2
+//! metrics_listen = "127.0.0.1:9808"
+//!
+//! [[rule]]
+//! name = "feed-a"
+//! input = "eth0:239.1.1.1:5001"
+//! outputs = ["eth1:239.10.1.1:6001,ttl=8", "eth2:10.0.2.9:7000"]
+//! ```
+//!
+//! Every mistake is reported with its line and column: TOML syntax, an
+//! unknown key, a value of the wrong type or out of range, a missing field,
+//! a rule name used twice, and whatever [`check_rule`] refuses about a rule
+//! (the position is then that of the field at fault). Parsing reads no
+//! file: the daemon hands the text in.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Deserializer, Serialize};
+use toml::Spanned;
+
+use crate::interfaces::Interfaces;
+use crate::rule::{Input, Output, Rule};
+use crate::validate::{RuleError, check_rule};
+
+/// Where `mcrd` looks for its config file when not told.
+pub const DEFAULT_PATH: &str = "/etc/mcr/mcrd.toml";
+/// The most worker processes.
+pub const MAX_WORKERS: u32 = 64;
+/// The most receive-ring memory per worker and interface, in MiB.
+pub const MAX_RING_MB: u32 = 4096;
+
+/// The daemon's settings. Each is optional: a command-line flag overrides
+/// it, and an absent one takes the default the flag documents.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Worker processes, 1 to [`MAX_WORKERS`].
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "workers")]
+    pub workers: Option<u32>,
+    /// The CPUs to pin workers to, in turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<Vec<usize>>,
+    /// The control socket's path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_socket: Option<PathBuf>,
+    /// Where `/metrics` is served (ADDRESS:PORT).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "socket_addr",
+        serialize_with = "as_text"
+    )]
+    pub metrics_listen: Option<SocketAddr>,
+    /// How much is logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<LogLevel>,
+    /// How logs are written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<LogFormat>,
+    /// Receive ring format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring: Option<RingFormat>,
+    /// Receive ring memory per worker and input interface, in MiB, 1 to
+    /// [`MAX_RING_MB`].
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "ring_mb")]
+    pub ring_mb: Option<u32>,
+    /// With `ring = "v3"`: how long a part-filled block waits, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_timeout_ms: Option<u32>,
+}
+
+/// Log levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// Only errors.
+    Error,
+    /// Errors and warnings.
+    Warn,
+    /// And what the daemon does (the default).
+    Info,
+    /// And details.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl LogLevel {
+    /// The name, as written in the file and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Lines for people, with time and level.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+    /// Lines for journald: a `<N>` priority prefix, no time (the journal
+    /// keeps it).
+    Journal,
+}
+
+/// Receive ring formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RingFormat {
+    /// TPACKET_V2, frame by frame (the default).
+    V2,
+    /// TPACKET_V3, block by block.
+    V3,
+}
+
+impl Settings {
+    /// The keys whose values differ between `self` and `other`, sorted.
+    pub fn changed_keys(&self, other: &Settings) -> Vec<String> {
+        let a = toml::Table::try_from(self).unwrap_or_default();
+        let b = toml::Table::try_from(other).unwrap_or_default();
+        let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+        keys.into_iter()
+            .filter(|k| a.get(*k) != b.get(*k))
+            .map(|k| k.to_string())
+            .collect()
+    }
+}
+
+fn bounded<'de, D: Deserializer<'de>>(d: D, what: &str, lo: u32, hi: u32) -> Result<Option<u32>, D::Error> {
+    let v = i64::deserialize(d)?;
+    match u32::try_from(v) {
+        Ok(v) if (lo..=hi).contains(&v) => Ok(Some(v)),
+        _ => Err(serde::de::Error::custom(format!("{what} {v} is outside {lo}-{hi}"))),
+    }
+}
+
+fn workers<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    bounded(d, "workers", 1, MAX_WORKERS)
+}
+
+fn ring_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    bounded(d, "ring_mb", 1, MAX_RING_MB)
+}
+
+fn socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map(Some).map_err(|_| {
+        serde::de::Error::custom(format!(
+            "`{s}` is not an address and port: write e.g. 127.0.0.1:9808 or [::1]:9808"
+        ))
+    })
+}
+
+fn as_text<S: serde::Serializer, T: fmt::Display>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.collect_str(v),
+        None => s.serialize_none(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: Spanned<String>,
+    input: Spanned<String>,
+    outputs: Spanned<Vec<Spanned<String>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    daemon: Settings,
+    #[serde(default)]
+    rule: Vec<Spanned<RawRule>>,
+}
+
+#[derive(Debug, Serialize)]
+struct SavedRule {
+    name: String,
+    input: String,
+    outputs: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct SavedFile<'a> {
+    daemon: &'a Settings,
+    rule: Vec<SavedRule>,
+}
+
+/// Where each part of a rule is in the file, as byte ranges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RuleSpans {
+    rule: Range<usize>,
+    name: Range<usize>,
+    input: Range<usize>,
+    outputs: Range<usize>,
+    output: Vec<Range<usize>>,
+}
+
+impl RuleSpans {
+    /// The span of `field` as [`RuleError`] names it (`outputs[2].ttl`).
+    fn of(&self, field: &str) -> Range<usize> {
+        if field == "name" {
+            return self.name.clone();
+        }
+        if field.starts_with("input") {
+            return self.input.clone();
+        }
+        if let Some(rest) = field.strip_prefix("outputs[")
+            && let Some(i) = rest.split(']').next().and_then(|i| i.parse::<usize>().ok())
+            && let Some(s) = self.output.get(i)
+        {
+            return s.clone();
+        }
+        if field.starts_with("outputs") {
+            return self.outputs.clone();
+        }
+        self.rule.clone()
+    }
+}
+
+/// A parsed config file.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The `[daemon]` settings.
+    pub settings: Settings,
+    /// The rules, in file order.
+    pub rules: Vec<Rule>,
+    spans: Vec<RuleSpans>,
+    /// Line starts, to turn a byte offset into a line and column.
+    lines: Vec<usize>,
+}
+
+/// A mistake in a config file, and where it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// The line, from 1 (0 when the mistake has no place in the file).
+    pub line: usize,
+    /// The column, from 1, counted in characters.
+    pub column: usize,
+    /// What is wrong and what to write instead.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "line {}, column {}: {}", self.line, self.column, self.message)
+        }
+    }
+}
+
+impl ConfigError {
+    /// The error as `PATH:LINE:COLUMN: message`, the form editors jump to.
+    pub fn in_file(&self, path: &str) -> String {
+        if self.line == 0 {
+            format!("{path}: {}", self.message)
+        } else {
+            format!("{path}:{}:{}: {}", self.line, self.column, self.message)
+        }
+    }
+}
+
+fn line_starts(text: &str) -> Vec<usize> {
+    std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .collect()
+}
+
+fn locate(text: &str, lines: &[usize], offset: usize, message: String) -> ConfigError {
+    let offset = offset.min(text.len());
+    let line = lines.partition_point(|&s| s <= offset);
+    let start = lines[line - 1];
+    let column = text.get(start..offset).map_or(1, |s| s.chars().count() + 1);
+    ConfigError { line, column, message }
+}
+
+impl Config {
+    /// Parses `text`, checking everything that does not depend on the
+    /// host: syntax, keys, types, ranges, the text form of inputs and
+    /// outputs, and that no rule name is used twice.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let lines = line_starts(text);
+        let raw: RawFile = toml::from_str(text).map_err(|e| {
+            let message = e.message().trim_end().to_string();
+            match e.span() {
+                Some(s) => locate(text, &lines, s.start, message),
+                None => ConfigError {
+                    line: 0,
+                    column: 0,
+                    message,
+                },
+            }
+        })?;
+        let mut rules = Vec::with_capacity(raw.rule.len());
+        let mut spans: Vec<RuleSpans> = Vec::with_capacity(raw.rule.len());
+        for r in raw.rule {
+            let rule_span = r.span();
+            let r = r.into_inner();
+            let name_span = r.name.span();
+            let name = r.name.into_inner();
+            if let Some(first) = rules.iter().position(|x: &Rule| x.name == name) {
+                let at = locate(text, &lines, spans[first].name.start, String::new());
+                return Err(locate(
+                    text,
+                    &lines,
+                    name_span.start,
+                    format!(
+                        "rule name `{name}` is used twice (first at line {}); every rule needs its own name",
+                        at.line
+                    ),
+                ));
+            }
+            // Inputs and outputs are parsed here rather than by serde, so
+            // that a mistake points at the string at fault, not its array.
+            let parse_at = |v: &Spanned<String>| (v.span(), v.get_ref().clone());
+            let (input_span, input_text) = parse_at(&r.input);
+            let input: Input = input_text
+                .parse()
+                .map_err(|m| locate(text, &lines, input_span.start, m))?;
+            let outputs_span = r.outputs.span();
+            let mut output_spans = Vec::with_capacity(r.outputs.get_ref().len());
+            let mut outputs = Vec::with_capacity(r.outputs.get_ref().len());
+            for o in r.outputs.get_ref() {
+                let (span, spec) = parse_at(o);
+                outputs.push(
+                    spec.parse::<Output>()
+                        .map_err(|m| locate(text, &lines, span.start, m))?,
+                );
+                output_spans.push(span);
+            }
+            spans.push(RuleSpans {
+                rule: rule_span,
+                name: name_span,
+                input: input_span,
+                outputs: outputs_span,
+                output: output_spans,
+            });
+            rules.push(Rule { name, input, outputs });
+        }
+        Ok(Config {
+            settings: raw.daemon,
+            rules,
+            spans,
+            lines,
+        })
+    }
+
+    /// Checks every rule as `mcrctl add` would, against the others in the
+    /// file and the host's `interfaces`; the error points at the field at
+    /// fault. `text` is the text this config was parsed from.
+    pub fn check(&self, text: &str, interfaces: &Interfaces) -> Result<(), ConfigError> {
+        for (rule, spans) in self.rules.iter().zip(&self.spans) {
+            if let Err(e) = check_rule(rule, &self.rules, interfaces) {
+                return Err(self.rule_error(text, spans, &e));
+            }
+        }
+        Ok(())
+    }
+
+    fn rule_error(&self, text: &str, spans: &RuleSpans, e: &RuleError) -> ConfigError {
+        locate(text, &self.lines, spans.of(&e.field).start, e.to_string())
+    }
+
+    /// `settings` and `rules` as a config file that parses back to them.
+    pub fn render(settings: &Settings, rules: &[Rule]) -> Result<String, String> {
+        let file = SavedFile {
+            daemon: settings,
+            rule: rules
+                .iter()
+                .map(|r| SavedRule {
+                    name: r.name.clone(),
+                    input: r.input.to_string(),
+                    outputs: r.outputs.iter().map(ToString::to_string).collect(),
+                })
+                .collect(),
+        };
+        let body = toml::to_string(&file).map_err(|e| format!("could not write the config as TOML: {e}"))?;
+        Ok(format!(
+            "# mcrd configuration, written by `mcrctl save`: the [daemon] settings of the\n\
+             # file the daemon was started with, and the rules it was running.\n\
+             # Keys: docs/CONFIGURATION.md.\n\n{body}"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interfaces::InterfaceInfo;
+
+    fn ifaces() -> Interfaces {
+        let mk = |name: &str, index: u32, addr: &str| InterfaceInfo {
+            name: name.into(),
+            index,
+            mac: [2, 0, 0, 0, 0, index as u8],
+            mtu: 1500,
+            addresses: vec![addr.parse().expect("literal")],
+            ethernet: true,
+        };
+        Interfaces::new([mk("eth0", 2, "10.0.0.2"), mk("eth1", 3, "10.0.1.1")])
+    }
+
+    const GOOD: &str = r#"
+# a comment
+[daemon]
+workers = 2
+cpus = [0, 1]
+control_socket = "/run/mcr/test.sock"
+metrics_listen = "127.0.0.1:9808"
+log_level = "debug"
+log_format = "json"
+ring = "v3"
+ring_mb = 64
+block_timeout_ms = 2
+
+[[rule]]
+name = "feed-a"
+input = "eth0:239.1.1.1:5001"
+outputs = ["eth1:239.10.1.1:6001,ttl=8", "eth1:10.0.1.9:7000"]
+
+[[rule]]
+name = "feed-b"
+input = "eth0:239.1.1.2:5001,source=10.0.0.1"
+outputs = ["eth1:239.10.1.2:6001,source=keep"]
+"#;
+
+    /// The error `text` gives, parsed and then checked.
+    fn mistake(text: &str) -> ConfigError {
+        match Config::parse(text) {
+            Err(e) => e,
+            Ok(c) => c.check(text, &ifaces()).expect_err("a mistake"),
+        }
+    }
+
+    #[test]
+    fn a_valid_file_loads_every_setting_and_rule() {
+        let c = Config::parse(GOOD).expect("parses");
+        c.check(GOOD, &ifaces()).expect("valid");
+        let s = &c.settings;
+        assert_eq!(s.workers, Some(2));
+        assert_eq!(s.cpus, Some(vec![0, 1]));
+        assert_eq!(s.control_socket, Some(PathBuf::from("/run/mcr/test.sock")));
+        assert_eq!(s.metrics_listen, Some("127.0.0.1:9808".parse().expect("addr")));
+        assert_eq!(
+            (s.log_level, s.log_format, s.ring),
+            (Some(LogLevel::Debug), Some(LogFormat::Json), Some(RingFormat::V3))
+        );
+        assert_eq!((s.ring_mb, s.block_timeout_ms), (Some(64), Some(2)));
+        assert_eq!(c.rules.len(), 2);
+        assert_eq!(c.rules[0].name, "feed-a");
+        assert_eq!(c.rules[0].outputs[1].to_string(), "eth1:10.0.1.9:7000");
+        assert_eq!(c.rules[1].outputs[0].to_string(), "eth1:239.10.1.2:6001,source=keep");
+        assert_eq!(c.rules[1].input.to_string(), "eth0:239.1.1.2:5001,source=10.0.0.1");
+    }
+
+    #[test]
+    fn an_empty_file_is_a_daemon_with_defaults_and_no_rules() {
+        let c = Config::parse("").expect("empty");
+        assert_eq!(c.settings, Settings::default());
+        assert!(c.rules.is_empty());
+    }
+
+    #[test]
+    fn each_mistake_is_reported_with_its_line_and_column() {
+        // (file, line, column, words the message must hold)
+        let cases: &[(&str, usize, usize, &str)] = &[
+            ("[daemon]\nworkers = 2\nwrokers = 3\n", 3, 1, "unknown field `wrokers`"),
+            ("[daemon]\nverbose = true\n", 2, 1, "unknown field `verbose`"),
+            (
+                "[[rule]]\nname = \"a\"\ninput = \"eth0:239.1.1.1:5001\"\noutputs = [\"eth1:239.2.2.2:6001\"]\ncolour = \"red\"\n",
+                5,
+                1,
+                "unknown field `colour`",
+            ),
+            (
+                "[daemon]\nmetrics_listen = \"localhost\"\n",
+                2,
+                18,
+                "not an address and port",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\ninput = \"eth0:239.1.1.300:5001\"\noutputs = [\"eth1:239.2.2.2:6001\"]\n",
+                3,
+                9,
+                "239.1.1.300",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\ninput = \"eth0:239.1.1.1:5001\"\noutputs = [\"eth1:239.2.2.2:6001\", \"eth1:239.2.2.3:6001,ttl=0\"]\n",
+                4,
+                35,
+                "ttl",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\ninput = \"eth0:239.1.1.1:5001\"\noutputs = [\"eth1:239.2.2.2:6001\"]\n\n[[rule]]\nname = \"a\"\ninput = \"eth0:239.1.1.2:5001\"\noutputs = [\"eth1:239.2.2.3:6001\"]\n",
+                7,
+                8,
+                "used twice (first at line 2)",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\noutputs = [\"eth1:239.2.2.2:6001\"]\n",
+                1,
+                1,
+                "missing field `input`",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\ninput = \"eth0:239.1.1.1:5001\"\n",
+                1,
+                1,
+                "missing field `outputs`",
+            ),
+            ("[daemon]\nworkers = 0\n", 2, 11, "workers 0 is outside 1-64"),
+            ("[daemon]\nlog_level = \"loud\"\n", 2, 13, "unknown variant `loud`"),
+            ("[daemon]\nworkers = \"two\"\n", 2, 11, "invalid type"),
+            ("[daemon\nworkers = 2\n", 1, 8, ""),
+            // Checked against the host and the other rules.
+            (
+                "[[rule]]\nname = \"a\"\ninput = \"eth9:239.1.1.1:5001\"\noutputs = [\"eth1:239.2.2.2:6001\"]\n",
+                3,
+                9,
+                "interface `eth9` does not exist",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\ninput = \"eth0:239.1.1.1:5001\"\noutputs = [\"eth1:239.2.2.2:6001\", \"eth7:239.2.2.3:6001\"]\n",
+                4,
+                35,
+                "outputs[1].interface",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\ninput = \"eth0:239.1.1.1:5001\"\noutputs = [\"eth1:239.2.2.2:6001\"]\n[[rule]]\nname = \"b\"\ninput = \"eth0:239.1.1.1:5001\"\noutputs = [\"eth1:239.2.2.3:6001\"]\n",
+                3,
+                9,
+                "already takes",
+            ),
+            (
+                "[[rule]]\nname = \"bad name\"\ninput = \"eth0:239.1.1.1:5001\"\noutputs = [\"eth1:239.2.2.2:6001\"]\n",
+                2,
+                8,
+                "not a rule name",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\ninput = \"eth0:239.1.1.1:5001\"\noutputs = []\n",
+                4,
+                11,
+                "at least one output",
+            ),
+        ];
+        for &(text, line, column, words) in cases {
+            let e = mistake(text);
+            assert_eq!((e.line, e.column), (line, column), "{text}\n=> {e}");
+            assert!(e.message.contains(words), "{text}\n=> {e}");
+        }
+    }
+
+    #[test]
+    fn changed_settings_are_named() {
+        let a = Config::parse(GOOD).expect("parses").settings;
+        let mut b = a.clone();
+        assert!(a.changed_keys(&b).is_empty());
+        b.workers = Some(3);
+        b.metrics_listen = None;
+        assert_eq!(a.changed_keys(&b), vec!["metrics_listen", "workers"]);
+    }
+
+    #[test]
+    fn errors_read_as_file_line_column() {
+        let e = mistake("[daemon]\nwrokers = 3\n");
+        let shown = e.in_file("/etc/mcr/mcrd.toml");
+        assert!(
+            shown.starts_with("/etc/mcr/mcrd.toml:2:1: unknown field `wrokers`"),
+            "{shown}"
+        );
+        assert!(shown.contains("expected one of"), "the known keys are listed: {shown}");
+    }
+
+    #[test]
+    fn rendering_and_parsing_back_gives_the_same_settings_and_rules() {
+        let c = Config::parse(GOOD).expect("parses");
+        let text = Config::render(&c.settings, &c.rules).expect("renders");
+        let back = Config::parse(&text).expect("parses back");
+        assert_eq!(back.settings, c.settings);
+        assert_eq!(back.rules, c.rules);
+        back.check(&text, &ifaces()).expect("still valid");
+        // No settings and no rules is a valid file too.
+        let empty = Config::render(&Settings::default(), &[]).expect("renders");
+        let back = Config::parse(&empty).expect("parses back");
+        assert_eq!((back.settings, back.rules.len()), (Settings::default(), 0));
+    }
+}

@@ -1,0 +1,344 @@
+//! The Prometheus text exposition format (version 0.0.4) of what `mcrctl
+//! stats`, `list` and `workers` report: the same numbers, so a scrape and
+//! `mcrctl stats` always agree.
+//!
+//! Every metric is `mcr_`-prefixed; counters end in `_total`; units are
+//! base units (bytes, seconds); every family has `# HELP` and `# TYPE`.
+
+use std::fmt::Write;
+
+use crate::control::{RuleStatus, StatsReport, WorkerStatus};
+
+/// The content type of [`render`]'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A metric family being written: its samples follow its header.
+struct Family<'a> {
+    out: &'a mut String,
+    name: &'static str,
+}
+
+impl Family<'_> {
+    fn sample(&mut self, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.out.push_str(self.name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{k}=\"{}\"", escape(v));
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+}
+
+fn family<'a>(out: &'a mut String, name: &'static str, kind: &str, help: &str) -> Family<'a> {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    Family { out, name }
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// A float as Prometheus reads it (no exponent surprises for our ranges).
+fn float(v: f64) -> String {
+    if v.is_finite() { format!("{v}") } else { "0".into() }
+}
+
+/// Everything in the text format. `rules` and `workers` are the answers to
+/// `list` and `workers`, `stats` the answer to `stats`.
+pub fn render(version: &str, stats: &StatsReport, rules: &[RuleStatus], workers: &[WorkerStatus]) -> String {
+    let mut out = String::with_capacity(4096 + 512 * stats.rules.len());
+    family(
+        &mut out,
+        "mcr_build_info",
+        "gauge",
+        "The version of mcrd that serves; always 1.",
+    )
+    .sample(&[("version", version)], 1);
+    family(&mut out, "mcr_uptime_seconds", "gauge", "Seconds since mcrd started.").sample(&[], float(stats.uptime_s));
+    family(&mut out, "mcr_rules", "gauge", "Rules in the table.").sample(&[], stats.rules.len());
+
+    let mut f = family(
+        &mut out,
+        "mcr_rule_packets_total",
+        "counter",
+        "Packets matched by the rule's input.",
+    );
+    for r in &stats.rules {
+        f.sample(&[("rule", &r.name), ("input", &r.input)], r.packets);
+    }
+    let mut f = family(
+        &mut out,
+        "mcr_rule_bytes_total",
+        "counter",
+        "UDP payload bytes matched by the rule's input.",
+    );
+    for r in &stats.rules {
+        f.sample(&[("rule", &r.name), ("input", &r.input)], r.bytes);
+    }
+    let mut f = family(
+        &mut out,
+        "mcr_rule_up",
+        "gauge",
+        "1 when nothing keeps the rule from forwarding, 0 when something does (see mcrctl list).",
+    );
+    for r in &stats.rules {
+        f.sample(&[("rule", &r.name)], u8::from(r.problems.is_empty()));
+    }
+    let mut f = family(
+        &mut out,
+        "mcr_output_packets_total",
+        "counter",
+        "Packets sent to the output.",
+    );
+    for r in &stats.rules {
+        for o in &r.outputs {
+            f.sample(&[("rule", &r.name), ("output", &o.output)], o.packets);
+        }
+    }
+    let mut f = family(
+        &mut out,
+        "mcr_output_bytes_total",
+        "counter",
+        "UDP payload bytes sent to the output.",
+    );
+    for r in &stats.rules {
+        for o in &r.outputs {
+            f.sample(&[("rule", &r.name), ("output", &o.output)], o.bytes);
+        }
+    }
+    let mut f = family(
+        &mut out,
+        "mcr_output_drops_total",
+        "counter",
+        "Packets not sent to the output, by reason.",
+    );
+    for r in &stats.rules {
+        for o in &r.outputs {
+            for (reason, n) in &o.drops {
+                f.sample(&[("rule", &r.name), ("output", &o.output), ("reason", reason)], n);
+            }
+        }
+    }
+    let mut f = family(
+        &mut out,
+        "mcr_membership_joined",
+        "gauge",
+        "1 when the kernel holds the group membership a rule needs, 0 when it could not be taken.",
+    );
+    for r in rules {
+        for j in &r.joins {
+            let source = j.source.map(|s| s.to_string()).unwrap_or_default();
+            let group = j.group.to_string();
+            f.sample(
+                &[
+                    ("rule", &r.rule.name),
+                    ("interface", &j.interface),
+                    ("group", &group),
+                    ("source", &source),
+                ],
+                u8::from(j.joined),
+            );
+        }
+    }
+
+    type Counter = fn(&crate::control::WorkerStats) -> u64;
+    let worker_counters: [(&'static str, &str, Counter); 5] = [
+        (
+            "mcr_worker_rx_frames_total",
+            "Frames the worker took from its receive rings.",
+            |w| w.rx_frames,
+        ),
+        ("mcr_worker_rx_bytes_total", "Bytes of those frames.", |w| w.rx_bytes),
+        ("mcr_worker_tx_packets_total", "Packets the worker sent.", |w| {
+            w.tx_packets
+        }),
+        (
+            "mcr_worker_ring_drops_total",
+            "Frames the kernel dropped because the worker's receive ring was full.",
+            |w| w.ring_drops,
+        ),
+        (
+            "mcr_worker_ring_errors_total",
+            "Errors the worker's receive sockets reported (an input interface went down).",
+            |w| w.ring_errors,
+        ),
+    ];
+    for (name, help, get) in worker_counters {
+        let mut f = family(&mut out, name, "counter", help);
+        for w in &stats.workers {
+            f.sample(&[("worker", &w.index.to_string())], get(w));
+        }
+    }
+    let mut f = family(
+        &mut out,
+        "mcr_worker_drops_total",
+        "counter",
+        "Frames the worker dropped, by reason.",
+    );
+    for w in &stats.workers {
+        let index = w.index.to_string();
+        for (reason, n) in &w.drops {
+            f.sample(&[("worker", &index), ("reason", reason)], n);
+        }
+    }
+    let mut f = family(
+        &mut out,
+        "mcr_worker_cpu_seconds_total",
+        "counter",
+        "CPU time (user and system) of the worker's processes, over every restart.",
+    );
+    for w in &stats.workers {
+        f.sample(&[("worker", &w.index.to_string())], float(w.cpu_s));
+    }
+    let mut f = family(
+        &mut out,
+        "mcr_worker_busy_ratio",
+        "gauge",
+        "Share of one CPU the worker used over the last second (its load).",
+    );
+    for w in &stats.workers {
+        f.sample(&[("worker", &w.index.to_string())], float(w.busy));
+    }
+    let mut f = family(&mut out, "mcr_worker_up", "gauge", "1 while the worker process runs.");
+    for w in workers {
+        f.sample(&[("worker", &w.index.to_string())], u8::from(w.state == "running"));
+    }
+    let mut f = family(
+        &mut out,
+        "mcr_worker_restarts_total",
+        "counter",
+        "Times the worker was restarted.",
+    );
+    for w in workers {
+        f.sample(&[("worker", &w.index.to_string())], w.restarts);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::control::{JoinState, OutputStats, RuleStats, WorkerStats};
+
+    fn report() -> (StatsReport, Vec<RuleStatus>, Vec<WorkerStatus>) {
+        let rule: crate::rule::Rule = serde_json::from_str(
+            r#"{"name":"feed-a","input":{"interface":"eth0","destination":"239.1.1.1:5001"},
+                "outputs":[{"interface":"eth1","destination":"239.10.1.1:6001"}]}"#,
+        )
+        .expect("rule");
+        let drops: BTreeMap<String, u64> = [("queue_full".to_string(), 3), ("ttl_expired".to_string(), 0)].into();
+        let stats = StatsReport {
+            uptime_s: 12.5,
+            interval_s: 1.0,
+            rules: vec![RuleStats {
+                name: "feed-a".into(),
+                input: "eth0:239.1.1.1:5001".into(),
+                packets: 100,
+                bytes: 102_400,
+                pps: 10.0,
+                bps: 81_920.0,
+                outputs: vec![OutputStats {
+                    output: "eth1:239.10.1.1:6001".into(),
+                    packets: 97,
+                    bytes: 99_328,
+                    pps: 10.0,
+                    bps: 81_920.0,
+                    drops: drops.clone(),
+                }],
+                problems: Vec::new(),
+            }],
+            workers: vec![WorkerStats {
+                index: 0,
+                rx_frames: 120,
+                rx_bytes: 130_000,
+                tx_packets: 97,
+                ring_drops: 0,
+                ring_errors: 0,
+                drops,
+                rx_pps: 10.0,
+                cpu_s: 1.25,
+                busy: 0.5,
+            }],
+        };
+        let rules = vec![RuleStatus {
+            rule,
+            joins: vec![JoinState {
+                interface: "eth0".into(),
+                group: "239.1.1.1".parse().expect("ip"),
+                source: None,
+                joined: true,
+                error: None,
+            }],
+            problems: Vec::new(),
+        }];
+        let workers = vec![WorkerStatus {
+            index: 0,
+            pid: Some(42),
+            cpu: 1,
+            state: "running".into(),
+            restarts: 2,
+            table_version: 3,
+            last_exit: None,
+            problems: Vec::new(),
+        }];
+        (stats, rules, workers)
+    }
+
+    #[test]
+    fn every_family_has_help_and_type_and_counters_end_in_total() {
+        let (s, r, w) = report();
+        let text = render("0.1.0", &s, &r, &w);
+        let mut families = 0;
+        for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+            families += 1;
+            let mut parts = line.split_whitespace().skip(2);
+            let (name, kind) = (parts.next().expect("name"), parts.next().expect("kind"));
+            assert!(text.contains(&format!("# HELP {name} ")), "{name} has help");
+            assert_eq!(name.ends_with("_total"), kind == "counter", "{line}");
+            assert!(
+                text.lines().any(|l| l.starts_with(name) && !l.starts_with('#')),
+                "{name} has samples"
+            );
+        }
+        assert!(families >= 18, "{families}");
+    }
+
+    #[test]
+    fn the_numbers_are_those_of_the_reports() {
+        let (s, r, w) = report();
+        let text = render("0.1.0", &s, &r, &w);
+        for want in [
+            "mcr_build_info{version=\"0.1.0\"} 1",
+            "mcr_rules 1",
+            "mcr_rule_packets_total{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\"} 100",
+            "mcr_output_packets_total{rule=\"feed-a\",output=\"eth1:239.10.1.1:6001\"} 97",
+            "mcr_output_bytes_total{rule=\"feed-a\",output=\"eth1:239.10.1.1:6001\"} 99328",
+            "mcr_output_drops_total{rule=\"feed-a\",output=\"eth1:239.10.1.1:6001\",reason=\"queue_full\"} 3",
+            "mcr_membership_joined{rule=\"feed-a\",interface=\"eth0\",group=\"239.1.1.1\",source=\"\"} 1",
+            "mcr_worker_rx_frames_total{worker=\"0\"} 120",
+            "mcr_worker_drops_total{worker=\"0\",reason=\"queue_full\"} 3",
+            "mcr_worker_cpu_seconds_total{worker=\"0\"} 1.25",
+            "mcr_worker_busy_ratio{worker=\"0\"} 0.5",
+            "mcr_worker_up{worker=\"0\"} 1",
+            "mcr_worker_restarts_total{worker=\"0\"} 2",
+            "mcr_rule_up{rule=\"feed-a\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == want), "missing `{want}` in\n{text}");
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

@@ -1,0 +1,223 @@
+//! The config file: reload (`SIGHUP`, `mcrctl reload`) and save
+//! (`mcrctl save`).
+//!
+//! A reload reads and checks the whole file first; a file that does not
+//! read, parse or check changes nothing and the error says where it is.
+//! Then only the difference is applied, as one new table: rules that did
+//! not change keep their slots, counters and memberships, and the workers
+//! leave their streams alone.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use mcr_core::config::{Config, Settings};
+use mcr_core::control::{ControlError, ErrorKind, Reply, Response};
+use tokio::sync::oneshot;
+
+use super::rules::ChangeError;
+use super::{PendingReply, Supervisor, interfaces};
+
+/// Reads and checks the config file at `path` against the host's
+/// interfaces: the daemon's start and every reload go through here.
+pub fn load(path: &Path) -> Result<Config, ControlError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ControlError::new(ErrorKind::InvalidConfig, format!("cannot read {shown}: {e}")))?;
+    let bad = |e: mcr_core::config::ConfigError| ControlError::new(ErrorKind::InvalidConfig, e.in_file(&shown));
+    let config = Config::parse(&text).map_err(bad)?;
+    config.check(&text, &interfaces()).map_err(bad)?;
+    Ok(config)
+}
+
+/// Writes `text` to `path` so that a reader sees the old file or the new
+/// one, never a part: a temporary file in the same directory, written and
+/// synced, renamed over `path`, and the directory synced. The file keeps
+/// the mode of the one it replaces (0640 for a new one).
+pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file"))?;
+    let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
+    let mode = std::fs::metadata(path).map_or(0o640, |m| m.permissions().mode() & 0o7777);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(&dir)?.sync_all()
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+impl Supervisor {
+    /// Reads the config file again and applies what changed; answers once
+    /// the workers run it.
+    pub(super) fn reload(&mut self, reply_to: oneshot::Sender<Response>) {
+        match self.try_reload() {
+            Ok((version, reply)) => self.reply_when_applied(version, reply, reply_to),
+            Err(error) => {
+                tracing::error!("reload refused, nothing changed: {}", error.message);
+                let _ = reply_to.send(Reply::Error { error }.into());
+            }
+        }
+    }
+
+    fn try_reload(&mut self) -> Result<(u64, PendingReply), ControlError> {
+        let Some(path) = self.config_path.clone() else {
+            return Err(ControlError::new(
+                ErrorKind::InvalidConfig,
+                "mcrd was started without a config file, so there is none to reload; start it with --config PATH",
+            ));
+        };
+        let config = load(&path)?;
+        let ifs = interfaces();
+        let before = self.rules.version();
+        let done = self
+            .rules
+            .replace_all(config.rules, &ifs, self.acked())
+            .map_err(|e| match e {
+                ChangeError::Invalid(r) => ControlError {
+                    kind: ErrorKind::InvalidConfig,
+                    field: Some(r.field.clone()),
+                    message: format!("{}: {r}", path.display()),
+                },
+                ChangeError::Full(what) => ControlError::new(
+                    ErrorKind::InvalidConfig,
+                    format!("{}: more rules than the table holds ({what})", path.display()),
+                ),
+            })?;
+        self.stats
+            .zero(&self.counters, &done.reused.rules, &done.reused.outputs);
+        // New memberships are taken before the table changes and old ones
+        // left after, so a changed rule that keeps its input keeps its group.
+        for r in done.added.iter().chain(done.changed.iter().map(|(_, new)| new)) {
+            for j in self.claim(r, &ifs).iter().filter(|j| !j.joined) {
+                tracing::warn!(
+                    "rule `{}`: joining {} on {}: {}",
+                    r.name,
+                    j.group,
+                    j.interface,
+                    j.error.as_deref().unwrap_or("?")
+                );
+            }
+        }
+        if done.version != before {
+            self.publish();
+        }
+        for r in &done.removed {
+            if let Some(c) = self.claims.remove(&r.name) {
+                self.release(c);
+            }
+        }
+        let restart_needed = self.file_settings.changed_keys(&config.settings);
+        for k in &restart_needed {
+            tracing::warn!(
+                "{}: `{k}` changed; it takes effect when mcrd is restarted",
+                path.display()
+            );
+        }
+        self.file_settings = config.settings;
+        let names = |v: &[mcr_core::rule::Rule]| v.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+        let changed: Vec<String> = done.changed.iter().map(|(_, r)| r.name.clone()).collect();
+        tracing::info!(
+            "reloaded {}: {} added, {} changed, {} removed, {} unchanged",
+            path.display(),
+            done.added.len(),
+            changed.len(),
+            done.removed.len(),
+            done.unchanged
+        );
+        Ok((
+            done.version,
+            PendingReply::Reloaded {
+                path,
+                added: names(&done.added),
+                changed,
+                removed: names(&done.removed),
+                unchanged: done.unchanged,
+                restart_needed,
+            },
+        ))
+    }
+
+    /// Writes the running rules, with the `[daemon]` settings of the
+    /// config file, to `to` or to the config file.
+    pub(super) fn save(&self, to: Option<PathBuf>) -> Reply {
+        let Some(path) = to.or_else(|| self.config_path.clone()) else {
+            return error(
+                ErrorKind::InvalidConfig,
+                "mcrd was started without a config file: say where to save (mcrctl save --to PATH)",
+            );
+        };
+        if !path.is_absolute() {
+            return error(
+                ErrorKind::BadRequest,
+                format!(
+                    "{}: give an absolute path (the daemon's directory is not yours)",
+                    path.display()
+                ),
+            );
+        }
+        let rules: Vec<_> = self.rules.rules().iter().map(|r| r.rule.clone()).collect();
+        let settings: &Settings = &self.file_settings;
+        let text = match Config::render(settings, &rules) {
+            Ok(t) => t,
+            Err(e) => return error(ErrorKind::Internal, e),
+        };
+        match write_atomically(&path, &text) {
+            Ok(()) => {
+                tracing::info!("saved {} rule(s) to {}", rules.len(), path.display());
+                Reply::Saved {
+                    path,
+                    rules: rules.len(),
+                }
+            }
+            Err(e) => error(ErrorKind::Internal, format!("could not write {}: {e}", path.display())),
+        }
+    }
+}
+
+fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
+    Reply::Error {
+        error: ControlError::new(kind, message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_atomic_write_replaces_the_file_and_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("mcrd-save-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("mcrd.toml");
+        write_atomically(&path, "one\n").expect("first");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "one\n");
+        let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o640);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        write_atomically(&path, "two\n").expect("second");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "two\n");
+        assert_eq!(mode(&path), 0o600);
+        let left: Vec<_> = std::fs::read_dir(&dir).expect("ls").filter_map(Result::ok).collect();
+        assert_eq!(left.len(), 1, "no temporary file is left behind");
+        assert!(write_atomically(&dir.join("no/such/dir/x.toml"), "x").is_err());
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+}

@@ -14,7 +14,7 @@
 //!
 //! Every mistake is reported with its line and column: TOML syntax, an
 //! unknown key, a value of the wrong type or out of range, a missing field,
-//! a rule name used twice, and whatever [`check_rule`] refuses about a rule
+//! a rule name used twice, and whatever [`crate::validate::check_rule`] refuses about a rule
 //! (the position is then that of the field at fault). Parsing reads no
 //! file: the daemon hands the text in.
 
@@ -28,7 +28,7 @@ use toml::Spanned;
 
 use crate::interfaces::Interfaces;
 use crate::rule::{Input, Output, Rule};
-use crate::validate::{RuleError, check_rule};
+use crate::validate::{RuleError, RuleIndex, check_rule_in};
 
 /// Where `mcrd` looks for its config file when not told.
 pub const DEFAULT_PATH: &str = "/etc/mcr/mcrd.toml";
@@ -312,13 +312,14 @@ impl Config {
             }
         })?;
         let mut rules = Vec::with_capacity(raw.rule.len());
+        let mut names: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
         let mut spans: Vec<RuleSpans> = Vec::with_capacity(raw.rule.len());
         for r in raw.rule {
             let rule_span = r.span();
             let r = r.into_inner();
             let name_span = r.name.span();
             let name = r.name.into_inner();
-            if let Some(first) = rules.iter().position(|x: &Rule| x.name == name) {
+            if let Some(&first) = names.get(&name) {
                 let at = locate(text, &lines, spans[first].name.start, String::new());
                 return Err(locate(
                     text,
@@ -355,6 +356,7 @@ impl Config {
                 outputs: outputs_span,
                 output: output_spans,
             });
+            names.insert(name.clone(), rules.len());
             rules.push(Rule { name, input, outputs });
         }
         Ok(Config {
@@ -369,8 +371,9 @@ impl Config {
     /// file and the host's `interfaces`; the error points at the field at
     /// fault. `text` is the text this config was parsed from.
     pub fn check(&self, text: &str, interfaces: &Interfaces) -> Result<(), ConfigError> {
+        let index = RuleIndex::new(&self.rules);
         for (rule, spans) in self.rules.iter().zip(&self.spans) {
-            if let Err(e) = check_rule(rule, &self.rules, interfaces) {
+            if let Err(e) = check_rule_in(rule, &index, interfaces) {
                 return Err(self.rule_error(text, spans, &e));
             }
         }

@@ -1,12 +1,13 @@
 //! Validation of rules: every rejection names the field and says what is
 //! wrong with it.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
 use crate::interfaces::Interfaces;
-use crate::rule::{Rule, SourcePolicy, Ttl};
+use crate::rule::{Input, Rule, SourcePolicy, Ttl};
 
 /// The most outputs one rule may have.
 pub const MAX_OUTPUTS_PER_RULE: usize = 4096;
@@ -52,12 +53,53 @@ fn is_link_local_multicast(a: IpAddr) -> bool {
     }
 }
 
+/// Where a set of rules takes and sends its streams, to check one rule
+/// against all the others in constant time (a reload checks thousands).
+/// Each list keeps the order of the rules, so the rule a refusal names is
+/// the first in that order.
+#[derive(Debug, Default)]
+pub struct RuleIndex<'a> {
+    /// Rules by their whole input (interface, destination, source).
+    inputs: HashMap<&'a Input, Vec<&'a str>>,
+    /// Rules by input interface and destination.
+    input_places: HashMap<(&'a str, SocketAddr), Vec<&'a str>>,
+    /// Outputs by interface and destination: the rule and the output's
+    /// index.
+    output_places: HashMap<(&'a str, SocketAddr), Vec<(&'a str, usize)>>,
+}
+
+impl<'a> RuleIndex<'a> {
+    /// The index of `rules`.
+    pub fn new(rules: impl IntoIterator<Item = &'a Rule>) -> Self {
+        let mut ix = RuleIndex::default();
+        for r in rules {
+            ix.inputs.entry(&r.input).or_default().push(&r.name);
+            ix.input_places
+                .entry((&r.input.interface, r.input.destination))
+                .or_default()
+                .push(&r.name);
+            for (j, o) in r.outputs.iter().enumerate() {
+                ix.output_places
+                    .entry((&o.interface, o.destination))
+                    .or_default()
+                    .push((&r.name, j));
+            }
+        }
+        ix
+    }
+}
+
 /// Checks one rule on its own and against `others` (the rules it would
 /// join; a rule of the same name among them is the one it replaces and is
 /// ignored) and the host's `interfaces`.
 pub fn check_rule(rule: &Rule, others: &[Rule], interfaces: &Interfaces) -> Result<(), RuleError> {
+    check_rule_in(rule, &RuleIndex::new(others), interfaces)
+}
+
+/// [`check_rule`] against the rules of `index` (which may hold `rule`
+/// itself, or the rule of the same name it replaces: both are ignored).
+pub fn check_rule_in(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces) -> Result<(), RuleError> {
     check_name(rule)?;
-    let others: Vec<&Rule> = others.iter().filter(|o| o.name != rule.name).collect();
     check_input(rule, interfaces)?;
     if rule.outputs.is_empty() {
         return Err(err(rule, "outputs", "a rule needs at least one output"));
@@ -75,8 +117,12 @@ pub fn check_rule(rule: &Rule, others: &[Rule], interfaces: &Interfaces) -> Resu
     for i in 0..rule.outputs.len() {
         check_output(rule, i, interfaces)?;
     }
-    for o in &others {
-        if o.input == rule.input {
+    if let Some(o) = index
+        .inputs
+        .get(&rule.input)
+        .and_then(|v| v.iter().find(|n| **n != rule.name))
+    {
+        {
             let from = match rule.input.source {
                 Some(s) => format!("from {s}"),
                 None => "from any source".into(),
@@ -86,12 +132,12 @@ pub fn check_rule(rule: &Rule, others: &[Rule], interfaces: &Interfaces) -> Resu
                 "input",
                 format!(
                     "rule `{}` already takes {} {} ({from}); one input feeds one rule, which may have many outputs",
-                    o.name, rule.input.interface, rule.input.destination
+                    o, rule.input.interface, rule.input.destination
                 ),
             ));
         }
     }
-    check_loops(rule, &others)
+    check_loops(rule, index)
 }
 
 fn check_name(rule: &Rule) -> Result<(), RuleError> {
@@ -264,36 +310,40 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
 
 /// An output that lands on an input (same interface, destination and
 /// port) would feed a rule its own or another rule's stream back.
-fn check_loops(rule: &Rule, others: &[&Rule]) -> Result<(), RuleError> {
-    let feeds =
-        |o: &crate::rule::Output, r: &Rule| o.interface == r.input.interface && o.destination == r.input.destination;
+fn check_loops(rule: &Rule, index: &RuleIndex<'_>) -> Result<(), RuleError> {
     for (i, o) in rule.outputs.iter().enumerate() {
-        if feeds(o, rule) {
+        if o.interface == rule.input.interface && o.destination == rule.input.destination {
             return Err(err(
                 rule,
                 format!("outputs[{i}]"),
                 format!("{} {} is this rule's own input: a loop", o.interface, o.destination),
             ));
         }
-        if let Some(r) = others.iter().find(|r| feeds(o, r)) {
+        let fed = index
+            .input_places
+            .get(&(o.interface.as_str(), o.destination))
+            .and_then(|v| v.iter().find(|n| **n != rule.name));
+        if let Some(r) = fed {
             return Err(err(
                 rule,
                 format!("outputs[{i}]"),
-                format!("{} {} is rule `{}`'s input: a loop", o.interface, o.destination, r.name),
+                format!("{} {} is rule `{r}`'s input: a loop", o.interface, o.destination),
             ));
         }
     }
-    for r in others {
-        if let Some(j) = r.outputs.iter().position(|o| feeds(o, rule)) {
-            return Err(err(
-                rule,
-                "input",
-                format!(
-                    "rule `{}` sends to {} {} (its outputs[{j}]): taking it as input would make a loop",
-                    r.name, rule.input.interface, rule.input.destination
-                ),
-            ));
-        }
+    let feeding = index
+        .output_places
+        .get(&(rule.input.interface.as_str(), rule.input.destination))
+        .and_then(|v| v.iter().find(|(n, _)| *n != rule.name));
+    if let Some((r, j)) = feeding {
+        return Err(err(
+            rule,
+            "input",
+            format!(
+                "rule `{r}` sends to {} {} (its outputs[{j}]): taking it as input would make a loop",
+                rule.input.interface, rule.input.destination
+            ),
+        ));
     }
     Ok(())
 }

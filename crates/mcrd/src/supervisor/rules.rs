@@ -6,7 +6,7 @@
 use mcr_core::interfaces::Interfaces;
 use mcr_core::rule::Rule;
 use mcr_core::snapshot::{SlottedRule, TableSnapshot};
-use mcr_core::validate::{RuleError, check_rule};
+use mcr_core::validate::{RuleError, RuleIndex, check_rule, check_rule_in};
 
 /// Statistics slots of one kind.
 #[derive(Debug, Clone)]
@@ -157,28 +157,33 @@ impl RuleTable {
         interfaces: &Interfaces,
         acked: u64,
     ) -> Result<Replaced, ChangeError> {
-        for (i, r) in rules.iter().enumerate() {
-            if rules[..i].iter().any(|o| o.name == r.name) {
+        let index = RuleIndex::new(&rules);
+        let mut seen = std::collections::HashSet::new();
+        for r in &rules {
+            if !seen.insert(r.name.as_str()) {
                 return Err(ChangeError::Invalid(RuleError {
                     rule: r.name.clone(),
                     field: "name".into(),
                     reason: format!("rule name `{}` is used twice", r.name),
                 }));
             }
-            check_rule(r, &rules, interfaces)?;
+            check_rule_in(r, &index, interfaces)?;
         }
         let next_version = self.version + 1;
         let mut next = self.clone();
         let mut out = Replaced::default();
         // Removals first, so an input that moves to another rule is free.
+        let new_names: std::collections::HashSet<&str> = rules.iter().map(|r| r.name.as_str()).collect();
+        let old_by_name: std::collections::HashMap<&str, &SlottedRule> =
+            self.rules.iter().map(|r| (r.rule.name.as_str(), r)).collect();
         for old in &self.rules {
-            if !rules.iter().any(|r| r.name == old.rule.name) {
+            if !new_names.contains(old.rule.name.as_str()) {
                 next.drop_rule(&old.rule.name, next_version);
                 out.removed.push(old.rule.clone());
             }
         }
         for rule in rules {
-            match self.rules.iter().find(|r| r.rule.name == rule.name) {
+            match old_by_name.get(rule.name.as_str()) {
                 Some(old) if old.rule == rule => out.unchanged += 1,
                 Some(old) => {
                     let old = old.rule.clone();

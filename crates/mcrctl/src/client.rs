@@ -22,6 +22,9 @@ pub fn ask(socket: &Path, request: &Request) -> anyhow::Result<Response> {
 /// `show` until it returns false or the daemon closes the connection.
 pub fn watch(socket: &Path, interval_ms: u64, mut show: impl FnMut(&Response) -> bool) -> anyhow::Result<()> {
     let (mut conv, _) = connect(socket)?;
+    // A reply is due every interval; allow for a busy daemon.
+    conv.writer
+        .set_read_timeout(Some(Duration::from_millis(interval_ms) + Duration::from_secs(30)))?;
     let mut response = conv.exchange(&Request::Watch {
         interval_ms: Some(interval_ms),
     })?;

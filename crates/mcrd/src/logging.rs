@@ -23,6 +23,23 @@ pub fn default_format() -> LogFormat {
     }
 }
 
+/// The name of `format`, as `--log-format` takes it.
+pub fn name(format: LogFormat) -> &'static str {
+    match format {
+        LogFormat::Text => "text",
+        LogFormat::Json => "json",
+        LogFormat::Journal => "journal",
+    }
+}
+
+/// `--log-format` of a worker (the supervisor passes its own on).
+pub fn parse_format(s: &str) -> Result<LogFormat, String> {
+    [LogFormat::Text, LogFormat::Json, LogFormat::Journal]
+        .into_iter()
+        .find(|f| name(*f) == s)
+        .ok_or_else(|| format!("`{s}`: write text, json or journal"))
+}
+
 /// Starts logging at `level` in `format`. `RUST_LOG`, when set, overrides
 /// the level (per module, as `tracing` filters are written).
 pub fn init(level: LogLevel, format: LogFormat) {

@@ -116,7 +116,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Worker(a)) => {
-            logging::init(LogLevel::Warn, logging::default_format());
+            logging::init(LogLevel::Warn, a.log_format.unwrap_or_else(logging::default_format));
             raise_fd_limit();
             let index = a.index;
             finish(worker::run(a).map_err(|e| e.context(format!("worker {index}"))))
@@ -169,10 +169,15 @@ fn check_config(path: &Path) -> ExitCode {
 
 fn run(a: RunArgs) -> anyhow::Result<()> {
     // The config file: the one named, else the default one if present.
-    let config_path = a.config.clone().or_else(|| {
-        let default = PathBuf::from(config::DEFAULT_PATH);
-        default.exists().then_some(default)
-    });
+    let config_path = a
+        .config
+        .clone()
+        .or_else(|| {
+            let default = PathBuf::from(config::DEFAULT_PATH);
+            default.exists().then_some(default)
+        })
+        // `save` and reload may come long after a change of directory.
+        .map(|p| std::path::absolute(&p).unwrap_or(p));
     let config = match &config_path {
         Some(p) => supervisor::load_config(p).map_err(|e| anyhow::anyhow!("{}; not starting", e.message))?,
         None => Config::parse("").map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -227,6 +232,8 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         a.block_timeout_ms.or(f.block_timeout_ms).unwrap_or(1).to_string(),
         "--fanout-seed".into(),
         (std::process::id() as u16).to_string(),
+        "--log-format".into(),
+        logging::name(format).into(),
     ];
     if let Some(p) = &config_path {
         tracing::info!("config {}: {} rule(s)", p.display(), config.rules.len());

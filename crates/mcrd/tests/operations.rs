@@ -49,11 +49,24 @@ fn list_rules(relay: &Relay) -> Vec<mcr_core::rule::Rule> {
     }
 }
 
+/// The daemon's log once it holds `needle` (its stderr is collected by a
+/// thread, so a line may show up a little after the fact).
+fn log_with(relay: &Relay, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = relay.log();
+        if log.contains(needle) || Instant::now() > deadline {
+            return log;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 const HEAD: &str = "[daemon]\nlog_level = \"info\"\n\n";
 
 #[test]
 fn a_reload_applies_only_the_difference_and_untouched_streams_lose_nothing() {
-    const N: u64 = 6000;
+    const N: u64 = 10_000;
     let _lock = traffic_lock().expect("lock");
     let c = Chain::new("ops-reload").expect("chain");
     let dir = TempDir::new("ops-reload").expect("temp dir");
@@ -65,8 +78,13 @@ fn a_reload_applies_only_the_difference_and_untouched_streams_lose_nothing() {
     let relay = Relay::start(&c.relay, &["--config", path_s]).expect("mcrd");
     assert_eq!(list_rules(&relay).len(), 10, "the file's rules run from the start");
 
-    // The new file: s9 changed (a new output group), s10 removed, s11 added.
-    let mut after: Vec<_> = (1..=8).map(stream_rule).collect();
+    // The new file: s9 changed (a new output group), s10 removed, s11 added,
+    // and s8 renamed (the same stream under a new name: its group changes
+    // hands and must not be left for a moment).
+    let mut after: Vec<_> = (1..=7).map(stream_rule).collect();
+    let mut renamed = stream_rule(8);
+    renamed.0 = "s8-renamed".into();
+    after.push(renamed);
     after.push((
         "s9".into(),
         "veth1:239.1.1.9:5009".into(),
@@ -119,7 +137,11 @@ fn a_reload_applies_only_the_difference_and_untouched_streams_lose_nothing() {
         )
         .expect("send")
     });
-    std::thread::sleep(Duration::from_millis(1200));
+    // Reload once every stream flows (about 0.7 s into a 4.5 s send).
+    let deadline = Instant::now() + MINUTES;
+    while stats(&relay).rules.iter().any(|r| r.packets < 1500) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     std::fs::write(&path, format!("{HEAD}{}", rules_toml(&after))).expect("new file");
     let reply = relay.ask(&["reload"]).expect("reload");
     let Reply::Reloaded {
@@ -136,10 +158,10 @@ fn a_reload_applies_only_the_difference_and_untouched_streams_lose_nothing() {
     assert_eq!(
         (added, changed, removed, unchanged, applied),
         (
-            vec!["s11".to_string()],
+            vec!["s8-renamed".to_string(), "s11".to_string()],
             vec!["s9".to_string()],
-            vec!["s10".to_string()],
-            8,
+            vec!["s8".to_string(), "s10".to_string()],
+            7,
             true
         )
     );
@@ -148,7 +170,8 @@ fn a_reload_applies_only_the_difference_and_untouched_streams_lose_nothing() {
     let got9 = rx9.finish(MINUTES).expect("recv s9 done");
     let streams = &got.report.streams;
     assert_eq!(streams.len(), 11);
-    // The 8 untouched streams: every packet, in order, once.
+    // The 7 untouched streams and the renamed one: every packet, in order,
+    // once.
     for (i, s) in streams.iter().enumerate().take(8) {
         assert!(s.problems(Some(N)).is_empty(), "stream {i}: {:?}", s.problems(Some(N)));
         assert_eq!(s.received, N, "stream {i}");
@@ -175,7 +198,7 @@ fn a_reload_applies_only_the_difference_and_untouched_streams_lose_nothing() {
     let no_rule: u64 = st.workers.iter().map(|w| w.drops["no_rule"]).sum();
     assert_eq!(no_rule, (N - s10.received) + (N - s11.received));
     // The untouched rules kept their counters through the reload.
-    for r in st.rules.iter().filter(|r| r.name != "s9" && r.name != "s11") {
+    for r in st.rules.iter().filter(|r| r.name.len() == 2) {
         assert_eq!(r.packets, N, "rule {}", r.name);
     }
     let mut names: Vec<String> = list_rules(&relay).into_iter().map(|r| r.name).collect();
@@ -507,6 +530,11 @@ fn metrics_pass_promtool_and_match_stats_and_what_was_received() {
     assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
     assert_eq!(got.report.total.received, N);
 
+    // The worker's CPU time is sampled once a second: wait for a sample.
+    let deadline = Instant::now() + MINUTES;
+    while stats(&relay).workers[0].cpu_s == 0.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let answer = scrape(c.relay.name(), "127.0.0.1:9808");
     let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP response");
     assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
@@ -560,6 +588,7 @@ fn metrics_pass_promtool_and_match_stats_and_what_was_received() {
         sample(body, "mcr_worker_rx_frames_total{worker=\"0\"}"),
         st.workers[0].rx_frames as f64
     );
+    assert!(st.workers[0].cpu_s > 0.0, "the worker's CPU time is sampled");
     assert!(sample(body, "mcr_worker_cpu_seconds_total{worker=\"0\"}") > 0.0);
     assert_eq!(sample(body, "mcr_rules"), 1.0);
     assert_eq!(sample(body, "mcr_worker_up{worker=\"0\"}"), 1.0);
@@ -667,8 +696,8 @@ fn systemd_is_told_ready_reloading_and_stopping() {
     );
     assert!(reload.last().is_some_and(|m| m.contains("READY=1")), "{reload:?}");
     assert_eq!(list_rules(&relay).len(), 2, "SIGHUP reloaded the file");
-    let log_has_it = relay.log().contains("reloaded");
-    assert!(log_has_it, "{}", relay.log());
+    let log = log_with(&relay, "reloaded");
+    assert!(log.contains("reloaded"), "{log}");
     relay.stop().expect("stopped");
     let stopping = notifications(&sock, "STOPPING=1");
     assert!(stopping.iter().any(|m| m.contains("STOPPING=1")), "{stopping:?}");
@@ -678,7 +707,7 @@ fn systemd_is_told_ready_reloading_and_stopping() {
 fn logs_can_be_json_or_journal_lines() {
     let c = Chain::new("ops-logs").expect("chain");
     let relay = Relay::start(&c.relay, &["--log-format", "json"]).expect("mcrd");
-    let log = relay.log();
+    let log = log_with(&relay, "running");
     let line = log.lines().find(|l| l.contains("running")).expect("a start line");
     let v: serde_json::Value = serde_json::from_str(line).expect("a JSON object per line");
     assert_eq!(v["level"], "INFO", "{line}");
@@ -688,7 +717,7 @@ fn logs_can_be_json_or_journal_lines() {
     );
     relay.stop().expect("stopped");
     let relay = Relay::start_with_env(&c.relay, &[], &[("JOURNAL_STREAM", "8:1234")]).expect("mcrd");
-    let log = relay.log();
+    let log = log_with(&relay, "running");
     assert!(
         log.lines().any(|l| l.starts_with("<6>") && l.contains("running")),
         "{log}"

@@ -97,15 +97,23 @@ impl Supervisor {
                 },
                 ChangeError::Full(what) => ControlError::new(
                     ErrorKind::InvalidConfig,
-                    format!("{}: more rules than the table holds ({what})", path.display()),
+                    format!(
+                        "{}: the new rules do not fit the table ({what}); the room of rules and outputs a reload \
+                         replaces is free again only after it, so apply a large change in two reloads",
+                        path.display()
+                    ),
                 ),
             })?;
         self.stats
             .zero(&self.counters, &done.reused.rules, &done.reused.outputs);
-        // New memberships are taken before the table changes and old ones
-        // left after, so a changed rule that keeps its input keeps its group.
+        // Every new membership is taken before the table changes and every
+        // old one left after, so a group that a changed rule keeps, or that
+        // moves from one rule to another, is never left.
+        let mut old_claims = Vec::new();
         for r in done.added.iter().chain(done.changed.iter().map(|(_, new)| new)) {
-            for j in self.claim(r, &ifs).iter().filter(|j| !j.joined) {
+            let (joins, old) = self.claim(r, &ifs);
+            old_claims.extend(old);
+            for j in joins.iter().filter(|j| !j.joined) {
                 tracing::warn!(
                     "rule `{}`: joining {} on {}: {}",
                     r.name,
@@ -118,12 +126,11 @@ impl Supervisor {
         if done.version != before {
             self.publish();
         }
-        for r in &done.removed {
-            if let Some(c) = self.claims.remove(&r.name) {
-                self.release(c);
-            }
+        old_claims.extend(done.removed.iter().filter_map(|r| self.claims.remove(&r.name)));
+        for c in old_claims {
+            self.release(c);
         }
-        let restart_needed = self.file_settings.changed_keys(&config.settings);
+        let restart_needed = self.started_settings.changed_keys(&config.settings);
         for k in &restart_needed {
             tracing::warn!(
                 "{}: `{k}` changed; it takes effect when mcrd is restarted",

@@ -175,8 +175,13 @@ async fn watch(
         return;
     }
     let mut tick = tokio::time::interval(Duration::from_millis(ms));
+    // After a stall, carry on at the interval rather than catch up in a burst.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            // The first reply goes out even to a client that closed its
+            // sending side right after the request.
+            biased;
             _ = tick.tick() => {
                 let (tx, rx) = oneshot::channel();
                 if calls.send((Request::Stats {}, tx)).await.is_err() {

@@ -114,7 +114,11 @@ struct Supervisor {
     events: mpsc::UnboundedSender<WorkerEvent>,
     pending: Vec<Pending>,
     config_path: Option<PathBuf>,
+    /// The `[daemon]` settings of the file as last loaded (what `save`
+    /// writes).
     file_settings: Settings,
+    /// Those it started with (what a reload compares against).
+    started_settings: Settings,
 }
 
 /// Everything the host's interfaces offer, read afresh.
@@ -182,6 +186,7 @@ async fn run_async(opts: Options) -> anyhow::Result<()> {
         pending: Vec::new(),
         config_path: opts.config_path.clone(),
         file_settings: opts.file_settings.clone(),
+        started_settings: opts.file_settings.clone(),
     };
     sup.start_with(opts.rules)?;
     let metrics = match opts.metrics_listen {
@@ -442,10 +447,12 @@ impl Supervisor {
         let _ = reply_to.send(reply.into());
     }
 
-    /// Takes the claim `rule` needs (before the rule it replaces lets go
-    /// of its own, so a rule replaced with the same input never leaves its
-    /// group), and releases the claim it held before.
-    fn claim(&mut self, rule: &Rule, interfaces: &Interfaces) -> Vec<JoinState> {
+    /// Takes the claim `rule` needs and returns its memberships and the
+    /// claim it held before, which the caller releases once the workers
+    /// have been sent the table without it (so a rule replaced with the
+    /// same input never leaves its group, and one whose input moves keeps
+    /// the old group until the workers stop reading it).
+    fn claim(&mut self, rule: &Rule, interfaces: &Interfaces) -> (Vec<JoinState>, Option<Claim>) {
         let mut joins = Vec::new();
         let new = claim_of(rule, interfaces);
         match new {
@@ -461,10 +468,7 @@ impl Supervisor {
             Some(c) => self.claims.insert(rule.name.clone(), c),
             None => self.claims.remove(&rule.name),
         };
-        if let Some(old) = old {
-            self.release(old);
-        }
-        joins
+        (joins, old)
     }
 
     fn release(&mut self, c: Claim) {
@@ -527,7 +531,7 @@ impl Supervisor {
             Ok(added) => {
                 self.stats
                     .zero(&self.counters, &added.reused.rules, &added.reused.outputs);
-                let joins = self.claim(&rule, &ifs);
+                let (joins, old) = self.claim(&rule, &ifs);
                 for j in joins.iter().filter(|j| !j.joined) {
                     tracing::warn!(
                         "rule `{name}`: joining {} on {}: {}",
@@ -537,6 +541,9 @@ impl Supervisor {
                     );
                 }
                 self.publish();
+                if let Some(old) = old {
+                    self.release(old);
+                }
                 let reply = PendingReply::Added {
                     rule: name,
                     replaced: added.replaced.is_some(),
@@ -599,7 +606,7 @@ impl Supervisor {
             .replace_all(rules, &ifs, 0)
             .map_err(|e| anyhow::anyhow!("the config file's rules: {e}"))?;
         for r in self.rules.rules().to_vec() {
-            for j in self.claim(&r.rule, &ifs).iter().filter(|j| !j.joined) {
+            for j in self.claim(&r.rule, &ifs).0.iter().filter(|j| !j.joined) {
                 tracing::warn!(
                     "rule `{}`: joining {} on {}: {}",
                     r.rule.name,

@@ -47,6 +47,9 @@ pub struct WorkerArgs {
     /// Fanout group ids are derived from this (the supervisor's pid).
     #[arg(long)]
     pub fanout_seed: u16,
+    /// How to write logs (the supervisor's format).
+    #[arg(long, value_parser = crate::logging::parse_format)]
+    pub log_format: Option<mcr_core::config::LogFormat>,
 }
 
 /// Parses `v2` or `v3`.

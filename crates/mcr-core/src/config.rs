@@ -51,6 +51,15 @@ pub struct Settings {
     /// The control socket's path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_socket: Option<PathBuf>,
+    /// How long a control client may go without sending a whole request,
+    /// or without reading a response, before it is disconnected, in
+    /// seconds (1 to 3600).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "control_timeout_s"
+    )]
+    pub control_timeout_s: Option<u32>,
     /// Where `/metrics` is served (ADDRESS:PORT).
     #[serde(
         default,
@@ -152,6 +161,10 @@ fn bounded<'de, D: Deserializer<'de>>(d: D, what: &str, lo: u32, hi: u32) -> Res
 
 fn workers<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     bounded(d, "workers", 1, MAX_WORKERS)
+}
+
+fn control_timeout_s<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    bounded(d, "control_timeout_s", 1, 3600)
 }
 
 fn ring_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
@@ -429,6 +442,7 @@ mod tests {
 workers = 2
 cpus = [0, 1]
 control_socket = "/run/mcr/test.sock"
+control_timeout_s = 30
 metrics_listen = "127.0.0.1:9808"
 log_level = "debug"
 log_format = "json"
@@ -463,6 +477,7 @@ outputs = ["eth1:239.10.1.2:6001,source=keep"]
         assert_eq!(s.workers, Some(2));
         assert_eq!(s.cpus, Some(vec![0, 1]));
         assert_eq!(s.control_socket, Some(PathBuf::from("/run/mcr/test.sock")));
+        assert_eq!(s.control_timeout_s, Some(30));
         assert_eq!(s.metrics_listen, Some("127.0.0.1:9808".parse().expect("addr")));
         assert_eq!(
             (s.log_level, s.log_format, s.ring),

@@ -202,6 +202,8 @@ pub enum ErrorKind {
     InvalidConfig,
     /// The daemon could not carry out a valid request.
     Internal,
+    /// Too many clients are connected; try again later.
+    Busy,
 }
 
 impl ControlError {

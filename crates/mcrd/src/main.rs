@@ -65,6 +65,10 @@ struct RunArgs {
     /// The control socket [default: /run/mcr/mcrd.sock].
     #[arg(long)]
     control_socket: Option<PathBuf>,
+    /// Disconnect a control client that sends no whole request, or reads
+    /// no response, for this many seconds [default: 60].
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..=3600))]
+    control_timeout: Option<u32>,
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9808).
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
@@ -247,6 +251,9 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| PathBuf::from("/run/mcr/mcrd.sock")),
         worker_args,
         metrics_listen: a.metrics_listen.or(f.metrics_listen),
+        control_timeout: std::time::Duration::from_secs(u64::from(
+            a.control_timeout.or(f.control_timeout_s).unwrap_or(60),
+        )),
         file_settings: config.settings,
         rules: config.rules,
         config_path,

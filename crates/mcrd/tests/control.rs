@@ -180,3 +180,147 @@ fn a_silent_client_blocks_no_one() {
         relay.ctl_ok(&["list"]).expect("list");
     }
 }
+
+/// True once the daemon has closed `s` (a read returns end of file, after
+/// whatever it still had to say), within `within`.
+fn closed_by_daemon(s: &mut UnixStream, within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    s.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+    let mut buf = vec![0u8; 1 << 16];
+    while std::time::Instant::now() < deadline {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            // Reset by the daemon: closed as well.
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn hostile_clients_get_errors_or_are_disconnected_while_forwarding_goes_on() {
+    const N: u64 = 40_000;
+    let _lock = mcr_testbed::traffic_lock().expect("lock");
+    let c = Chain::new("control-hostile").expect("chain");
+    let relay = Relay::start(&c.relay, &["--control-timeout", "2"]).expect("mcrd");
+    relay
+        .ctl_ok(&[
+            "add",
+            "feed",
+            "--input",
+            "veth1:239.1.1.1:5001",
+            "--output",
+            "veth2:239.10.1.1:6001",
+        ])
+        .expect("add");
+    let rx = mcr_testbed::traffic::Receiver::start(
+        &c.sink,
+        &[
+            "-s",
+            "239.10.1.1:6001",
+            "-i",
+            Chain::SINK_IF,
+            "--expect",
+            &N.to_string(),
+        ],
+    )
+    .expect("recv");
+    let gen_ns = c.generator.clone();
+    let sender = std::thread::spawn(move || {
+        mcr_testbed::traffic::send(
+            &gen_ns,
+            &[
+                "-s",
+                "239.1.1.1:5001",
+                "-i",
+                Chain::GEN_IF,
+                "--count",
+                &N.to_string(),
+                "--rate",
+                "4k",
+            ],
+            Duration::from_secs(180),
+        )
+        .expect("send")
+    });
+
+    // 200 clients at once, each holding its connection: all are answered.
+    let mut many: Vec<UnixStream> = (0..200)
+        .map(|_| UnixStream::connect(relay.socket()).expect("connect"))
+        .collect();
+    for s in &mut many {
+        s.write_all(b"{\"cmd\":\"version\"}\n").expect("write");
+    }
+    for s in &many {
+        let mut line = String::new();
+        s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+        BufReader::new(s).read_line(&mut line).expect("answer");
+        assert!(line.contains("\"ok\":true"), "{line}");
+    }
+    // Garbage, invalid UTF-8 and a 10 MB line: each gets its error.
+    for (bytes, kind) in [
+        (b"\x00\x01garbage\x7f\n".to_vec(), "bad_request"),
+        (b"\xc3\x28\xa0\xa1{\"cmd\":\"list\"}\n".to_vec(), "bad_request"),
+        ([vec![b'{'; 10 << 20], b"\n".to_vec()].concat(), "too_large"),
+    ] {
+        let (v, _) = raw(&relay, &bytes);
+        assert_eq!(v["error"]["kind"], kind, "{v}");
+    }
+    // A half line, a client that never sends, and one that sends requests
+    // and never reads the answers: each is disconnected after the timeout.
+    let mut half = UnixStream::connect(relay.socket()).expect("connect");
+    half.write_all(b"{\"cmd\":\"lis").expect("write");
+    let mut silent = UnixStream::connect(relay.socket()).expect("connect");
+    let mut deaf = UnixStream::connect(relay.socket()).expect("connect");
+    deaf.set_write_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut sent = 0;
+    while sent < 200_000 && deaf.write_all(b"{\"cmd\":\"stats\"}\n").is_ok() {
+        sent += 1;
+    }
+    // Meanwhile a well-formed request from another client is answered.
+    still_serving(&relay);
+    relay.ctl_ok(&["list"]).expect("list");
+    for (what, s) in [
+        ("half line", &mut half),
+        ("never sends", &mut silent),
+        ("never reads", &mut deaf),
+    ] {
+        assert!(closed_by_daemon(s, Duration::from_secs(60)), "{what}: still connected");
+    }
+    drop(many);
+
+    assert_eq!(sender.join().expect("sender").packets, N);
+    let got = rx.finish(Duration::from_secs(180)).expect("recv");
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert_eq!(got.report.total.received, N);
+    still_serving(&relay);
+}
+
+#[test]
+fn one_client_more_than_the_daemon_serves_is_told_so() {
+    let c = Chain::new("control-busy").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    // 256 clients hold every slot (each answered once, so each is served).
+    let mut held: Vec<UnixStream> = Vec::new();
+    for _ in 0..256 {
+        let mut s = UnixStream::connect(relay.socket()).expect("connect");
+        s.write_all(b"{\"cmd\":\"version\"}\n").expect("write");
+        let mut line = String::new();
+        BufReader::new(&s).read_line(&mut line).expect("answer");
+        held.push(s);
+    }
+    let (v, _) = raw(&relay, b"{\"cmd\":\"version\"}\n");
+    assert_eq!(v["error"]["kind"], "busy", "{v}");
+    let out = relay.ctl(&["list"]).expect("mcrctl");
+    assert_eq!(out.code, Some(2), "mcrctl cannot ask: {out:?}");
+    assert!(out.stderr.contains("clients are connected already"), "{}", out.stderr);
+    // A slot freed is a slot served.
+    held.pop();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while relay.ctl(&["version"]).expect("mcrctl").code != Some(0) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    still_serving(&relay);
+}

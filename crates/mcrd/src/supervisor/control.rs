@@ -19,12 +19,10 @@ use tokio::sync::{mpsc, oneshot};
 /// A request on its way to the supervisor, with where the answer goes.
 pub type Call = (Request, oneshot::Sender<Response>);
 
-/// How long a client may take to send a whole line once it started one,
-/// and how long it may stay connected without sending anything.
-const IDLE: Duration = Duration::from_secs(600);
-/// How long a response may take to be written (a client that does not
-/// read is disconnected after this).
-const WRITE: Duration = Duration::from_secs(10);
+/// The most clients served at once; one more is told so and disconnected.
+/// With [`MAX_REQUEST_BYTES`] per client this bounds what clients can make
+/// the daemon hold.
+pub const MAX_CLIENTS: usize = 256;
 
 /// Why the control socket could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -66,13 +64,32 @@ pub fn listen(path: &Path) -> Result<UnixListener, ListenError> {
     Ok(l)
 }
 
-/// Accepts clients forever, each in its own task.
-pub async fn serve(listener: UnixListener, calls: mpsc::Sender<Call>) {
+/// Accepts clients forever, each in its own task. A client that sends no
+/// complete request, or does not read a response, for `timeout` is
+/// disconnected.
+pub async fn serve(listener: UnixListener, calls: mpsc::Sender<Call>, timeout: Duration) {
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CLIENTS));
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
-                tokio::spawn(client(stream, calls.clone()));
-            }
+            Ok((stream, _)) => match slots.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    let calls = calls.clone();
+                    tokio::spawn(async move {
+                        client(stream, calls, timeout).await;
+                        drop(permit);
+                    });
+                }
+                Err(_) => {
+                    tokio::spawn(async move {
+                        let (_, mut wr) = stream.into_split();
+                        let r = error(
+                            ErrorKind::Busy,
+                            format!("{MAX_CLIENTS} clients are connected already; try again later"),
+                        );
+                        let _ = write(&mut wr, &r, timeout).await;
+                    });
+                }
+            },
             Err(e) => {
                 tracing::warn!("control socket: accept: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -111,13 +128,13 @@ fn decode(line: &[u8]) -> Line {
     }
 }
 
-async fn client(stream: UnixStream, calls: mpsc::Sender<Call>) {
+async fn client(stream: UnixStream, calls: mpsc::Sender<Call>, timeout: Duration) {
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
     let mut buf = Vec::new();
     loop {
         buf.clear();
-        let read = tokio::time::timeout(IDLE, read_line(&mut rd, &mut buf)).await;
+        let read = tokio::time::timeout(timeout, read_line(&mut rd, &mut buf)).await;
         let response = match read {
             Err(_) | Ok(Err(_)) | Ok(Ok(LineEnd::Eof)) => return,
             Ok(Ok(LineEnd::TooLong)) => {
@@ -125,14 +142,14 @@ async fn client(stream: UnixStream, calls: mpsc::Sender<Call>) {
                     ErrorKind::TooLarge,
                     format!("request longer than {MAX_REQUEST_BYTES} bytes; the connection is closed"),
                 );
-                let _ = write(&mut wr, &r).await;
+                let _ = write(&mut wr, &r, timeout).await;
                 return;
             }
             Ok(Ok(LineEnd::Newline)) => match decode(&buf) {
                 Line::Empty => continue,
                 Line::Bad(r) => r,
                 Line::Request(Request::Watch { interval_ms }) => {
-                    watch(&mut rd, &mut wr, &calls, interval_ms).await;
+                    watch(&mut rd, &mut wr, &calls, interval_ms, timeout).await;
                     return;
                 }
                 Line::Request(req) => {
@@ -147,7 +164,7 @@ async fn client(stream: UnixStream, calls: mpsc::Sender<Call>) {
                 }
             },
         };
-        if write(&mut wr, &response).await.is_err() {
+        if write(&mut wr, &response, timeout).await.is_err() {
             return;
         }
     }
@@ -160,6 +177,7 @@ async fn watch(
     wr: &mut tokio::net::unix::OwnedWriteHalf,
     calls: &mpsc::Sender<Call>,
     interval_ms: Option<u64>,
+    timeout: Duration,
 ) {
     let ms = interval_ms.unwrap_or(1000);
     if !WATCH_INTERVAL_MS.contains(&ms) {
@@ -171,7 +189,7 @@ async fn watch(
                 WATCH_INTERVAL_MS.end()
             ),
         );
-        let _ = write(wr, &r).await;
+        let _ = write(wr, &r, timeout).await;
         return;
     }
     let mut tick = tokio::time::interval(Duration::from_millis(ms));
@@ -188,7 +206,7 @@ async fn watch(
                     return;
                 }
                 let Ok(r) = rx.await else { return };
-                if write(wr, &r).await.is_err() {
+                if write(wr, &r, timeout).await.is_err() {
                     return;
                 }
             }
@@ -198,10 +216,10 @@ async fn watch(
     }
 }
 
-async fn write(wr: &mut tokio::net::unix::OwnedWriteHalf, r: &Response) -> Result<(), ()> {
+async fn write(wr: &mut tokio::net::unix::OwnedWriteHalf, r: &Response, timeout: Duration) -> Result<(), ()> {
     let mut line = serde_json::to_vec(r).map_err(|_| ())?;
     line.push(b'\n');
-    match tokio::time::timeout(WRITE, wr.write_all(&line)).await {
+    match tokio::time::timeout(timeout, wr.write_all(&line)).await {
         Ok(Ok(())) => Ok(()),
         _ => Err(()),
     }

@@ -55,6 +55,8 @@ pub struct Options {
     pub rules: Vec<Rule>,
     /// Where to serve `/metrics`.
     pub metrics_listen: Option<SocketAddr>,
+    /// How long a control client may stay silent or not read.
+    pub control_timeout: Duration,
 }
 
 pub use config_file::load as load_config;
@@ -200,7 +202,7 @@ async fn run_async(opts: Options) -> anyhow::Result<()> {
     if let Some(l) = metrics {
         tokio::spawn(metrics::serve(l, calls_tx.clone()));
     }
-    tokio::spawn(control::serve(listener, calls_tx));
+    tokio::spawn(control::serve(listener, calls_tx, opts.control_timeout));
     tracing::info!(
         "mcrd {} running: {} worker(s) on CPU {:?}, control socket {}",
         env!("CARGO_PKG_VERSION"),

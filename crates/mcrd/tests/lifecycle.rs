@@ -196,3 +196,177 @@ fn a_killed_worker_comes_back_with_the_table_and_its_counters() {
     assert!(packets_end > packets_back && packets_back >= packets_before);
     assert_eq!(packets_end, s.received, "the relay counted exactly what arrived");
 }
+
+/// Every counter a `stats` reply holds, as (what, value), to compare two
+/// replies.
+fn counters(st: &StatsReport) -> Vec<(String, f64)> {
+    let mut v = Vec::new();
+    for r in &st.rules {
+        v.push((format!("rule {} packets", r.name), r.packets as f64));
+        for o in &r.outputs {
+            v.push((format!("output {} packets", o.output), o.packets as f64));
+            for (k, n) in &o.drops {
+                v.push((format!("output {} {k}", o.output), *n as f64));
+            }
+        }
+    }
+    for w in &st.workers {
+        v.push((format!("worker {} rx", w.index), w.rx_frames as f64));
+        v.push((format!("worker {} tx", w.index), w.tx_packets as f64));
+        v.push((format!("worker {} cpu", w.index), w.cpu_s));
+        for (k, n) in &w.drops {
+            v.push((format!("worker {} {k}", w.index), *n as f64));
+        }
+    }
+    v
+}
+
+#[test]
+fn workers_killed_every_few_seconds_for_a_minute_come_back_and_no_counter_goes_back() {
+    const N: u64 = 5000;
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("relay-kill-often").expect("chain");
+    let relay = Relay::start(&c.relay, &["--workers", "2"]).expect("mcrd");
+    for i in 1..=3 {
+        relay
+            .ctl_ok(&[
+                "add",
+                &format!("s{i}"),
+                "--input",
+                &format!("veth1:239.1.1.{i}:{}", 5000 + i),
+                "--output",
+                &format!("veth2:239.10.1.{i}:{}", 6000 + i),
+            ])
+            .expect("add");
+    }
+    let list_before = relay.ctl_ok(&["--json", "list"]).expect("list");
+    // Traffic throughout the minute of kills (3 streams, 500 pps each).
+    let gen_ns = c.generator.clone();
+    let sender = std::thread::spawn(move || {
+        send(
+            &gen_ns,
+            &[
+                "-s",
+                "239.1.1.1+3:5001+",
+                "-i",
+                Chain::GEN_IF,
+                "--count",
+                "33000",
+                "--rate",
+                "1500",
+            ],
+            MINUTES,
+        )
+        .expect("send")
+    });
+    let mut last = counters(&stats(&relay));
+    let start = Instant::now();
+    let mut kills = 0u64;
+    while start.elapsed() < Duration::from_secs(60) {
+        // Kill the worker that is running, in turn.
+        let ws = workers(&relay);
+        let w = &ws[(kills % 2) as usize];
+        if let (Some(pid), "running") = (w.pid, w.state.as_str()) {
+            mcr_sys::process::send_signal(pid, Signal::Kill).expect("kill -9 a worker");
+            kills += 1;
+        }
+        // Sample for 3 s: no counter ever goes back.
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            let now = counters(&stats(&relay));
+            for ((what, before), (_, after)) in last.iter().zip(&now) {
+                assert!(after >= before, "{what} went back from {before} to {after}");
+            }
+            last = now;
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        relay.ctl_ok(&["version"]).expect("the supervisor answers");
+    }
+    sender.join().expect("sender");
+    assert!(kills >= 15, "{kills} kills");
+    // Each came back with the whole table.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while workers(&relay).iter().any(|w| w.state != "running") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ws = workers(&relay);
+    let restarts: u64 = ws.iter().map(|w| w.restarts).sum();
+    assert_eq!(restarts, kills, "{ws:?}");
+    let version = ws[0].table_version;
+    assert!(
+        ws.iter().all(|w| w.state == "running" && w.table_version == version),
+        "{ws:?}"
+    );
+    assert_eq!(relay.ctl_ok(&["--json", "list"]).expect("list"), list_before);
+    // And forwarding is whole again: a fresh run on every stream, every
+    // packet, in order, once.
+    let rx = Receiver::start(
+        &c.sink,
+        &[
+            "-s",
+            "239.10.1.1+3:6001+",
+            "-i",
+            Chain::SINK_IF,
+            "--expect",
+            &N.to_string(),
+        ],
+    )
+    .expect("recv");
+    send(
+        &c.generator,
+        &[
+            "-s",
+            "239.1.1.1+3:5001+",
+            "-i",
+            Chain::GEN_IF,
+            "--count",
+            &N.to_string(),
+            "--rate",
+            "3000",
+        ],
+        MINUTES,
+    )
+    .expect("send");
+    let got = rx.finish(MINUTES).expect("recv done");
+    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+    for s in &got.report.streams {
+        assert!(s.problems(Some(N)).is_empty(), "{:?}", s.problems(Some(N)));
+    }
+}
+
+#[test]
+fn a_worker_that_keeps_dying_is_restarted_ever_more_slowly() {
+    let c = Chain::new("relay-crash-loop").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    // Kill the worker the moment it is back, for 12 s.
+    let start = Instant::now();
+    let mut killed = std::collections::HashSet::new();
+    while start.elapsed() < Duration::from_secs(12) {
+        if let Some(pid) = workers(&relay)[0].pid
+            && killed.insert(pid)
+        {
+            let _ = mcr_sys::process::send_signal(pid, Signal::Kill);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Restart delays double from 100 ms to 5 s: about 7 restarts in 12 s.
+    // A supervisor that restarted at once would have done hundreds.
+    let restarts = workers(&relay)[0].restarts;
+    assert!((3..=12).contains(&restarts), "{restarts} restarts in 12 s");
+    let log = relay.log();
+    let delays: Vec<f64> = log
+        .lines()
+        .filter_map(|l| l.split("restarting in ").nth(1))
+        .filter_map(|d| {
+            let d = d.trim();
+            d.strip_suffix("ms")
+                .and_then(|ms| ms.parse::<f64>().ok().map(|v| v / 1000.0))
+                .or_else(|| d.strip_suffix('s').and_then(|s| s.parse().ok()))
+        })
+        .collect();
+    assert!(delays.len() >= 3, "{log}");
+    assert!(delays.windows(2).all(|w| w[1] >= w[0]), "delays grow: {delays:?}");
+    assert!(delays.last().is_some_and(|d| *d >= 3.2), "{delays:?}");
+    // The supervisor is still there and answers.
+    relay.ctl_ok(&["version"]).expect("version");
+}

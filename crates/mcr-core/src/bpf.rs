@@ -1,7 +1,11 @@
 //! The classic BPF program each ingress socket filters with, so that only
-//! frames a rule could take enter the ring: IPv4 UDP to a multicast group,
-//! or to one of the unicast addresses rules take. Everything else never
-//! costs the worker a thing.
+//! frames aimed at what rules take enter the ring: IPv4 to a multicast
+//! group, or to one of the unicast addresses rules take. Everything else
+//! (other protocols, other hosts' traffic, tagged frames) never costs the
+//! worker a thing. What it lets in is checked by the worker, and whatever
+//! is wrong with it counted by reason: IPv4 that is not UDP (IGMP, TCP) to
+//! a group, and IPv4 frames too short to hold their header, are let in for
+//! that reason.
 
 use std::net::Ipv4Addr;
 
@@ -22,8 +26,10 @@ pub struct Insn {
 
 // The opcodes used here (linux/bpf_common.h).
 const LD_H_ABS: u16 = 0x28;
+#[cfg(test)]
 const LD_B_ABS: u16 = 0x30;
 const LD_W_ABS: u16 = 0x20;
+const LD_W_LEN: u16 = 0x80;
 const JEQ_K: u16 = 0x15;
 const JGE_K: u16 = 0x35;
 const RET_K: u16 = 0x06;
@@ -54,30 +60,34 @@ pub fn ingress_filter(unicast: &[Ipv4Addr]) -> Vec<Insn> {
     //  1 jeq #0       ?  : drop
     //  2 ldh [12]                 ethertype
     //  3 jeq #0x0800  ?  : drop
-    //  4 ldb [23]                 protocol
-    //  5 jeq #17      ?  : drop
+    //  4 ld  len
+    //  5 jge #34      ?  : accept  (too short for its header: let the worker count it)
     //  6 ld  [30]                 destination
     //  7 jge #0xe0000000 ? : unicast
-    //  8 jge #0xf0000000 unicast : accept
-    //  9.. jeq #addr  accept : next      (one per unicast address)
-    //  9+n  ret #0 (drop), or ret #-1 when any unicast is let in
-    //  10+n ret #-1 (accept)
-    let drop_at = 9 + n;
-    let accept_at = 10 + n;
+    //  8 jge #0xf0000000 unicast : ?
+    //  9 jge #0xe0000100 accept : drop  (224.0.0.0/24 is link-local control
+    //                                    traffic, IGMP among it: no rule takes it)
+    //  10.. jeq #addr  accept : next     (one per unicast address)
+    //  10+n ret #0 (drop), or ret #-1 when any unicast is let in
+    //  11+n ret #-1 (accept)
+    let unicast_at = 10;
+    let drop_at = 10 + n;
+    let accept_at = 11 + n;
     let to = |from: u8, target: u8| target - from - 1;
     let mut p = vec![
         insn(LD_W_ABS, 0, 0, VLAN_TAG_PRESENT),
         insn(JEQ_K, 0, to(1, drop_at), 0),
         insn(LD_H_ABS, 0, 0, 12),
         insn(JEQ_K, 0, to(3, drop_at), 0x0800),
-        insn(LD_B_ABS, 0, 0, 23),
-        insn(JEQ_K, 0, to(5, drop_at), 17),
+        insn(LD_W_LEN, 0, 0, 0),
+        insn(JGE_K, 0, to(5, accept_at), 34),
         insn(LD_W_ABS, 0, 0, 30),
-        insn(JGE_K, 0, to(7, 9), 0xe000_0000),
-        insn(JGE_K, to(8, 9), to(8, accept_at), 0xf000_0000),
+        insn(JGE_K, 0, to(7, unicast_at), 0xe000_0000),
+        insn(JGE_K, to(8, unicast_at), 0, 0xf000_0000),
+        insn(JGE_K, to(9, accept_at), to(9, drop_at), 0xe000_0100),
     ];
     for (i, a) in names.iter().enumerate() {
-        let at = 9 + i as u8;
+        let at = unicast_at + i as u8;
         p.push(insn(JEQ_K, to(at, accept_at), 0, u32::from(*a)));
     }
     p.push(insn(RET_K, 0, 0, if any_unicast { u32::MAX } else { 0 }));
@@ -107,6 +117,10 @@ mod tests {
                     .map(|b| b.iter().fold(0u32, |v, &x| (v << 8) | u32::from(x)))
             };
             match i.code {
+                LD_W_LEN => {
+                    a = frame.len() as u32;
+                    pc += 1;
+                }
                 LD_W_ABS if i.k == VLAN_TAG_PRESENT => {
                     a = u32::from(tagged);
                     pc += 1;
@@ -142,17 +156,27 @@ mod tests {
     }
 
     #[test]
-    fn lets_in_udp_to_groups_and_named_unicast_only() {
+    fn lets_in_ipv4_to_groups_and_named_unicast_only() {
         let p = ingress_filter(&[Ipv4Addr::new(10, 0, 0, 2)]);
         assert_ne!(run(&p, &udp_to([239, 1, 1, 1], 17, 0x0800)), 0);
         assert_ne!(run(&p, &udp_to([224, 0, 1, 1], 17, 0x0800)), 0);
+        // Link-local control traffic: IGMPv3 reports, mDNS.
+        assert_eq!(run(&p, &udp_to([224, 0, 0, 22], 2, 0x0800)), 0);
+        assert_eq!(run(&p, &udp_to([224, 0, 0, 251], 17, 0x0800)), 0);
+        assert_ne!(run(&p, &udp_to([224, 0, 1, 0], 17, 0x0800)), 0);
         assert_ne!(run(&p, &udp_to([10, 0, 0, 2], 17, 0x0800)), 0);
         assert_eq!(run(&p, &udp_to([10, 0, 0, 3], 17, 0x0800)), 0);
         assert_eq!(run(&p, &udp_to([240, 0, 0, 1], 17, 0x0800)), 0);
-        assert_eq!(run(&p, &udp_to([239, 1, 1, 1], 6, 0x0800)), 0, "TCP");
-        assert_eq!(run(&p, &udp_to([239, 1, 1, 1], 2, 0x0800)), 0, "IGMP");
+        // Not UDP, to a group: the worker counts it (not_udp).
+        assert_ne!(run(&p, &udp_to([239, 1, 1, 1], 6, 0x0800)), 0, "TCP");
+        assert_ne!(run(&p, &udp_to([239, 1, 1, 1], 2, 0x0800)), 0, "IGMP");
+        assert_eq!(run(&p, &udp_to([10, 0, 0, 3], 6, 0x0800)), 0, "TCP to another host");
         assert_eq!(run(&p, &udp_to([239, 1, 1, 1], 17, 0x0806)), 0, "ARP");
-        assert_eq!(run(&p, &[0u8; 10]), 0, "short frame");
+        assert_eq!(run(&p, &[0u8; 10]), 0, "too short to be IPv4");
+        // IPv4, but too short for its header: the worker counts it.
+        let mut short = udp_to([239, 1, 1, 1], 17, 0x0800);
+        short.truncate(30);
+        assert_ne!(run(&p, &short), 0, "a truncated IPv4 header");
         assert_eq!(
             run_tagged(&p, &udp_to([239, 1, 1, 1], 17, 0x0800), true),
             0,
@@ -173,7 +197,7 @@ mod tests {
             .map(|i| Ipv4Addr::from(0x0a00_0000 + i))
             .collect();
         let p = ingress_filter(&many);
-        assert!(p.len() < 22);
+        assert!(p.len() < 23);
         assert_ne!(run(&p, &udp_to([10, 9, 9, 9], 17, 0x0800)), 0);
         let p = ingress_filter(&many[..MAX_UNICAST]);
         for a in &many[..MAX_UNICAST] {

@@ -289,3 +289,140 @@ fn a_unicast_input_takes_datagrams_sent_to_the_host_and_the_sender_hears_no_icmp
     .expect("send");
     assert!(sent.icmp_errors > 0, "{sent:?}");
 }
+
+/// Every worker drop counter, summed over the workers.
+fn worker_drops(relay: &Relay) -> std::collections::BTreeMap<String, u64> {
+    let mut m = std::collections::BTreeMap::new();
+    for w in stats(relay).workers {
+        for (k, v) in w.drops {
+            *m.entry(k).or_insert(0) += v;
+        }
+    }
+    m
+}
+
+#[test]
+fn hostile_frames_are_counted_by_reason_and_the_valid_streams_lose_nothing() {
+    use mcr_core::forward::{RxChecksum, parse};
+    use mcrgen::hostile::{Kind, frame};
+    const N: u64 = 15_000;
+    const PER_KIND: u64 = 3000;
+    const SEED: u64 = 7;
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("relay-hostile").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    for i in 1..=2 {
+        relay
+            .ctl_ok(&[
+                "add",
+                &format!("feed{i}"),
+                "--input",
+                &format!("veth1:239.1.1.{i}:{}", 5000 + i),
+                "--output",
+                &format!("veth2:239.10.1.{i}:{}", 6000 + i),
+            ])
+            .expect("add");
+    }
+    let rx = Receiver::start(
+        &c.sink,
+        &[
+            "-s",
+            "239.10.1.1+2:6001+",
+            "-i",
+            Chain::SINK_IF,
+            "--expect",
+            &N.to_string(),
+        ],
+    )
+    .expect("recv");
+    let gen_ns = c.generator.clone();
+    let sender = std::thread::spawn(move || {
+        send(
+            &gen_ns,
+            &[
+                "-s",
+                "239.1.1.1+2:5001+",
+                "-i",
+                Chain::GEN_IF,
+                "--count",
+                &N.to_string(),
+                "--rate",
+                "6k",
+            ],
+            MINUTES,
+        )
+        .expect("send")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let before = worker_drops(&relay);
+    // 27,000 bad frames at 20,000 a second, all aimed at feed1's own group
+    // and port, beside the valid streams.
+    let out = c
+        .generator
+        .command(mcr_testbed::bin("mcrgen").expect("mcrgen"))
+        .args([
+            "hostile",
+            "-i",
+            Chain::GEN_IF,
+            "-d",
+            "239.1.1.1:5001",
+            "--src",
+            "10.0.0.1:4000",
+        ])
+        .args([
+            "--count",
+            &PER_KIND.to_string(),
+            "--rate",
+            "20k",
+            "--seed",
+            &SEED.to_string(),
+            "--json",
+        ])
+        .output()
+        .expect("mcrgen hostile");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: mcrgen::hostile::HostileReport = serde_json::from_slice(&out.stdout).expect("report");
+    assert_eq!(report.total, PER_KIND * Kind::ALL.len() as u64);
+
+    assert_eq!(sender.join().expect("sender").packets, 2 * N);
+    let got = rx.finish(MINUTES).expect("recv done");
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    for s in &got.report.streams {
+        assert!(s.problems(Some(N)).is_empty(), "{:?}", s.problems(Some(N)));
+        assert_eq!((s.received, s.unrecognized, s.corrupted), (N, 0, 0), "{s:?}");
+    }
+    assert_eq!(got.report.stray, 0, "nothing but the valid streams came out");
+
+    // What each bad frame should have been counted as, by the relay's own
+    // parser over the very same frames.
+    let mut want: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    let src_mac = mcr_core::wire::ethernet::parse_mac(&c.generator.mac(Chain::GEN_IF).expect("mac")).expect("mac");
+    for kind in Kind::ALL {
+        for i in 0..PER_KIND {
+            let f = frame(
+                kind,
+                i,
+                SEED,
+                src_mac,
+                "10.0.0.1:4000".parse().expect("src"),
+                "239.1.1.1:5001".parse().expect("dst"),
+            );
+            let why = parse(&f, f.len(), RxChecksum::Unknown).expect_err("a bad frame");
+            let name = mcr_core::stats::WorkerCounter::DROPS
+                .iter()
+                .find(|(k, _)| *k == why)
+                .map(|(_, n)| n.to_string())
+                .expect("a drop reason");
+            *want.entry(name).or_insert(0) += 1;
+        }
+    }
+    let after = worker_drops(&relay);
+    let counted: std::collections::BTreeMap<String, u64> = after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, v)| *v > 0)
+        .collect();
+    assert_eq!(counted, want, "every bad frame counted once, by its reason");
+    let ws = workers(&relay);
+    assert!(ws.iter().all(|w| w.restarts == 0 && w.state == "running"), "{ws:?}");
+}

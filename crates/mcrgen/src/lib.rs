@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod histogram;
+pub mod hostile;
 pub mod impair;
 pub mod payload;
 pub mod recv;

@@ -32,6 +32,39 @@ enum Command {
     /// reordering or corrupting a share of the test packets (a userspace
     /// stand-in for netem).
     Impair(ImpairArgs),
+    /// Send malformed frames of the given kinds to one group and port, for
+    /// checking that a relay counts each and forwards none.
+    Hostile(HostileArgs),
+}
+
+#[derive(Args, Debug)]
+struct HostileArgs {
+    /// Interface to send on.
+    #[arg(short, long)]
+    interface: String,
+    /// GROUP:PORT every frame is aimed at.
+    #[arg(short = 'd', long)]
+    dst: std::net::SocketAddrV4,
+    /// ADDRESS:PORT the frames claim to come from.
+    #[arg(long, default_value = "10.0.0.1:4000")]
+    src: std::net::SocketAddrV4,
+    /// Kinds, comma separated: random, truncated, bad_length,
+    /// bad_ip_checksum, bad_udp_checksum, ip_options, fragment, igmp, tcp
+    /// (default: all).
+    #[arg(long, value_delimiter = ',')]
+    kinds: Vec<mcrgen::hostile::Kind>,
+    /// Frames of each kind.
+    #[arg(long, default_value_t = 1000)]
+    count: u64,
+    /// Frames per second, all kinds together (e.g. 20k).
+    #[arg(long, default_value = "10k", value_parser = parse_pps)]
+    rate: f64,
+    /// Seed the frames are built from: the same seed, the same frames.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -67,6 +100,11 @@ struct ImpairArgs {
     json: bool,
 }
 
+/// A rate that is a number (`max` is refused).
+fn parse_pps(s: &str) -> Result<f64, String> {
+    mcrgen::units::parse_rate(s)?.ok_or_else(|| "give a rate in packets per second (e.g. 20k), not max".into())
+}
+
 fn parse_percent(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .trim()
@@ -78,6 +116,30 @@ fn parse_percent(s: &str) -> Result<f64, String> {
     } else {
         Err(format!("`{s}` is not between 0% and 100%"))
     }
+}
+
+fn hostile(a: HostileArgs) -> anyhow::Result<ExitCode> {
+    let cfg = mcrgen::hostile::HostileConfig {
+        interface: a.interface,
+        dst: a.dst,
+        src: a.src,
+        kinds: if a.kinds.is_empty() {
+            mcrgen::hostile::Kind::ALL.to_vec()
+        } else {
+            a.kinds
+        },
+        count_per_kind: a.count,
+        rate_pps: a.rate,
+        seed: a.seed,
+    };
+    let r = mcrgen::hostile::run(&cfg).map_err(|e| anyhow::anyhow!("send on {}: {e}", cfg.interface))?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        let each: Vec<String> = r.sent.iter().map(|(k, n)| format!("{} {n}", k.name())).collect();
+        println!("{} bad frames in {:.2} s: {}", r.total, r.duration_s, each.join(", "));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn impair(a: ImpairArgs) -> anyhow::Result<ExitCode> {
@@ -302,6 +364,7 @@ fn main() -> ExitCode {
         Command::Send(a) => send(a),
         Command::Recv(a) => recv(a),
         Command::Impair(a) => impair(a),
+        Command::Hostile(a) => hostile(a),
     };
     match result {
         Ok(code) => code,

@@ -51,6 +51,12 @@ pub struct Settings {
     /// The control socket's path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_socket: Option<PathBuf>,
+    /// The user to run as once everything privileged is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The group whose members may use the control socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_group: Option<String>,
     /// How long a control client may go without sending a whole request,
     /// or without reading a response, before it is disconnected, in
     /// seconds (1 to 3600).

@@ -204,6 +204,9 @@ pub enum ErrorKind {
     Internal,
     /// Too many clients are connected; try again later.
     Busy,
+    /// The client may not use the daemon (its user is not in the control
+    /// socket's group).
+    Permission,
 }
 
 impl ControlError {

@@ -11,7 +11,8 @@
 //! cover ([`sockopt`]), interface lookups ([`iface`]), process helpers
 //! ([`process`]), AF_PACKET receive rings with fanout and filters
 //! ([`ring`]),
-//! counters in shared memory ([`shm`]) and network namespaces
+//! counters in shared memory ([`shm`]), users, groups and capabilities
+//! ([`privilege`]) and network namespaces
 //! ([`netns`]).
 
 pub mod clock;
@@ -22,6 +23,7 @@ mod mmap;
 pub mod mmsg;
 pub mod netns;
 pub mod packet;
+pub mod privilege;
 pub mod process;
 pub mod ring;
 pub mod shm;

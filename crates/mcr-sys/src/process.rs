@@ -212,6 +212,12 @@ pub fn effective_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// The effective group id of this process.
+pub fn effective_gid() -> u32 {
+    // SAFETY: getegid cannot fail and touches no memory.
+    unsafe { libc::getegid() }
+}
+
 /// Clock ticks per second of `/proc/PID/stat` (USER_HZ, 100 on every Linux
 /// build that matters).
 const USER_HZ: f64 = 100.0;

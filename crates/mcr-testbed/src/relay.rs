@@ -46,8 +46,22 @@ impl Relay {
 
     /// [`Relay::start`] with these environment variables set for `mcrd`.
     pub fn start_with_env(ns: &Ns, args: &[&str], env: &[(&str, &str)]) -> Result<Relay> {
+        Relay::start_wrapped(ns, &[], args, env)
+    }
+
+    /// [`Relay::start_with_env`] with `mcrd` run by `wrapper` (a program and
+    /// its arguments, e.g. `setpriv` to start it as another user).
+    pub fn start_wrapped(ns: &Ns, wrapper: &[&str], args: &[&str], env: &[(&str, &str)]) -> Result<Relay> {
         let socket = PathBuf::from(format!("/tmp/{}.sock", ns.name()));
-        let mut cmd = ns.command(bin("mcrd")?);
+        let mcrd = bin("mcrd")?;
+        let mut cmd = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = ns.command(program);
+                c.args(rest).arg(&mcrd);
+                c
+            }
+            None => ns.command(&mcrd),
+        };
         cmd.arg("--control-socket").arg(&socket).args(args);
         cmd.envs(env.iter().copied());
         let mut relay = Relay {

@@ -69,6 +69,14 @@ struct RunArgs {
     /// no response, for this many seconds [default: 60].
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..=3600))]
     control_timeout: Option<u32>,
+    /// Once the control socket and listeners are open, run as this user
+    /// with only CAP_NET_RAW and CAP_NET_ADMIN (mcrd must start as root).
+    #[arg(long, value_name = "USER")]
+    user: Option<String>,
+    /// The group whose members may use the control socket [default: the
+    /// daemon's group].
+    #[arg(long, value_name = "GROUP")]
+    control_group: Option<String>,
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9808).
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
@@ -251,6 +259,8 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| PathBuf::from("/run/mcr/mcrd.sock")),
         worker_args,
         metrics_listen: a.metrics_listen.or(f.metrics_listen),
+        user: a.user.or_else(|| f.user.clone()),
+        control_group: a.control_group.or_else(|| f.control_group.clone()),
         control_timeout: std::time::Duration::from_secs(u64::from(
             a.control_timeout.or(f.control_timeout_s).unwrap_or(60),
         )),

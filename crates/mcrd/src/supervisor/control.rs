@@ -24,6 +24,47 @@ pub type Call = (Request, oneshot::Sender<Response>);
 /// the daemon hold.
 pub const MAX_CLIENTS: usize = 256;
 
+/// Who may use the control socket, checked with the peer's credentials
+/// (the socket's mode, 0660, already keeps others out; this holds even if
+/// the mode is changed): root, the daemon's own user, and members of its
+/// group.
+#[derive(Debug, Clone)]
+pub struct Access {
+    /// The daemon's user id.
+    pub uid: u32,
+    /// The group whose members may connect, and its name.
+    pub gid: u32,
+    /// Its name, for messages.
+    pub group_name: String,
+}
+
+impl Access {
+    fn admits(&self, stream: &UnixStream) -> bool {
+        let Ok(c) = stream.peer_cred() else {
+            return false;
+        };
+        if c.uid() == 0 || c.uid() == self.uid || c.gid() == self.gid {
+            return true;
+        }
+        // Supplementary groups, from the peer's /proc entry.
+        c.pid()
+            .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Groups:"))
+                    .map(|g| g.split_whitespace().any(|g| g.parse() == Ok(self.gid)))
+            })
+            .unwrap_or(false)
+    }
+
+    fn rule(&self) -> String {
+        format!(
+            "only root, uid {} and members of group `{}` may",
+            self.uid, self.group_name
+        )
+    }
+}
+
 /// Why the control socket could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
@@ -67,10 +108,22 @@ pub fn listen(path: &Path) -> Result<UnixListener, ListenError> {
 /// Accepts clients forever, each in its own task. A client that sends no
 /// complete request, or does not read a response, for `timeout` is
 /// disconnected.
-pub async fn serve(listener: UnixListener, calls: mpsc::Sender<Call>, timeout: Duration) {
+pub async fn serve(listener: UnixListener, calls: mpsc::Sender<Call>, timeout: Duration, access: Access) {
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CLIENTS));
     loop {
         match listener.accept().await {
+            Ok((stream, _)) if !access.admits(&stream) => {
+                let rule = access.rule();
+                let who = stream.peer_cred().map_or("an unknown peer".to_string(), |c| {
+                    format!("uid {} gid {}", c.uid(), c.gid())
+                });
+                tracing::warn!("control socket: refused {who}: {rule}");
+                tokio::spawn(async move {
+                    let (_, mut wr) = stream.into_split();
+                    let r = error(ErrorKind::Permission, format!("{who} may not use mcrd: {rule}"));
+                    let _ = write(&mut wr, &r, timeout).await;
+                });
+            }
             Ok((stream, _)) => match slots.clone().try_acquire_owned() {
                 Ok(permit) => {
                     let calls = calls.clone();

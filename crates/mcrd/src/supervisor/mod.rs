@@ -9,6 +9,7 @@ mod membership;
 mod metrics;
 mod notify;
 mod ports;
+mod privilege;
 mod rules;
 mod stats;
 mod workers;
@@ -57,6 +58,10 @@ pub struct Options {
     pub metrics_listen: Option<SocketAddr>,
     /// How long a control client may stay silent or not read.
     pub control_timeout: Duration,
+    /// The user to run as once everything privileged is open.
+    pub user: Option<String>,
+    /// The group whose members may use the control socket.
+    pub control_group: Option<String>,
 }
 
 pub use config_file::load as load_config;
@@ -162,7 +167,7 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     rt.block_on(run_async(opts))
 }
 
-async fn run_async(opts: Options) -> anyhow::Result<()> {
+async fn run_async(mut opts: Options) -> anyhow::Result<()> {
     let layout = StatsLayout::new(opts.workers);
     let counters = SharedCounters::create("mcrd-stats", layout.len()).context("create the statistics memory")?;
     let listener = control::listen(&opts.control_socket)?;
@@ -190,11 +195,12 @@ async fn run_async(opts: Options) -> anyhow::Result<()> {
         file_settings: opts.file_settings.clone(),
         started_settings: opts.file_settings.clone(),
     };
-    sup.start_with(opts.rules)?;
+    sup.start_with(std::mem::take(&mut opts.rules))?;
     let metrics = match opts.metrics_listen {
         Some(addr) => Some(metrics::listen(addr).await?),
         None => None,
     };
+    let access = privilege::settle(&opts)?;
     for i in 0..sup.workers.len() {
         sup.start_worker(i);
     }
@@ -202,7 +208,7 @@ async fn run_async(opts: Options) -> anyhow::Result<()> {
     if let Some(l) = metrics {
         tokio::spawn(metrics::serve(l, calls_tx.clone()));
     }
-    tokio::spawn(control::serve(listener, calls_tx, opts.control_timeout));
+    tokio::spawn(control::serve(listener, calls_tx, opts.control_timeout, access));
     tracing::info!(
         "mcrd {} running: {} worker(s) on CPU {:?}, control socket {}",
         env!("CARGO_PKG_VERSION"),

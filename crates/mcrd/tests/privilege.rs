@@ -1,0 +1,171 @@
+//! Least privilege: mcrd runs as an unprivileged user with only
+//! CAP_NET_RAW and CAP_NET_ADMIN, its workers too, and only members of the
+//! control group may use its control socket.
+
+use std::time::Duration;
+
+use mcr_core::control::{Reply, WorkerStatus};
+use mcr_testbed::presets::Chain;
+use mcr_testbed::relay::Relay;
+use mcr_testbed::traffic::{Receiver, send};
+use mcr_testbed::{Signal, bin, traffic_lock};
+
+const MINUTES: Duration = Duration::from_secs(180);
+/// `nobody` on Debian.
+const NOBODY: u32 = 65534;
+/// CAP_NET_RAW and CAP_NET_ADMIN, as /proc/PID/status shows them.
+const TWO_CAPS: u64 = 0x3000;
+
+fn workers(relay: &Relay) -> Vec<WorkerStatus> {
+    match relay.ask(&["workers"]).expect("workers") {
+        Reply::Workers { workers } => workers,
+        other => panic!("not workers: {other:?}"),
+    }
+}
+
+/// The real and effective uid of `pid`.
+fn uids(pid: u32) -> (u32, u32) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = s.lines().find_map(|l| l.strip_prefix("Uid:")).expect("Uid line");
+    let v: Vec<u32> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    (v[0], v[1])
+}
+
+/// A rule, 3,000 packets through it, every one checked.
+fn forwards(c: &Chain, relay: &Relay) {
+    relay
+        .ctl_ok(&[
+            "add",
+            "feed",
+            "--input",
+            "veth1:239.1.1.1:5001",
+            "--output",
+            "veth2:239.10.1.1:6001",
+        ])
+        .expect("add");
+    let rx = Receiver::start(
+        &c.sink,
+        &["-s", "239.10.1.1:6001", "-i", Chain::SINK_IF, "--expect", "3000"],
+    )
+    .expect("recv");
+    send(
+        &c.generator,
+        &[
+            "-s",
+            "239.1.1.1:5001",
+            "-i",
+            Chain::GEN_IF,
+            "--count",
+            "3000",
+            "--rate",
+            "3000",
+        ],
+        MINUTES,
+    )
+    .expect("send");
+    let got = rx.finish(MINUTES).expect("recv done");
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert!(got.report.streams[0].problems(Some(3000)).is_empty());
+}
+
+/// Supervisor and every worker: uid `uid`, and exactly the two capabilities
+/// (effective, permitted, bounding and ambient).
+fn runs_as(relay: &Relay, uid: u32) {
+    let mut pids = vec![relay.pid()];
+    pids.extend(workers(relay).iter().filter_map(|w| w.pid));
+    assert!(pids.len() >= 2, "a supervisor and its workers");
+    for pid in pids {
+        assert_eq!(uids(pid), (uid, uid), "pid {pid}");
+        let (eff, prm, _, amb) = mcr_sys::privilege::caps_of(pid).expect("caps");
+        assert_eq!((eff, prm, amb), (TWO_CAPS, TWO_CAPS, TWO_CAPS), "pid {pid}");
+    }
+}
+
+#[test]
+fn started_as_root_with_user_it_keeps_only_the_two_capabilities_and_forwards() {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("priv-user").expect("chain");
+    let relay = Relay::start(&c.relay, &["--user", "nobody", "--workers", "2"]).expect("mcrd");
+    runs_as(&relay, NOBODY);
+    let (_, _, bnd, _) = mcr_sys::privilege::caps_of(relay.pid()).expect("caps");
+    assert_eq!(bnd, TWO_CAPS, "nothing else can be gained again");
+    assert!(relay.log().contains("running as user `nobody`"), "{}", relay.log());
+    forwards(&c, &relay);
+    // A worker restarted by the unprivileged supervisor is as it was.
+    let w = workers(&relay)[0].clone();
+    mcr_sys::process::send_signal(w.pid.expect("pid"), Signal::Kill).expect("kill");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while workers(&relay)[0].pid.is_none_or(|p| Some(p) == w.pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    runs_as(&relay, NOBODY);
+    relay.stop().expect("stopped");
+}
+
+#[test]
+fn started_as_a_non_root_user_with_the_two_capabilities_it_forwards() {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("priv-nonroot").expect("chain");
+    let relay = Relay::start_wrapped(
+        &c.relay,
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all,+net_raw,+net_admin",
+            "--ambient-caps=-all,+net_raw,+net_admin",
+            "--bounding-set=-all,+net_raw,+net_admin",
+        ],
+        &[],
+        &[],
+    )
+    .expect("mcrd as nobody");
+    runs_as(&relay, NOBODY);
+    forwards(&c, &relay);
+    relay.stop().expect("stopped");
+}
+
+#[test]
+fn only_members_of_the_control_group_may_use_the_socket() {
+    let c = Chain::new("priv-group").expect("chain");
+    // Group `daemon` (gid 1) is the control group.
+    let relay = Relay::start(&c.relay, &["--control-group", "daemon"]).expect("mcrd");
+    let meta = std::fs::metadata(relay.socket()).expect("socket");
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert_eq!((meta.permissions().mode() & 0o777, meta.gid()), (0o660, 1));
+    let as_nobody = |groups: &str| {
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534"]);
+        match groups {
+            "" => cmd.arg("--clear-groups"),
+            g => cmd.arg(format!("--groups={g}")),
+        };
+        cmd.arg(bin("mcrctl").expect("mcrctl"))
+            .arg("--socket")
+            .arg(relay.socket())
+            .arg("version");
+        cmd.output().expect("mcrctl as nobody")
+    };
+    // Outside the group: the socket's mode keeps it out.
+    let out = as_nobody("");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("ermission denied"),
+        "{out:?}"
+    );
+    // In the group: served.
+    let out = as_nobody("1");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    // Even with the mode opened up, the daemon checks who is calling.
+    std::fs::set_permissions(relay.socket(), std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let out = as_nobody("");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("uid 65534 gid 65534 may not use mcrd") && err.contains("group `daemon`"),
+        "{err}"
+    );
+    assert!(relay.log().contains("refused uid 65534"), "{}", relay.log());
+    relay.ctl_ok(&["version"]).expect("root still may");
+}

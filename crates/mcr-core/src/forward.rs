@@ -226,6 +226,26 @@ mod tests {
         }
     }
 
+    /// Found by the `frame` fuzz target: a frame the kernel vouched for
+    /// (`Valid`) is not checked again, and its rewrite must not launder a
+    /// wrong UDP checksum into a right one: the receiver can still tell.
+    #[test]
+    fn a_wrong_checksum_the_kernel_vouched_for_stays_wrong_after_rewriting() {
+        let mut f = frame(&[0x63; 64], 9);
+        f[40] ^= 0x55;
+        assert_eq!(
+            parse(&f, f.len(), RxChecksum::Unknown).err(),
+            Some(WorkerCounter::BadUdpChecksum)
+        );
+        let d = parse(&f, f.len(), RxChecksum::Valid).expect("taken on the kernel's word");
+        let mut buf = [0u8; 256];
+        let n = rewrite(&f, &d, &out(), &mut buf).expect("rewritten");
+        assert_eq!(
+            parse(&buf[..n], n, RxChecksum::Unknown).err(),
+            Some(WorkerCounter::BadUdpChecksum)
+        );
+    }
+
     #[test]
     fn parses_a_real_frame() {
         let f = frame(b"hello", 64);

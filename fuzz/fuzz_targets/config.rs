@@ -26,6 +26,7 @@ fuzz_target!(|data: &[u8]| {
         mtu: 1500,
         addresses: vec![format!("10.0.{i}.1").parse().expect("literal")],
         ethernet: true,
+        master: None,
     }));
     if config.check(text, &ifaces).is_err() {
         return;

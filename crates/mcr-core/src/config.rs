@@ -390,7 +390,7 @@ impl Config {
     /// file and the host's `interfaces`; the error points at the field at
     /// fault. `text` is the text this config was parsed from.
     pub fn check(&self, text: &str, interfaces: &Interfaces) -> Result<(), ConfigError> {
-        let index = RuleIndex::new(&self.rules);
+        let index = RuleIndex::new(&self.rules, interfaces);
         for (rule, spans) in self.rules.iter().zip(&self.spans) {
             if let Err(e) = check_rule_in(rule, &index, interfaces) {
                 return Err(self.rule_error(text, spans, &e));
@@ -438,6 +438,7 @@ mod tests {
             mtu: 1500,
             addresses: vec![addr.parse().expect("literal")],
             ethernet: true,
+            master: None,
         };
         Interfaces::new([mk("eth0", 2, "10.0.0.2"), mk("eth1", 3, "10.0.1.1")])
     }
@@ -558,13 +559,13 @@ outputs = ["eth1:239.10.1.2:6001,source=keep"]
             ("[daemon\nworkers = 2\n", 1, 8, ""),
             // Checked against the host and the other rules.
             (
-                "[[rule]]\nname = \"a\"\ninput = \"eth9:239.1.1.1:5001\"\noutputs = [\"eth1:239.2.2.2:6001\"]\n",
+                "[[rule]]\nname = \"a\"\ninput = \"a very long name:239.1.1.1:5001\"\noutputs = [\"eth1:239.2.2.2:6001\"]\n",
                 3,
                 9,
-                "interface `eth9` does not exist",
+                "cannot be an interface name",
             ),
             (
-                "[[rule]]\nname = \"a\"\ninput = \"eth0:239.1.1.1:5001\"\noutputs = [\"eth1:239.2.2.2:6001\", \"eth7:239.2.2.3:6001\"]\n",
+                "[[rule]]\nname = \"a\"\ninput = \"eth0:239.1.1.1:5001\"\noutputs = [\"eth1:239.2.2.2:6001\", \"eth/7:239.2.2.3:6001\"]\n",
                 4,
                 35,
                 "outputs[1].interface",

@@ -22,6 +22,10 @@ pub struct InterfaceInfo {
     /// on).
     #[serde(default = "yes")]
     pub ethernet: bool,
+    /// The bridge it is a port of, if any: frames sent on one port of a
+    /// bridge reach its other ports and the bridge itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master: Option<String>,
 }
 
 fn yes() -> bool {
@@ -47,6 +51,12 @@ impl Interfaces {
         Interfaces {
             by_name: list.into_iter().map(|i| (i.name.clone(), i)).collect(),
         }
+    }
+
+    /// The layer-2 segment `name` is on: the bridge it is a port of, or
+    /// itself (a bridge is on its own segment, with its ports).
+    pub fn segment<'a>(&'a self, name: &'a str) -> &'a str {
+        self.get(name).and_then(|i| i.master.as_deref()).unwrap_or(name)
     }
 
     /// The interface called `name`.

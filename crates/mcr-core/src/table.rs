@@ -245,6 +245,7 @@ mod tests {
             mtu: 1500,
             addresses: vec![addr.parse().expect("literal")],
             ethernet: true,
+            master: None,
         };
         TableSnapshot {
             version: 7,

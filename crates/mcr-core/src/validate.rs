@@ -53,6 +53,9 @@ fn is_link_local_multicast(a: IpAddr) -> bool {
     }
 }
 
+/// A layer-2 segment and a destination: where a stream can be taken.
+type Place<'a> = (&'a str, SocketAddr);
+
 /// Where a set of rules takes and sends its streams, to check one rule
 /// against all the others in constant time (a reload checks thousands).
 /// Each list keeps the order of the rules, so the rule a refusal names is
@@ -61,31 +64,46 @@ fn is_link_local_multicast(a: IpAddr) -> bool {
 pub struct RuleIndex<'a> {
     /// Rules by their whole input (interface, destination, source).
     inputs: HashMap<&'a Input, Vec<&'a str>>,
-    /// Rules by input interface and destination.
-    input_places: HashMap<(&'a str, SocketAddr), Vec<&'a str>>,
-    /// Outputs by interface and destination: the rule and the output's
-    /// index.
-    output_places: HashMap<(&'a str, SocketAddr), Vec<(&'a str, usize)>>,
+    /// Rules by the layer-2 segment of their input interface and their
+    /// destination: the rule and its input interface.
+    input_places: HashMap<Place<'a>, Vec<(&'a str, &'a str)>>,
+    /// Outputs by segment and destination: the rule, the output's index and
+    /// its interface.
+    output_places: HashMap<Place<'a>, Vec<(&'a str, usize, &'a str)>>,
 }
 
 impl<'a> RuleIndex<'a> {
-    /// The index of `rules`.
-    pub fn new(rules: impl IntoIterator<Item = &'a Rule>) -> Self {
+    /// The index of `rules` on the host's `interfaces` (which say which
+    /// interfaces share a bridge).
+    pub fn new(rules: impl IntoIterator<Item = &'a Rule>, interfaces: &'a Interfaces) -> Self {
         let mut ix = RuleIndex::default();
         for r in rules {
             ix.inputs.entry(&r.input).or_default().push(&r.name);
             ix.input_places
-                .entry((&r.input.interface, r.input.destination))
+                .entry((interfaces.segment(&r.input.interface), r.input.destination))
                 .or_default()
-                .push(&r.name);
+                .push((&r.name, &r.input.interface));
             for (j, o) in r.outputs.iter().enumerate() {
                 ix.output_places
-                    .entry((&o.interface, o.destination))
+                    .entry((interfaces.segment(&o.interface), o.destination))
                     .or_default()
-                    .push((&r.name, j));
+                    .push((&r.name, j, &o.interface));
             }
         }
         ix
+    }
+}
+
+/// How an output on `out` reaches an input on `input`, when they are not
+/// the same interface: through the bridge they share.
+fn via(out: &str, input: &str, interfaces: &Interfaces) -> String {
+    if out == input {
+        String::new()
+    } else {
+        format!(
+            " (through bridge `{}`, which {out} and {input} share)",
+            interfaces.segment(out)
+        )
     }
 }
 
@@ -93,7 +111,7 @@ impl<'a> RuleIndex<'a> {
 /// join; a rule of the same name among them is the one it replaces and is
 /// ignored) and the host's `interfaces`.
 pub fn check_rule(rule: &Rule, others: &[Rule], interfaces: &Interfaces) -> Result<(), RuleError> {
-    check_rule_in(rule, &RuleIndex::new(others), interfaces)
+    check_rule_in(rule, &RuleIndex::new(others, interfaces), interfaces)
 }
 
 /// [`check_rule`] against the rules of `index` (which may hold `rule`
@@ -137,7 +155,7 @@ pub fn check_rule_in(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces
             ));
         }
     }
-    check_loops(rule, index)
+    check_loops(rule, index, interfaces)
 }
 
 fn check_name(rule: &Rule) -> Result<(), RuleError> {
@@ -158,13 +176,42 @@ fn check_name(rule: &Rule) -> Result<(), RuleError> {
     Ok(())
 }
 
+/// The interfaces `rule` names that the host does not have (yet): the rule
+/// waits for them, and starts when they appear.
+pub fn missing_interfaces<'a>(rule: &'a Rule, interfaces: &Interfaces) -> Vec<&'a str> {
+    let mut v: Vec<&str> = Vec::new();
+    for n in std::iter::once(rule.input.interface.as_str()).chain(rule.outputs.iter().map(|o| o.interface.as_str())) {
+        if interfaces.get(n).is_none() && !v.contains(&n) {
+            v.push(n);
+        }
+    }
+    v
+}
+
+/// The longest interface name Linux takes (IFNAMSIZ less the NUL).
+const MAX_IFNAME: usize = 15;
+
+/// An interface that does not exist is no mistake: the rule waits for it
+/// (and everything that depends on the interface is checked when the
+/// workers set the rule up). Its name must be one Linux could give.
 fn check_interface(rule: &Rule, field: &str, name: &str, interfaces: &Interfaces) -> Result<(), RuleError> {
+    let impossible = name.is_empty()
+        || name.len() > MAX_IFNAME
+        || name == "."
+        || name == ".."
+        || name
+            .chars()
+            .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control());
     match interfaces.get(name) {
-        None => Err(err(
+        None if impossible => Err(err(
             rule,
             field,
-            format!("interface `{name}` does not exist (known: {})", interfaces.names()),
+            format!(
+                "`{name}` cannot be an interface name (1-{MAX_IFNAME} characters, no `/`, `:` or spaces; known: {})",
+                interfaces.names()
+            ),
         )),
+        None => Ok(()),
         Some(i) if !i.ethernet => Err(err(
             rule,
             field,
@@ -211,8 +258,9 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
                 ),
             ));
         }
-    } else {
-        let iface = interfaces.get(&input.interface);
+    } else if let Some(iface) = interfaces.get(&input.interface) {
+        // (An interface that is not there yet is checked when it is.)
+        let iface = Some(iface);
         if !iface.is_some_and(|i| i.addresses.contains(&dst)) {
             let has = iface
                 .map(|i| i.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "))
@@ -268,7 +316,8 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
     let iface = interfaces.get(&o.interface);
     match o.source {
         SourcePolicy::Interface => {
-            if iface.and_then(|i| i.address_like(dst)).is_none() {
+            // (An interface that is not there yet is checked when it is.)
+            if iface.is_some_and(|i| i.address_like(dst).is_none()) {
                 return Err(err(
                     rule,
                     f("source"),
@@ -310,38 +359,51 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
 
 /// An output that lands on an input (same interface, destination and
 /// port) would feed a rule its own or another rule's stream back.
-fn check_loops(rule: &Rule, index: &RuleIndex<'_>) -> Result<(), RuleError> {
+fn check_loops(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces) -> Result<(), RuleError> {
+    let input_segment = interfaces.segment(&rule.input.interface);
     for (i, o) in rule.outputs.iter().enumerate() {
-        if o.interface == rule.input.interface && o.destination == rule.input.destination {
+        let segment = interfaces.segment(&o.interface);
+        if segment == input_segment && o.destination == rule.input.destination {
             return Err(err(
                 rule,
                 format!("outputs[{i}]"),
-                format!("{} {} is this rule's own input: a loop", o.interface, o.destination),
+                format!(
+                    "{} {} is this rule's own input{}: a loop",
+                    o.interface,
+                    o.destination,
+                    via(&o.interface, &rule.input.interface, interfaces)
+                ),
             ));
         }
         let fed = index
             .input_places
-            .get(&(o.interface.as_str(), o.destination))
-            .and_then(|v| v.iter().find(|n| **n != rule.name));
-        if let Some(r) = fed {
+            .get(&(segment, o.destination))
+            .and_then(|v| v.iter().find(|(n, _)| *n != rule.name));
+        if let Some((r, input_if)) = fed {
             return Err(err(
                 rule,
                 format!("outputs[{i}]"),
-                format!("{} {} is rule `{r}`'s input: a loop", o.interface, o.destination),
+                format!(
+                    "{} {} is rule `{r}`'s input{}: a loop",
+                    o.interface,
+                    o.destination,
+                    via(&o.interface, input_if, interfaces)
+                ),
             ));
         }
     }
     let feeding = index
         .output_places
-        .get(&(rule.input.interface.as_str(), rule.input.destination))
-        .and_then(|v| v.iter().find(|(n, _)| *n != rule.name));
-    if let Some((r, j)) = feeding {
+        .get(&(input_segment, rule.input.destination))
+        .and_then(|v| v.iter().find(|(n, _, _)| *n != rule.name));
+    if let Some((r, j, out_if)) = feeding {
         return Err(err(
             rule,
             "input",
             format!(
-                "rule `{r}` sends to {} {} (its outputs[{j}]): taking it as input would make a loop",
-                rule.input.interface, rule.input.destination
+                "rule `{r}` sends to {out_if} {} (its outputs[{j}]){}: taking it as input would make a loop",
+                rule.input.destination,
+                via(out_if, &rule.input.interface, interfaces)
             ),
         ));
     }
@@ -365,6 +427,7 @@ mod tests {
                 vec![addr.parse().expect("literal")]
             },
             ethernet: name != "tun0",
+            master: None,
         };
         Interfaces::new([
             mk("veth1", 2, "10.0.0.2"),
@@ -384,6 +447,31 @@ mod tests {
 
     fn refused(r: &Rule, others: &[Rule]) -> RuleError {
         check_rule(r, others, &ifaces()).expect_err("should be refused")
+    }
+
+    #[test]
+    fn a_rule_may_name_interfaces_that_do_not_exist_yet() {
+        let r = rule(
+            "later",
+            "eth9:239.1.1.1:5001",
+            &["veth2:239.10.1.1:6001", "eth8:239.10.1.2:6001", "eth9:10.9.9.9:7000"],
+        );
+        check_rule(&r, &[], &ifaces()).expect("it waits for eth9 and eth8");
+        assert_eq!(missing_interfaces(&r, &ifaces()), vec!["eth9", "eth8"]);
+        // A unicast input on a missing interface is checked when it appears.
+        check_rule(
+            &rule("u", "eth9:10.9.9.9:5001", &["veth2:239.10.1.1:6001"]),
+            &[],
+            &ifaces(),
+        )
+        .expect("waits");
+        assert!(
+            missing_interfaces(
+                &rule("p", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]),
+                &ifaces()
+            )
+            .is_empty()
+        );
     }
 
     #[test]
@@ -411,9 +499,9 @@ mod tests {
                 "not a rule name",
             ),
             (
-                rule("x", "eth9:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]),
+                rule("x", "eth9.with.a.long.name:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]),
                 "input.interface",
-                "`eth9` does not exist (known: bare0, tun0, veth1, veth2)",
+                "`eth9.with.a.long.name` cannot be an interface name (1-15 characters, no `/`, `:` or spaces; known: bare0, tun0, veth1, veth2)",
             ),
             (
                 rule("x", "tun0:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]),
@@ -452,9 +540,9 @@ mod tests {
             ),
             (rule("x", "veth1:239.1.1.1:5001", &[]), "outputs", "at least one"),
             (
-                rule("x", "veth1:239.1.1.1:5001", &["eth9:239.10.1.1:6001"]),
+                rule("x", "veth1:239.1.1.1:5001", &["eth/9:239.10.1.1:6001"]),
                 "outputs[0].interface",
-                "does not exist",
+                "cannot be an interface name",
             ),
             (
                 rule("x", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:0"]),
@@ -500,6 +588,59 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// br0 with ports p1 and p2, and a stand-alone eth9.
+    fn bridged() -> Interfaces {
+        let mk = |name: &str, index: u32, master: Option<&str>| InterfaceInfo {
+            name: name.into(),
+            index,
+            mac: [2, 0, 0, 0, 1, index as u8],
+            mtu: 1500,
+            addresses: vec![format!("10.9.{index}.1").parse().expect("literal")],
+            ethernet: true,
+            master: master.map(Into::into),
+        };
+        Interfaces::new([
+            mk("br0", 20, None),
+            mk("p1", 21, Some("br0")),
+            mk("p2", 22, Some("br0")),
+            mk("eth9", 23, None),
+        ])
+    }
+
+    #[test]
+    fn loops_through_a_bridge_are_refused_with_the_bridge_named() {
+        let ifs = bridged();
+        // One rule: out of one port, into another, same group and port.
+        let own = rule("a", "p1:239.1.1.1:5001", &["p2:239.1.1.1:5001"]);
+        let e = check_rule(&own, &[], &ifs).expect_err("a loop through br0");
+        assert_eq!(e.field, "outputs[0]");
+        assert!(
+            e.reason
+                .contains("own input (through bridge `br0`, which p2 and p1 share)"),
+            "{e}"
+        );
+        // Across two rules: a's output lands on b's input through the bridge
+        // (and the bridge device itself is on the same segment).
+        let a = rule("a", "eth9:239.1.1.1:5001", &["br0:239.2.2.2:6001"]);
+        let b = rule("b", "p2:239.2.2.2:6001", &["eth9:239.3.3.3:7001"]);
+        let e = check_rule(&b, std::slice::from_ref(&a), &ifs).expect_err("b is fed by a");
+        assert_eq!(e.field, "input");
+        assert!(
+            e.reason
+                .contains("rule `a` sends to br0 239.2.2.2:6001 (its outputs[0]) (through bridge `br0`"),
+            "{e}"
+        );
+        let e = check_rule(&a, std::slice::from_ref(&b), &ifs).expect_err("a feeds b");
+        assert!(
+            e.reason
+                .contains("is rule `b`'s input (through bridge `br0`, which br0 and p2 share)"),
+            "{e}"
+        );
+        // Other groups, or a port of no bridge, are no loop.
+        check_rule(&rule("c", "p1:239.1.1.1:5001", &["p2:239.1.1.9:5001"]), &[], &ifs).expect("another group");
+        check_rule(&rule("d", "eth9:239.1.1.1:5001", &["p1:239.4.4.4:5001"]), &[], &ifs).expect("no bridge between");
     }
 
     #[test]

@@ -230,3 +230,9 @@ mod more_tests {
         assert!(addresses("no-such-if0").expect("empty list").is_empty());
     }
 }
+
+/// The bridge (or other master device) `name` is a port of, if any.
+pub fn master(name: &str) -> Option<String> {
+    let link = std::fs::read_link(format!("/sys/class/net/{name}/master")).ok()?;
+    Some(link.file_name()?.to_string_lossy().into_owned())
+}

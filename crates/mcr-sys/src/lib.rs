@@ -21,6 +21,7 @@ pub mod iface;
 pub mod membership;
 mod mmap;
 pub mod mmsg;
+pub mod netlink;
 pub mod netns;
 pub mod packet;
 pub mod privilege;

@@ -25,10 +25,24 @@ impl Capture {
     pub fn start_limited(ns: &Ns, ifname: &str, filter: &str, count: Option<u64>) -> Result<Capture> {
         let file = PathBuf::from(format!("/tmp/{}-{ifname}.pcap", ns.name()));
         let mut cmd = ns.command("tcpdump");
-        // -U: write each packet as it comes; -B: a 64 MiB buffer, so that a
-        // busy machine does not make the capture drop frames.
-        cmd.args(["-i", ifname, "-n", "-s", "0", "-U", "-B", "65536", "-w"])
-            .arg(&file);
+        // -U: write each packet as it comes; --immediate-mode: take each
+        // from the kernel as it comes (libpcap's ring otherwise holds a
+        // part-filled block back up to a second, and a capture stopped soon
+        // after the traffic would miss its tail); -B: a 64 MiB buffer, so
+        // that a busy machine does not make the capture drop frames.
+        cmd.args([
+            "-i",
+            ifname,
+            "-n",
+            "-s",
+            "0",
+            "-U",
+            "--immediate-mode",
+            "-B",
+            "65536",
+            "-w",
+        ])
+        .arg(&file);
         if let Some(n) = count {
             cmd.arg("-c").arg(n.to_string());
         }

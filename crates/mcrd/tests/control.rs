@@ -29,12 +29,17 @@ fn each_bad_rule_is_refused_with_its_field_and_reason() {
         .expect("a valid rule");
     let cases: [(&[&str], &str); 9] = [
         (
-            &["--input", "eth9:239.1.1.2:5001", "--output", "veth2:239.10.1.2:6001"],
-            "input.interface: interface `eth9` does not exist (known:",
+            &["--input", "eth/9:239.1.1.2:5001", "--output", "veth2:239.10.1.2:6001"],
+            "input.interface: `eth/9` cannot be an interface name (1-15 characters, no `/`, `:` or spaces; known:",
         ),
         (
-            &["--input", "veth1:239.1.1.2:5001", "--output", "eth9:239.10.1.2:6001"],
-            "outputs[0].interface: interface `eth9` does not exist",
+            &[
+                "--input",
+                "veth1:239.1.1.2:5001",
+                "--output",
+                "a-name-too-long-for-linux:239.10.1.2:6001",
+            ],
+            "outputs[0].interface: `a-name-too-long-for-linux` cannot be an interface name",
         ),
         (
             &["--input", "veth1:10.9.9.9:5001", "--output", "veth2:239.10.1.2:6001"],

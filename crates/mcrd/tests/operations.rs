@@ -264,8 +264,8 @@ fn a_broken_file_on_reload_changes_nothing_and_forwarding_goes_on() {
             ":10:8: rule name `s1` is used twice",
         ),
         (
-            good.replace("veth2:239.10.1.1", "veth7:239.10.1.1"),
-            "interface `veth7` does not exist",
+            good.replace("veth2:239.10.1.1:6001", "veth1:239.1.1.1:5001"),
+            "outputs[0]: veth1 239.1.1.1:5001 is this rule's own input: a loop",
         ),
     ];
     for (text, want) in &mistakes {

@@ -166,8 +166,11 @@ impl Memberships {
             && let Ok(i) = j.held
             && let Some(s) = self.sockets.get_mut(i)
         {
-            if let Err(e) = mcr_sys::membership::leave(s.sock.as_fd(), key.ifindex, key.group, key.source) {
-                tracing::warn!("leaving {} on {}: {e}", key.group, j.interface);
+            match mcr_sys::membership::leave(s.sock.as_fd(), key.ifindex, key.group, key.source) {
+                // The interface is gone, and its memberships with it.
+                Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {}
+                Err(e) => tracing::warn!("leaving {} on {}: {e}", key.group, j.interface),
+                Ok(()) => {}
             }
             s.groups.remove(&(key.ifindex, key.group));
             s.full = false;

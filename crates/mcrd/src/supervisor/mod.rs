@@ -5,6 +5,7 @@
 
 mod config_file;
 mod control;
+mod links;
 mod membership;
 mod metrics;
 mod notify;
@@ -121,6 +122,9 @@ struct Supervisor {
     events: mpsc::UnboundedSender<WorkerEvent>,
     pending: Vec<Pending>,
     config_path: Option<PathBuf>,
+    /// The host's interfaces as last read (on every change netlink
+    /// announces, and whenever the table is published).
+    ifs: Interfaces,
     /// The `[daemon]` settings of the file as last loaded (what `save`
     /// writes).
     file_settings: Settings,
@@ -141,6 +145,7 @@ pub fn interfaces() -> Interfaces {
             mtu: mcr_sys::iface::mtu(&name).unwrap_or(1500),
             addresses: addresses.remove(&name).unwrap_or_default(),
             ethernet: mcr_sys::iface::is_ethernet(&name).unwrap_or(false),
+            master: mcr_sys::iface::master(&name),
             name,
         })
     }))
@@ -192,6 +197,7 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
         events: events_tx,
         pending: Vec::new(),
         config_path: opts.config_path.clone(),
+        ifs: interfaces(),
         file_settings: opts.file_settings.clone(),
         started_settings: opts.file_settings.clone(),
     };
@@ -201,6 +207,8 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
         None => None,
     };
     let access = privilege::settle(&opts)?;
+    let (links_tx, mut links_rx) = mpsc::channel::<()>(1);
+    links::watch(links_tx);
     for i in 0..sup.workers.len() {
         sup.start_worker(i);
     }
@@ -229,6 +237,7 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
         tokio::select! {
             Some((req, reply_to)) = calls_rx.recv() => sup.handle(req, reply_to),
             Some(ev) = events_rx.recv() => sup.on_worker(ev),
+            Some(()) = links_rx.recv() => sup.on_links_changed(),
             _ = tick.tick() => {
                 sup.stats.sample(&sup.counters, sup.rules.rules());
                 for w in &mut sup.workers {
@@ -260,9 +269,11 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
 }
 
 impl Supervisor {
-    /// Sends the current table to every worker (each gets the newest).
+    /// Sends the current table to every worker (each gets the newest),
+    /// with the interfaces read afresh.
     fn publish(&mut self) {
-        let snap = self.rules.snapshot(&interfaces());
+        self.ifs = interfaces();
+        let snap = self.rules.snapshot(&self.ifs);
         match serde_json::to_vec(&ToWorker::Table(snap)) {
             Ok(mut line) => {
                 line.push(b'\n');
@@ -489,7 +500,10 @@ impl Supervisor {
     /// What keeps `rule` from forwarding: what the live workers could not
     /// set up for it, and a port that could not be held.
     fn problems_of(&self, rule: &Rule) -> Vec<String> {
-        let mut out = Vec::new();
+        let mut out: Vec<String> = mcr_core::validate::missing_interfaces(rule, &self.ifs)
+            .into_iter()
+            .map(|i| format!("waiting for interface `{i}`: it does not exist (yet); the rule starts when it appears"))
+            .collect();
         if let Some(Claim::Port(a)) = self.claims.get(&rule.name)
             && let Some(p) = self.ports.problem(*a)
         {

@@ -157,7 +157,7 @@ impl RuleTable {
         interfaces: &Interfaces,
         acked: u64,
     ) -> Result<Replaced, ChangeError> {
-        let index = RuleIndex::new(&rules);
+        let index = RuleIndex::new(&rules, interfaces);
         let mut seen = std::collections::HashSet::new();
         for r in &rules {
             if !seen.insert(r.name.as_str()) {
@@ -285,6 +285,13 @@ impl RuleTable {
         })
     }
 
+    /// A new version with the same rules (the interfaces under them
+    /// changed); returns it.
+    pub fn touch(&mut self) -> u64 {
+        self.version += 1;
+        self.version
+    }
+
     /// Removes the rule called `name`; returns it and the new version.
     pub fn remove(&mut self, name: &str) -> Option<(SlottedRule, u64)> {
         let r = self.drop_rule(name, self.version + 1)?;
@@ -346,6 +353,7 @@ mod tests {
             mtu: 1500,
             addresses: vec![addr.parse().expect("literal")],
             ethernet: true,
+            master: None,
         };
         Interfaces::new([mk("in0", 2, "10.0.0.2"), mk("out0", 3, "10.0.1.1")])
     }

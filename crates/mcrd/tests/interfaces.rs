@@ -1,0 +1,285 @@
+//! Interfaces that change under the rules (netlink): deleted and created
+//! again with a new index, created after the rule, renumbered. Rules stay,
+//! show what they wait for, and resume by themselves; other streams are
+//! untouched throughout.
+
+use std::time::{Duration, Instant};
+
+use mcr_core::control::{Reply, RuleStatus};
+use mcr_core::forward::{RxChecksum, parse};
+use mcr_testbed::capture::Capture;
+use mcr_testbed::relay::Relay;
+use mcr_testbed::traffic::{Receiver, send};
+use mcr_testbed::{Ns, Testbed, traffic_lock};
+
+const MINUTES: Duration = Duration::from_secs(180);
+
+/// gen (g1, g2) ── (i1, i2) relay (o1) ── (s1) sink.
+struct Bed {
+    tb: Testbed,
+    generator: Ns,
+    relay: Ns,
+    sink: Ns,
+}
+
+impl Bed {
+    fn new(tag: &str) -> Bed {
+        let mut tb = Testbed::new(tag).expect("testbed");
+        let generator = tb.ns("gen").expect("ns");
+        let relay = tb.ns("relay").expect("ns");
+        let sink = tb.ns("sink").expect("ns");
+        let bed = Bed {
+            tb,
+            generator,
+            relay,
+            sink,
+        };
+        bed.input("i1", "g1", 1);
+        bed.input("i2", "g2", 2);
+        bed.tb.veth(&bed.relay, "o1", &bed.sink, "s1").expect("veth");
+        bed.relay.addr("o1", "10.1.3.1/24").expect("addr");
+        bed.sink.addr("s1", "10.1.3.2/24").expect("addr");
+        bed
+    }
+
+    /// The link gen:`g` ── relay:`i` on 10.1.`net`.0/24.
+    fn input(&self, i: &str, g: &str, net: u8) {
+        self.tb.veth(&self.relay, i, &self.generator, g).expect("veth");
+        self.relay.addr(i, &format!("10.1.{net}.1/24")).expect("addr");
+        self.generator.addr(g, &format!("10.1.{net}.2/24")).expect("addr");
+    }
+
+    /// `count` packets to `group` from `via`, every one checked at `out`.
+    fn every_packet_crosses(&self, relay: &Relay, group: &str, via: &str, out: &str, count: u64) {
+        let n = count.to_string();
+        let rx = Receiver::start(&self.sink, &["-s", out, "-i", "s1", "--expect", &n]).expect("recv");
+        send(
+            &self.generator,
+            &["-s", group, "-i", via, "--count", &n, "--rate", "2k"],
+            MINUTES,
+        )
+        .expect("send");
+        let got = rx.finish(MINUTES).expect("recv done");
+        assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    }
+}
+
+fn rule(relay: &Relay, name: &str) -> RuleStatus {
+    match relay.ask(&["list"]).expect("list") {
+        Reply::Rules { rules } => rules.into_iter().find(|r| r.rule.name == name).expect("the rule"),
+        other => panic!("not rules: {other:?}"),
+    }
+}
+
+/// Waits until rule `name` is as `ok` wants it; returns it.
+fn wait_for(relay: &Relay, name: &str, what: &str, ok: impl Fn(&RuleStatus) -> bool) -> RuleStatus {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = rule(relay, name);
+        if ok(&r) {
+            return r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rule `{name}` never {what}: {r:?}\n{}",
+            relay.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn forwards(r: &RuleStatus) -> bool {
+    r.problems.is_empty() && r.joins.iter().all(|j| j.joined)
+}
+
+#[test]
+fn an_input_deleted_and_created_again_comes_back_by_itself_and_others_are_untouched() {
+    const OTHER: u64 = 12_000;
+    let _lock = traffic_lock().expect("lock");
+    let bed = Bed::new("if-recreate");
+    let relay = Relay::start(&bed.relay, &[]).expect("mcrd");
+    relay
+        .ctl_ok(&[
+            "add",
+            "a",
+            "--input",
+            "i1:239.1.1.1:5001",
+            "--output",
+            "o1:239.10.1.1:6001",
+        ])
+        .expect("a");
+    relay
+        .ctl_ok(&[
+            "add",
+            "b",
+            "--input",
+            "i2:239.1.1.2:5002",
+            "--output",
+            "o1:239.10.1.2:6002",
+        ])
+        .expect("b");
+    // b's stream flows throughout (6 s), every packet checked.
+    let rx_b = Receiver::start(
+        &bed.sink,
+        &["-s", "239.10.1.2:6002", "-i", "s1", "--expect", &OTHER.to_string()],
+    )
+    .expect("recv b");
+    let gen_ns = bed.generator.clone();
+    let sender_b = std::thread::spawn(move || {
+        send(
+            &gen_ns,
+            &[
+                "-s",
+                "239.1.1.2:5002",
+                "-i",
+                "g2",
+                "--count",
+                &OTHER.to_string(),
+                "--rate",
+                "2k",
+            ],
+            MINUTES,
+        )
+        .expect("send b")
+    });
+    bed.every_packet_crosses(&relay, "239.1.1.1:5001", "g1", "239.10.1.1:6001", 1000);
+    let before = rule(&relay, "a");
+    let index_before = bed.relay.ip(&["-o", "link", "show", "i1"]).expect("link");
+
+    // i1 goes (with its peer): a waits for it, and says so.
+    bed.relay.link_del("i1").expect("delete i1");
+    let waiting = wait_for(&relay, "a", "waited", |r| {
+        r.problems.iter().any(|p| p.contains("waiting for interface `i1`"))
+    });
+    assert!(
+        waiting.joins.is_empty(),
+        "no membership on a missing interface: {waiting:?}"
+    );
+    let list = relay.ctl_ok(&["list"]).expect("list");
+    assert!(list.contains("problem: waiting for interface `i1`"), "{list}");
+
+    // i1 comes back (a new index): a joins again and forwards, by itself.
+    bed.input("i1", "g1", 1);
+    let index_after = bed.relay.ip(&["-o", "link", "show", "i1"]).expect("link");
+    assert_ne!(
+        index_before.split(':').next(),
+        index_after.split(':').next(),
+        "a new ifindex"
+    );
+    let back = wait_for(&relay, "a", "came back", forwards);
+    assert_eq!(back.rule, before.rule, "the rule is the same");
+    assert!(back.joins.iter().all(|j| j.joined && j.interface == "i1"), "{back:?}");
+    bed.every_packet_crosses(&relay, "239.1.1.1:5001", "g1", "239.10.1.1:6001", 1000);
+    assert!(
+        relay.log().contains("`i1` is gone") && relay.log().contains("`i1` appeared"),
+        "{}",
+        relay.log()
+    );
+
+    // b never noticed.
+    assert_eq!(sender_b.join().expect("sender b").packets, OTHER);
+    let got = rx_b.finish(MINUTES).expect("recv b");
+    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+    assert!(got.report.streams[0].problems(Some(OTHER)).is_empty());
+}
+
+#[test]
+fn a_rule_for_an_interface_that_does_not_exist_yet_starts_when_it_appears() {
+    let _lock = traffic_lock().expect("lock");
+    let bed = Bed::new("if-late");
+    let relay = Relay::start(&bed.relay, &[]).expect("mcrd");
+    // Taken, not in effect (exit 3), and the reason given.
+    let out = relay
+        .ctl(&[
+            "add",
+            "late",
+            "--input",
+            "late0:239.1.1.7:5007",
+            "--output",
+            "o1:239.10.1.7:6007",
+        ])
+        .expect("mcrctl");
+    assert_eq!(out.code, Some(3), "{out:?}");
+    assert!(
+        out.stdout.contains("problem: waiting for interface `late0`"),
+        "{}",
+        out.stdout
+    );
+    let out = relay
+        .ctl(&[
+            "add",
+            "late-out",
+            "--input",
+            "i2:239.1.1.8:5008",
+            "--output",
+            "later0:239.10.1.8:6008",
+        ])
+        .expect("mcrctl");
+    assert_eq!(out.code, Some(3), "{out:?}");
+    // They appear.
+    bed.input("late0", "gl", 7);
+    bed.tb.veth(&bed.relay, "later0", &bed.sink, "sl").expect("veth");
+    bed.relay.addr("later0", "10.1.8.1/24").expect("addr");
+    bed.sink.addr("sl", "10.1.8.2/24").expect("addr");
+    wait_for(&relay, "late", "started", forwards);
+    wait_for(&relay, "late-out", "started", forwards);
+    bed.every_packet_crosses(&relay, "239.1.1.7:5007", "gl", "239.10.1.7:6007", 1000);
+    let rx = Receiver::start(&bed.sink, &["-s", "239.10.1.8:6008", "-i", "sl", "--expect", "1000"]).expect("recv");
+    send(
+        &bed.generator,
+        &["-s", "239.1.1.8:5008", "-i", "g2", "--count", "1000", "--rate", "2k"],
+        MINUTES,
+    )
+    .expect("send");
+    let got = rx.finish(MINUTES).expect("recv");
+    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+}
+
+#[test]
+fn a_new_address_on_the_output_is_the_source_of_what_leaves() {
+    let _lock = traffic_lock().expect("lock");
+    let bed = Bed::new("if-readdr");
+    let relay = Relay::start(&bed.relay, &[]).expect("mcrd");
+    relay
+        .ctl_ok(&[
+            "add",
+            "a",
+            "--input",
+            "i1:239.1.1.1:5001",
+            "--output",
+            "o1:239.10.1.1:6001",
+        ])
+        .expect("a");
+    // One capture across both halves (the relay's frames on the sink's
+    // link, in order).
+    let cap = Capture::start_limited(&bed.sink, "s1", "udp", Some(400)).expect("capture");
+    bed.every_packet_crosses(&relay, "239.1.1.1:5001", "g1", "239.10.1.1:6001", 200);
+    // Renumbered: the old address goes (deleting a primary address takes
+    // its subnet's secondaries with it, so it goes first), the new comes.
+    bed.relay.del_addr("o1", "10.1.3.1/24").expect("old address gone");
+    bed.relay.addr("o1", "10.1.3.77/24").expect("new address");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !relay.log().contains("-> [10.1.3.77") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bed.every_packet_crosses(&relay, "239.1.1.1:5001", "g1", "239.10.1.1:6001", 200);
+    let frames = cap.stop().expect("captured");
+    let sources: Vec<std::net::Ipv4Addr> = frames
+        .iter()
+        .map(|f| parse(f, f.len(), RxChecksum::Unknown).expect("valid frame").src)
+        .collect();
+    let mut tally = std::collections::BTreeMap::new();
+    for s in &sources {
+        *tally.entry(*s).or_insert(0) += 1;
+    }
+    assert_eq!(sources.len(), 400, "{tally:?}");
+    let (before, after) = sources.split_at(200);
+    assert!(
+        before.iter().all(|s| *s == std::net::Ipv4Addr::new(10, 1, 3, 1)),
+        "{before:?}"
+    );
+    assert!(
+        after.iter().all(|s| *s == std::net::Ipv4Addr::new(10, 1, 3, 77)),
+        "{after:?}"
+    );
+}

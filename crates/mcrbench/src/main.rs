@@ -11,6 +11,7 @@
 mod demo;
 mod generator;
 mod relay;
+mod soak;
 mod stats;
 
 use std::process::ExitCode;
@@ -33,6 +34,10 @@ enum Command {
     Generator(generator::Args),
     /// Measure relays on the chain topology: loss, latency, CPU per packet.
     Relay(relay::Args),
+    /// Run MCR for a long time with many streams while rules churn: the
+    /// untouched streams must lose nothing, memory and descriptors must not
+    /// grow.
+    Soak(soak::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +45,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(&a),
         Command::Generator(a) => generator::run(&a),
         Command::Relay(a) => relay::run(&a),
+        Command::Soak(a) => soak::run(&a),
     };
     match result {
         Ok(code) => code,

@@ -68,3 +68,39 @@ fn every_scenario_runs_against_every_relay_and_the_report_is_complete() {
     assert!(dir.join("chain-rate-delivered.svg").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_short_soak_with_rule_churn_loses_nothing_and_does_not_grow() {
+    let _lock = mcr_testbed::traffic_lock().expect("lock");
+    let mut cmd = std::process::Command::new(mcr_testbed::bin("mcrbench").expect("mcrbench"));
+    cmd.args([
+        "soak",
+        "--duration",
+        "20s",
+        "--streams",
+        "100",
+        "--rate",
+        "10k",
+        "--json",
+    ]);
+    let f = mcr_testbed::Proc::spawn(cmd)
+        .expect("spawn")
+        .finish(Duration::from_secs(600))
+        .expect("finished");
+    let line = f.stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {}\n{}", f.stdout, f.stderr));
+    assert!(f.status.success(), "soak failed: {v}\n{}", f.stderr);
+    assert_eq!(v["problems"].as_array().map(Vec::len), Some(0), "{v}");
+    assert_eq!(
+        (v["lost"].as_u64(), v["duplicated"].as_u64(), v["reordered"].as_u64()),
+        (Some(0), Some(0), Some(0))
+    );
+    assert_eq!(v["received"], v["sent"], "{v}");
+    assert_eq!(v["sent"].as_u64(), Some(200_000), "{v}");
+    assert!(
+        v["churned"].as_u64().unwrap_or(0) >= 10,
+        "rules churned while the streams flowed: {v}"
+    );
+    assert!(v["end"]["fds"].as_u64() <= v["start"]["fds"].as_u64(), "{v}");
+    assert_eq!(v["end"]["processes"].as_u64(), Some(2), "{v}");
+}

@@ -504,6 +504,10 @@ impl Supervisor {
             .into_iter()
             .map(|i| format!("waiting for interface `{i}`: it does not exist (yet); the rule starts when it appears"))
             .collect();
+        if !out.is_empty() {
+            // What the workers say about such a rule has the same cause.
+            return out;
+        }
         if let Some(Claim::Port(a)) = self.claims.get(&rule.name)
             && let Some(p) = self.ports.problem(*a)
         {

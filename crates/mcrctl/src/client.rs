@@ -68,7 +68,14 @@ impl Conversation {
     fn exchange(&mut self, request: &Request) -> anyhow::Result<Response> {
         let mut line = serde_json::to_vec(request)?;
         line.push(b'\n');
-        self.writer.write_all(&line).context("send the request")?;
+        if let Err(e) = self.writer.write_all(&line) {
+            // The daemon may have answered and hung up before reading (it
+            // refuses a caller it may not serve): what it said is the
+            // better error.
+            return self
+                .receive()
+                .map_err(|_| anyhow::Error::new(e).context("send the request"));
+        }
         self.receive()
     }
 

@@ -26,7 +26,6 @@ pub struct Insn {
 
 // The opcodes used here (linux/bpf_common.h).
 const LD_H_ABS: u16 = 0x28;
-#[cfg(test)]
 const LD_B_ABS: u16 = 0x30;
 const LD_W_ABS: u16 = 0x20;
 const LD_W_LEN: u16 = 0x80;
@@ -55,7 +54,7 @@ pub fn ingress_filter(unicast: &[Ipv4Addr]) -> Vec<Insn> {
     let any_unicast = unicast.len() > MAX_UNICAST;
     let names: &[Ipv4Addr] = if any_unicast { &[] } else { unicast };
     let n = names.len() as u8;
-    // Layout, with `accept` and `drop` at the end:
+    // Layout, with `drop` and `accept` at the end:
     //  0 ld  #vlan_tag_present
     //  1 jeq #0       ?  : drop
     //  2 ldh [12]                 ethertype
@@ -64,15 +63,20 @@ pub fn ingress_filter(unicast: &[Ipv4Addr]) -> Vec<Insn> {
     //  5 jge #34      ?  : accept  (too short for its header: let the worker count it)
     //  6 ld  [30]                 destination
     //  7 jge #0xe0000000 ? : unicast
-    //  8 jge #0xf0000000 unicast : ?
+    //  8 jge #0xf0000000 drop : ?   (240/4 is reserved)
     //  9 jge #0xe0000100 accept : drop  (224.0.0.0/24 is link-local control
     //                                    traffic, IGMP among it: no rule takes it)
-    //  10.. jeq #addr  accept : next     (one per unicast address)
-    //  10+n ret #0 (drop), or ret #-1 when any unicast is let in
-    //  11+n ret #-1 (accept)
-    let unicast_at = 10;
-    let drop_at = 10 + n;
-    let accept_at = 11 + n;
+    // 10 ldb [23]                 protocol: to a unicast address, only UDP
+    // 11 jeq #17      ?  : drop    (the host's own TCP, ICMP... are not MCR's)
+    // 12 ld  [30]
+    // 13.. jeq #addr  accept : next     (one per unicast address)
+    // 13+n ret #-1 when any unicast address is let in (n is then 0)
+    //      drop: ret #0
+    //      accept: ret #-1
+    let unicast_at: u8 = 10;
+    let names_at: u8 = 13;
+    let drop_at = names_at + n + u8::from(any_unicast);
+    let accept_at = drop_at + 1;
     let to = |from: u8, target: u8| target - from - 1;
     let mut p = vec![
         insn(LD_W_ABS, 0, 0, VLAN_TAG_PRESENT),
@@ -83,14 +87,21 @@ pub fn ingress_filter(unicast: &[Ipv4Addr]) -> Vec<Insn> {
         insn(JGE_K, 0, to(5, accept_at), 34),
         insn(LD_W_ABS, 0, 0, 30),
         insn(JGE_K, 0, to(7, unicast_at), 0xe000_0000),
-        insn(JGE_K, to(8, unicast_at), 0, 0xf000_0000),
+        insn(JGE_K, to(8, drop_at), 0, 0xf000_0000),
         insn(JGE_K, to(9, accept_at), to(9, drop_at), 0xe000_0100),
+        insn(LD_B_ABS, 0, 0, 23),
+        insn(JEQ_K, 0, to(11, drop_at), 17),
+        insn(LD_W_ABS, 0, 0, 30),
     ];
     for (i, a) in names.iter().enumerate() {
-        let at = unicast_at + i as u8;
+        let at = names_at + i as u8;
         p.push(insn(JEQ_K, to(at, accept_at), 0, u32::from(*a)));
     }
-    p.push(insn(RET_K, 0, 0, if any_unicast { u32::MAX } else { 0 }));
+    if any_unicast {
+        p.push(insn(RET_K, 0, 0, u32::MAX));
+    }
+    debug_assert_eq!(p.len(), usize::from(drop_at));
+    p.push(insn(RET_K, 0, 0, 0));
     p.push(insn(RET_K, 0, 0, u32::MAX));
     p
 }
@@ -171,6 +182,12 @@ mod tests {
         assert_ne!(run(&p, &udp_to([239, 1, 1, 1], 6, 0x0800)), 0, "TCP");
         assert_ne!(run(&p, &udp_to([239, 1, 1, 1], 2, 0x0800)), 0, "IGMP");
         assert_eq!(run(&p, &udp_to([10, 0, 0, 3], 6, 0x0800)), 0, "TCP to another host");
+        assert_eq!(
+            run(&p, &udp_to([10, 0, 0, 2], 6, 0x0800)),
+            0,
+            "TCP to the host (ssh): not MCR's"
+        );
+        assert_eq!(run(&p, &udp_to([10, 0, 0, 2], 1, 0x0800)), 0, "ICMP to the host");
         assert_eq!(run(&p, &udp_to([239, 1, 1, 1], 17, 0x0806)), 0, "ARP");
         assert_eq!(run(&p, &[0u8; 10]), 0, "too short to be IPv4");
         // IPv4, but too short for its header: the worker counts it.
@@ -197,8 +214,15 @@ mod tests {
             .map(|i| Ipv4Addr::from(0x0a00_0000 + i))
             .collect();
         let p = ingress_filter(&many);
-        assert!(p.len() < 23);
+        assert!(p.len() < 24);
         assert_ne!(run(&p, &udp_to([10, 9, 9, 9], 17, 0x0800)), 0);
+        // Letting in any unicast UDP lets in nothing else.
+        assert_eq!(run(&p, &udp_to([10, 9, 9, 9], 6, 0x0800)), 0, "TCP to the host");
+        assert_eq!(run(&p, &udp_to([10, 9, 9, 9], 17, 0x0806)), 0, "ARP");
+        assert_eq!(run(&p, &udp_to([10, 9, 9, 9], 17, 0x86dd)), 0, "IPv6");
+        assert_eq!(run(&p, &udp_to([224, 0, 0, 22], 2, 0x0800)), 0, "link-local control");
+        assert_eq!(run(&p, &udp_to([240, 0, 0, 1], 17, 0x0800)), 0, "reserved");
+        assert_eq!(run_tagged(&p, &udp_to([10, 9, 9, 9], 17, 0x0800), true), 0, "tagged");
         let p = ingress_filter(&many[..MAX_UNICAST]);
         for a in &many[..MAX_UNICAST] {
             assert_ne!(run(&p, &udp_to(a.octets(), 17, 0x0800)), 0, "{a}");

@@ -231,8 +231,12 @@ mod more_tests {
     }
 }
 
-/// The bridge (or other master device) `name` is a port of, if any.
+/// The bridge `name` is a port of, if any (a master that is not a bridge,
+/// a bond or a VRF say, does not pass frames between its ports).
 pub fn master(name: &str) -> Option<String> {
     let link = std::fs::read_link(format!("/sys/class/net/{name}/master")).ok()?;
-    Some(link.file_name()?.to_string_lossy().into_owned())
+    let master = link.file_name()?.to_string_lossy().into_owned();
+    std::path::Path::new(&format!("/sys/class/net/{master}/bridge"))
+        .exists()
+        .then_some(master)
 }

@@ -45,26 +45,41 @@ fn c_name(name: &str) -> io::Result<CString> {
     CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a name has no NUL byte"))
 }
 
+/// The largest buffer a lookup grows to (an entry with many members).
+const MAX_LOOKUP_BUFFER: usize = 1 << 20;
+
+/// Runs a `get*nam_r` lookup, growing the buffer while it says ERANGE.
+/// Returns whether an entry was found. "Not found" errors (ENOENT, ESRCH,
+/// EBADF, EPERM, as NSS modules variously report it) count as not found.
+fn lookup(kind: libc::c_int, mut call: impl FnMut(&mut [libc::c_char]) -> (libc::c_int, bool)) -> io::Result<bool> {
+    let mut buf = lookup_buffer(kind);
+    loop {
+        let (rc, found) = call(&mut buf);
+        match rc {
+            0 => return Ok(found),
+            libc::ERANGE if buf.len() < MAX_LOOKUP_BUFFER => buf.resize(buf.len() * 2, 0),
+            libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM => return Ok(false),
+            e => return Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+}
+
 /// The account called `name` (through NSS, as `getent passwd` sees it), or
 /// `None` if there is none.
 pub fn user(name: &str) -> io::Result<Option<Account>> {
     let cname = c_name(name)?;
-    let mut buf = lookup_buffer(libc::_SC_GETPW_R_SIZE_MAX);
     // SAFETY: an all-zero passwd is a valid value of the plain C struct;
     // getpwnam_r fills it.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call: the name is
-    // NUL-terminated, `pw` and `found` are writable, and `buf` is writable
-    // for its whole length, which is passed.
-    let rc = unsafe { libc::getpwnam_r(cname.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
-    }
-    if found.is_null() {
-        return Ok(None);
-    }
-    Ok(Some(Account {
+    let found = lookup(libc::_SC_GETPW_R_SIZE_MAX, |buf| {
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call: the name is
+        // NUL-terminated, `pw` and `found` are writable, and `buf` is
+        // writable for its whole length, which is passed.
+        let rc = unsafe { libc::getpwnam_r(cname.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
+        (rc, !found.is_null())
+    })?;
+    Ok(found.then(|| Account {
         name: name.to_string(),
         uid: pw.pw_uid,
         gid: pw.pw_gid,
@@ -74,17 +89,49 @@ pub fn user(name: &str) -> io::Result<Option<Account>> {
 /// The id of the group called `name`, or `None` if there is none.
 pub fn group(name: &str) -> io::Result<Option<u32>> {
     let cname = c_name(name)?;
-    let mut buf = lookup_buffer(libc::_SC_GETGR_R_SIZE_MAX);
     // SAFETY: an all-zero group is a valid value of the plain C struct;
     // getgrnam_r fills it.
     let mut gr: libc::group = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::group = std::ptr::null_mut();
-    // SAFETY: as for getpwnam_r above.
-    let rc = unsafe { libc::getgrnam_r(cname.as_ptr(), &mut gr, buf.as_mut_ptr(), buf.len(), &mut found) };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
+    let found = lookup(libc::_SC_GETGR_R_SIZE_MAX, |buf| {
+        let mut found: *mut libc::group = std::ptr::null_mut();
+        // SAFETY: as for getpwnam_r above.
+        let rc = unsafe { libc::getgrnam_r(cname.as_ptr(), &mut gr, buf.as_mut_ptr(), buf.len(), &mut found) };
+        (rc, !found.is_null())
+    })?;
+    Ok(found.then_some(gr.gr_gid))
+}
+
+/// The groups (primary and supplementary) of the process at the other end
+/// of the Unix socket `fd`, as they were when it connected
+/// (`SO_PEERGROUPS`), without the primary group `SO_PEERCRED` gives.
+pub fn peer_groups(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<Vec<u32>> {
+    use std::os::fd::AsRawFd;
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: `groups` is writable for `len` bytes, which is passed, and
+        // the kernel writes back how many it used (or needs).
+        let rc = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let n = len as usize / std::mem::size_of::<libc::gid_t>();
+        if rc == 0 {
+            groups.truncate(n);
+            return Ok(groups);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ERANGE) && n > groups.len() && n <= 65_536 {
+            groups.resize(n, 0);
+            continue;
+        }
+        return Err(e);
     }
-    Ok((!found.is_null()).then_some(gr.gr_gid))
 }
 
 #[repr(C)]
@@ -140,7 +187,12 @@ pub fn become_user(account: &Account, caps: &[Cap]) -> io::Result<()> {
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(40);
     for n in (0..=last).filter(|n| !caps.iter().any(|c| c.number() == *n)) {
-        prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(n), 0)?;
+        match prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(n), 0) {
+            Ok(()) => {}
+            // Past the last capability this kernel knows.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => break,
+            Err(e) => return Err(e),
+        }
     }
     // Keep the permitted set across the uid change.
     prctl(libc::PR_SET_KEEPCAPS, 1, 0)?;

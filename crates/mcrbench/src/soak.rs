@@ -204,7 +204,16 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         .join()
         .map_err(|_| anyhow::anyhow!("the sender thread panicked"))??;
     let got = rx.finish(Duration::from_secs(600))?;
-    let end = resources(&relay)?;
+    // The least of a few readings: a descriptor of the control connection
+    // just closed may not be gone yet.
+    let mut end = resources(&relay)?;
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(200));
+        let r = resources(&relay)?;
+        if r.fds < end.fds || (r.fds == end.fds && r.rss_bytes < end.rss_bytes) {
+            end = r;
+        }
+    }
     let restarts = match relay.ask(&["workers"])? {
         Reply::Workers { workers } => workers.iter().map(|w| w.restarts).sum(),
         _ => 0,

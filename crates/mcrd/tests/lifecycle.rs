@@ -283,7 +283,7 @@ fn workers_killed_every_few_seconds_for_a_minute_come_back_and_no_counter_goes_b
         relay.ctl_ok(&["version"]).expect("the supervisor answers");
     }
     sender.join().expect("sender");
-    assert!(kills >= 15, "{kills} kills");
+    assert!(kills >= 10, "{kills} kills");
     // Each came back with the whole table.
     let deadline = Instant::now() + Duration::from_secs(30);
     while workers(&relay).iter().any(|w| w.state != "running") && Instant::now() < deadline {

@@ -46,15 +46,10 @@ impl Access {
         if c.uid() == 0 || c.uid() == self.uid || c.gid() == self.gid {
             return true;
         }
-        // Supplementary groups, from the peer's /proc entry.
-        c.pid()
-            .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("Groups:"))
-                    .map(|g| g.split_whitespace().any(|g| g.parse() == Ok(self.gid)))
-            })
-            .unwrap_or(false)
+        // Supplementary groups, as the kernel recorded them at connect
+        // time (no /proc read, which a hardened unit may not allow).
+        use std::os::fd::AsFd;
+        mcr_sys::privilege::peer_groups(stream.as_fd()).is_ok_and(|g| g.contains(&self.gid))
     }
 
     fn rule(&self) -> String {

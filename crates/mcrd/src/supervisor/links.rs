@@ -102,18 +102,20 @@ impl Supervisor {
                 _ => {}
             }
         }
-        if changed.is_empty() {
-            self.ifs = ifs;
-            return;
+        if !changed.is_empty() {
+            tracing::info!("interfaces: {}", changed.join(", "));
         }
-        tracing::info!("interfaces: {}", changed.join(", "));
-        // Memberships on the interfaces as they are now: taken before the
-        // table changes, the old ones left after.
+        // Memberships on the interfaces as they are now, checked every time
+        // (a rule change in between may have published the new interfaces
+        // already, without retaking other rules' memberships): taken before
+        // the table changes, the old ones left after.
         let mut old_claims = Vec::new();
+        let mut reclaimed = false;
         for r in self.rules.rules().to_vec() {
             if claim_of(&r.rule, &ifs) == self.claims.get(&r.rule.name).copied() {
                 continue;
             }
+            reclaimed = true;
             let (joins, old) = self.claim(&r.rule, &ifs);
             old_claims.extend(old);
             for j in joins.iter().filter(|j| !j.joined) {
@@ -126,8 +128,16 @@ impl Supervisor {
                 );
             }
         }
+        // A unicast input's port may be holdable now that its address is.
+        let ports = self.ports.retry_failed();
+        if changed.is_empty() && !reclaimed {
+            return;
+        }
+        if ports > 0 {
+            tracing::info!("{ports} unicast port(s) held now");
+        }
         self.rules.touch();
-        self.publish();
+        self.publish_with(ifs);
         for c in old_claims {
             self.release(c);
         }

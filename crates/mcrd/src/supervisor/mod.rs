@@ -272,7 +272,12 @@ impl Supervisor {
     /// Sends the current table to every worker (each gets the newest),
     /// with the interfaces read afresh.
     fn publish(&mut self) {
-        self.ifs = interfaces();
+        self.publish_with(interfaces());
+    }
+
+    /// [`Supervisor::publish`] with the interfaces as just read.
+    fn publish_with(&mut self, ifs: Interfaces) {
+        self.ifs = ifs;
         let snap = self.rules.snapshot(&self.ifs);
         match serde_json::to_vec(&ToWorker::Table(snap)) {
             Ok(mut line) => {

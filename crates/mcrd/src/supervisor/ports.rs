@@ -73,6 +73,19 @@ impl Ports {
         }
     }
 
+    /// Tries again every port that could not be held (its address may
+    /// have appeared since); returns how many are held now.
+    pub fn retry_failed(&mut self) -> usize {
+        let mut now = 0;
+        for (addr, h) in &mut self.holds {
+            if h.held.is_err() {
+                h.held = hold(*addr);
+                now += usize::from(h.held.is_ok());
+            }
+        }
+        now
+    }
+
     /// Why `addr` is not held, if it is not.
     pub fn problem(&self, addr: SocketAddr) -> Option<String> {
         match &self.holds.get(&addr)?.held {

@@ -48,7 +48,7 @@ pub fn settle(opts: &Options) -> anyhow::Result<Access> {
     if let Some(a) = &account {
         privilege::become_user(a, &KEPT).with_context(|| {
             format!(
-                "become user `{}` (uid {}) keeping CAP_NET_RAW and CAP_NET_ADMIN: start mcrd as root, or as that user with those capabilities",
+                "become user `{}` (uid {}) keeping CAP_NET_RAW and CAP_NET_ADMIN: --user needs mcrd started as root (or start it as that user, with just those capabilities, and without --user)",
                 a.name, a.uid
             )
         })?;

@@ -158,10 +158,15 @@ impl Settings {
 }
 
 fn bounded<'de, D: Deserializer<'de>>(d: D, what: &str, lo: u32, hi: u32) -> Result<Option<u32>, D::Error> {
-    let v = i64::deserialize(d)?;
-    match u32::try_from(v) {
-        Ok(v) if (lo..=hi).contains(&v) => Ok(Some(v)),
-        _ => Err(serde::de::Error::custom(format!("{what} {v} is outside {lo}-{hi}"))),
+    let v = toml::Value::deserialize(d)?;
+    let Some(n) = v.as_integer() else {
+        return Err(serde::de::Error::custom(format!(
+            "{what} takes a whole number from {lo} to {hi}, not {v}"
+        )));
+    };
+    match u32::try_from(n) {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(Some(n)),
+        _ => Err(serde::de::Error::custom(format!("{what} {n} is outside {lo}-{hi}"))),
     }
 }
 
@@ -352,18 +357,20 @@ impl Config {
             }
             // Inputs and outputs are parsed here rather than by serde, so
             // that a mistake points at the string at fault, not its array.
-            let parse_at = |v: &Spanned<String>| (v.span(), v.get_ref().clone());
-            let (input_span, input_text) = parse_at(&r.input);
-            let input: Input = input_text
+            let input_span = r.input.span();
+            let input: Input = r
+                .input
+                .get_ref()
                 .parse()
                 .map_err(|m| locate(text, &lines, input_span.start, m))?;
             let outputs_span = r.outputs.span();
             let mut output_spans = Vec::with_capacity(r.outputs.get_ref().len());
             let mut outputs = Vec::with_capacity(r.outputs.get_ref().len());
             for o in r.outputs.get_ref() {
-                let (span, spec) = parse_at(o);
+                let span = o.span();
                 outputs.push(
-                    spec.parse::<Output>()
+                    o.get_ref()
+                        .parse::<Output>()
                         .map_err(|m| locate(text, &lines, span.start, m))?,
                 );
                 output_spans.push(span);
@@ -555,7 +562,12 @@ outputs = ["eth1:239.10.1.2:6001,source=keep"]
             ),
             ("[daemon]\nworkers = 0\n", 2, 11, "workers 0 is outside 1-64"),
             ("[daemon]\nlog_level = \"loud\"\n", 2, 13, "unknown variant `loud`"),
-            ("[daemon]\nworkers = \"two\"\n", 2, 11, "invalid type"),
+            (
+                "[daemon]\nworkers = \"two\"\n",
+                2,
+                11,
+                "workers takes a whole number from 1 to 64, not \"two\"",
+            ),
             ("[daemon\nworkers = 2\n", 1, 8, ""),
             // Checked against the host and the other rules.
             (

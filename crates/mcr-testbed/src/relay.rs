@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use mcr_core::control::{Reply, Response};
+use mcr_core::control::{Reply, Response, RuleStatus, StatsReport, WorkerStatus};
 
 use crate::{Error, Finished, Ns, Proc, Result, Signal, bin, command};
 
@@ -138,6 +138,39 @@ impl Relay {
             stderr: String::new(),
         })?;
         Ok(r.reply)
+    }
+
+    /// `mcrctl stats`, as the daemon answered it.
+    pub fn stats(&self) -> Result<StatsReport> {
+        match self.ask(&["stats"])? {
+            Reply::Stats(s) => Ok(*s),
+            other => Err(self.unexpected("stats", &other)),
+        }
+    }
+
+    /// `mcrctl workers`.
+    pub fn workers(&self) -> Result<Vec<WorkerStatus>> {
+        match self.ask(&["workers"])? {
+            Reply::Workers { workers } => Ok(workers),
+            other => Err(self.unexpected("workers", &other)),
+        }
+    }
+
+    /// `mcrctl list`: every rule and how it stands.
+    pub fn rules(&self) -> Result<Vec<RuleStatus>> {
+        match self.ask(&["list"])? {
+            Reply::Rules { rules } => Ok(rules),
+            other => Err(self.unexpected("list", &other)),
+        }
+    }
+
+    fn unexpected(&self, what: &str, reply: &Reply) -> Error {
+        Error::Report {
+            what: format!("mcrctl {what}"),
+            reason: format!("another reply: {reply:?}"),
+            stdout: String::new(),
+            stderr: self.log(),
+        }
     }
 
     /// Sends the daemon `signal` (`Hup` to reload its config file).

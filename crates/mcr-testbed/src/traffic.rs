@@ -104,3 +104,37 @@ impl Impairer {
         parse("mcrgen impair", &f)
     }
 }
+
+/// Sends `count` packets to `dest` from `gen_ns` out of `gen_if` at `rate`,
+/// while `sink_ns` receives `expect_at` on `sink_if` and checks every one
+/// (sequence, payload, checksums); an error unless every packet arrived, in
+/// order, once.
+#[allow(clippy::too_many_arguments)]
+pub fn every_packet_crosses(
+    gen_ns: &Ns,
+    gen_if: &str,
+    dest: &str,
+    sink_ns: &Ns,
+    sink_if: &str,
+    expect_at: &str,
+    count: u64,
+    rate: &str,
+) -> Result<Received> {
+    let n = count.to_string();
+    let rx = Receiver::start(sink_ns, &["-s", expect_at, "-i", sink_if, "--expect", &n])?;
+    send(
+        gen_ns,
+        &["-s", dest, "-i", gen_if, "--count", &n, "--rate", rate],
+        Duration::from_secs(180),
+    )?;
+    let got = rx.finish(Duration::from_secs(180))?;
+    if got.code != Some(0) {
+        return Err(Error::Report {
+            what: "mcrgen recv".into(),
+            reason: format!("not every packet crossed: {:?}", got.report.problems),
+            stdout: String::new(),
+            stderr: got.stderr,
+        });
+    }
+    Ok(got)
+}

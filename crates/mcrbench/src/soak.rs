@@ -6,7 +6,6 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use mcr_core::control::Reply;
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
 use mcr_testbed::traffic::{Receiver, send};
@@ -91,9 +90,7 @@ fn proc_status(pid: u32, key: &str) -> Option<u64> {
 
 fn resources(relay: &Relay) -> anyhow::Result<Resources> {
     let mut pids = vec![relay.pid()];
-    if let Reply::Workers { workers } = relay.ask(&["workers"])? {
-        pids.extend(workers.iter().filter_map(|w| w.pid));
-    }
+    pids.extend(relay.workers()?.iter().filter_map(|w| w.pid));
     let mut r = Resources {
         rss_bytes: 0,
         fds: 0,
@@ -214,10 +211,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
             end = r;
         }
     }
-    let restarts = match relay.ask(&["workers"])? {
-        Reply::Workers { workers } => workers.iter().map(|w| w.restarts).sum(),
-        _ => 0,
-    };
+    let restarts = relay.workers()?.iter().map(|w| w.restarts).sum();
     for s in &got.report.streams {
         let p = s.problems(Some(per_stream));
         if !p.is_empty() {

@@ -5,11 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use mcr_core::control::{Reply, RuleStatus};
+use mcr_core::control::RuleStatus;
 use mcr_core::forward::{RxChecksum, parse};
 use mcr_testbed::capture::Capture;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::{Receiver, send};
+use mcr_testbed::traffic::{Receiver, every_packet_crosses, send};
 use mcr_testbed::{Ns, Testbed, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -51,24 +51,18 @@ impl Bed {
 
     /// `count` packets to `group` from `via`, every one checked at `out`.
     fn every_packet_crosses(&self, relay: &Relay, group: &str, via: &str, out: &str, count: u64) {
-        let n = count.to_string();
-        let rx = Receiver::start(&self.sink, &["-s", out, "-i", "s1", "--expect", &n]).expect("recv");
-        send(
-            &self.generator,
-            &["-s", group, "-i", via, "--count", &n, "--rate", "2k"],
-            MINUTES,
-        )
-        .expect("send");
-        let got = rx.finish(MINUTES).expect("recv done");
-        assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+        every_packet_crosses(&self.generator, via, group, &self.sink, "s1", out, count, "2k")
+            .unwrap_or_else(|e| panic!("{e}\n{}", relay.log()));
     }
 }
 
 fn rule(relay: &Relay, name: &str) -> RuleStatus {
-    match relay.ask(&["list"]).expect("list") {
-        Reply::Rules { rules } => rules.into_iter().find(|r| r.rule.name == name).expect("the rule"),
-        other => panic!("not rules: {other:?}"),
-    }
+    relay
+        .rules()
+        .expect("list")
+        .into_iter()
+        .find(|r| r.rule.name == name)
+        .expect("the rule")
 }
 
 /// Waits until rule `name` is as `ok` wants it; returns it.
@@ -94,10 +88,13 @@ fn forwards(r: &RuleStatus) -> bool {
 }
 
 fn table_version(relay: &Relay) -> u64 {
-    match relay.ask(&["workers"]).expect("workers") {
-        Reply::Workers { workers } => workers.iter().map(|w| w.table_version).min().unwrap_or(0),
-        other => panic!("not workers: {other:?}"),
-    }
+    relay
+        .workers()
+        .expect("workers")
+        .iter()
+        .map(|w| w.table_version)
+        .min()
+        .unwrap_or(0)
 }
 
 #[test]

@@ -3,27 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use mcr_core::control::{Reply, StatsReport, WorkerStatus};
+use mcr_core::control::StatsReport;
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
 use mcr_testbed::traffic::{Receiver, send};
 use mcr_testbed::{Signal, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
-
-fn stats(relay: &Relay) -> StatsReport {
-    match relay.ask(&["stats"]).expect("stats") {
-        Reply::Stats(s) => *s,
-        other => panic!("not stats: {other:?}"),
-    }
-}
-
-fn workers(relay: &Relay) -> Vec<WorkerStatus> {
-    match relay.ask(&["workers"]).expect("workers") {
-        Reply::Workers { workers } => workers,
-        other => panic!("not workers: {other:?}"),
-    }
-}
 
 #[test]
 fn removing_one_rule_stops_its_stream_at_once_and_spares_the_others() {
@@ -94,7 +80,7 @@ fn removing_one_rule_stops_its_stream_at_once_and_spares_the_others() {
     assert_eq!(s5.highest_seq, Some(s5.received - 1));
     // Every packet of it was forwarded before the table changed, or
     // counted as having no rule after: none slipped through.
-    let st = stats(&relay);
+    let st = relay.stats().expect("stats");
     let no_rule: u64 = st.workers.iter().map(|w| w.drops["no_rule"]).sum();
     assert_eq!(
         s5.received + no_rule,
@@ -145,9 +131,9 @@ fn a_killed_worker_comes_back_with_the_table_and_its_counters() {
         .expect("send")
     });
     std::thread::sleep(Duration::from_secs(2));
-    let before = workers(&relay)[0].clone();
+    let before = relay.workers().expect("workers")[0].clone();
     let pid = before.pid.expect("a running worker");
-    let packets_before = stats(&relay).rules[0].packets;
+    let packets_before = relay.stats().expect("stats").rules[0].packets;
     assert!(packets_before > 0);
     // The test started mcrd, which started this worker.
     mcr_sys::process::send_signal(pid, Signal::Kill).expect("kill -9 the worker");
@@ -156,14 +142,14 @@ fn a_killed_worker_comes_back_with_the_table_and_its_counters() {
     let start = Instant::now();
     let mut last = packets_before;
     let after = loop {
-        let st = stats(&relay);
+        let st = relay.stats().expect("stats");
         assert!(
             st.rules[0].packets >= last,
             "counter went back from {last} to {}",
             st.rules[0].packets
         );
         last = st.rules[0].packets;
-        let w = workers(&relay)[0].clone();
+        let w = relay.workers().expect("workers")[0].clone();
         if w.state == "running" && w.pid.is_some_and(|p| p != pid) {
             break w;
         }
@@ -183,7 +169,7 @@ fn a_killed_worker_comes_back_with_the_table_and_its_counters() {
         list_before,
         "the rules are unchanged"
     );
-    let packets_back = stats(&relay).rules[0].packets;
+    let packets_back = relay.stats().expect("stats").rules[0].packets;
 
     sender.join().expect("sender");
     let got = rx.finish(MINUTES).expect("recv done");
@@ -192,7 +178,7 @@ fn a_killed_worker_comes_back_with_the_table_and_its_counters() {
     // only what arrived while no worker ran may be missing.
     assert_eq!(s.highest_seq, Some(7999), "{s:?}");
     assert_eq!((s.duplicated, s.reordered, s.corrupted), (0, 0, 0), "{s:?}");
-    let packets_end = stats(&relay).rules[0].packets;
+    let packets_end = relay.stats().expect("stats").rules[0].packets;
     assert!(packets_end > packets_back && packets_back >= packets_before);
     assert_eq!(packets_end, s.received, "the relay counted exactly what arrived");
 }
@@ -259,12 +245,12 @@ fn workers_killed_every_few_seconds_for_a_minute_come_back_and_no_counter_goes_b
         )
         .expect("send")
     });
-    let mut last = counters(&stats(&relay));
+    let mut last = counters(&relay.stats().expect("stats"));
     let start = Instant::now();
     let mut kills = 0u64;
     while start.elapsed() < Duration::from_secs(60) {
         // Kill the worker that is running, in turn.
-        let ws = workers(&relay);
+        let ws = relay.workers().expect("workers");
         let w = &ws[(kills % 2) as usize];
         if let (Some(pid), "running") = (w.pid, w.state.as_str()) {
             mcr_sys::process::send_signal(pid, Signal::Kill).expect("kill -9 a worker");
@@ -273,7 +259,7 @@ fn workers_killed_every_few_seconds_for_a_minute_come_back_and_no_counter_goes_b
         // Sample for 3 s: no counter ever goes back.
         let until = Instant::now() + Duration::from_secs(3);
         while Instant::now() < until {
-            let now = counters(&stats(&relay));
+            let now = counters(&relay.stats().expect("stats"));
             for ((what, before), (_, after)) in last.iter().zip(&now) {
                 assert!(after >= before, "{what} went back from {before} to {after}");
             }
@@ -286,10 +272,10 @@ fn workers_killed_every_few_seconds_for_a_minute_come_back_and_no_counter_goes_b
     assert!(kills >= 10, "{kills} kills");
     // Each came back with the whole table.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while workers(&relay).iter().any(|w| w.state != "running") && Instant::now() < deadline {
+    while relay.workers().expect("workers").iter().any(|w| w.state != "running") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
-    let ws = workers(&relay);
+    let ws = relay.workers().expect("workers");
     let restarts: u64 = ws.iter().map(|w| w.restarts).sum();
     assert_eq!(restarts, kills, "{ws:?}");
     let version = ws[0].table_version;
@@ -342,7 +328,7 @@ fn a_worker_that_keeps_dying_is_restarted_ever_more_slowly() {
     let start = Instant::now();
     let mut killed = std::collections::HashSet::new();
     while start.elapsed() < Duration::from_secs(12) {
-        if let Some(pid) = workers(&relay)[0].pid
+        if let Some(pid) = relay.workers().expect("workers")[0].pid
             && killed.insert(pid)
         {
             let _ = mcr_sys::process::send_signal(pid, Signal::Kill);
@@ -351,7 +337,7 @@ fn a_worker_that_keeps_dying_is_restarted_ever_more_slowly() {
     }
     // Restart delays double from 100 ms to 5 s: about 7 restarts in 12 s.
     // A supervisor that restarted at once would have done hundreds.
-    let restarts = workers(&relay)[0].restarts;
+    let restarts = relay.workers().expect("workers")[0].restarts;
     assert!((3..=12).contains(&restarts), "{restarts} restarts in 12 s");
     let log = relay.log();
     let delays: Vec<f64> = log

@@ -5,19 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use mcr_core::control::{Reply, StatsReport};
 use mcr_testbed::relay::Relay;
 use mcr_testbed::traffic::send;
 use mcr_testbed::{BridgeOptions, Testbed, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
-
-fn stats(relay: &Relay) -> StatsReport {
-    match relay.ask(&["stats"]).expect("stats") {
-        Reply::Stats(s) => *s,
-        other => panic!("not stats: {other:?}"),
-    }
-}
 
 #[test]
 fn rules_that_feed_their_own_inputs_are_refused_with_the_loop_named() {
@@ -189,7 +181,7 @@ fn a_loop_outside_mcrs_knowledge_is_bounded_by_the_ttl_and_counted() {
     let want = (PACKETS * TTL, PACKETS * (TTL - 1), PACKETS);
     let deadline = Instant::now() + Duration::from_secs(60);
     let got = loop {
-        let st = stats(&relay);
+        let st = relay.stats().expect("stats");
         let r = &st.rules[0];
         let o = &r.outputs[0];
         let got = (r.packets, o.packets, o.drops["ttl_expired"]);
@@ -201,6 +193,6 @@ fn a_loop_outside_mcrs_knowledge_is_bounded_by_the_ttl_and_counted() {
     assert_eq!(got, want, "(matched, sent, ttl_expired)");
     // And it stops: nothing more comes round.
     std::thread::sleep(Duration::from_secs(1));
-    let st = stats(&relay);
+    let st = relay.stats().expect("stats");
     assert_eq!(st.rules[0].packets, PACKETS * TTL);
 }

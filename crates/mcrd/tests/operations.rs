@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use mcr_core::control::{Reply, StatsReport};
+use mcr_core::control::Reply;
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
 use mcr_testbed::traffic::{Receiver, send};
@@ -35,18 +35,8 @@ fn stream_rule(i: u32) -> (String, String, Vec<String>) {
     )
 }
 
-fn stats(relay: &Relay) -> StatsReport {
-    match relay.ask(&["stats"]).expect("stats") {
-        Reply::Stats(s) => *s,
-        other => panic!("not stats: {other:?}"),
-    }
-}
-
 fn list_rules(relay: &Relay) -> Vec<mcr_core::rule::Rule> {
-    match relay.ask(&["list"]).expect("list") {
-        Reply::Rules { rules } => rules.into_iter().map(|r| r.rule).collect(),
-        other => panic!("not rules: {other:?}"),
-    }
+    relay.rules().expect("list").into_iter().map(|r| r.rule).collect()
 }
 
 /// The daemon's log once it holds `needle` (its stderr is collected by a
@@ -139,7 +129,7 @@ fn a_reload_applies_only_the_difference_and_untouched_streams_lose_nothing() {
     });
     // Reload once every stream flows (about 0.7 s into a 4.5 s send).
     let deadline = Instant::now() + MINUTES;
-    while stats(&relay).rules.iter().any(|r| r.packets < 1500) && Instant::now() < deadline {
+    while relay.stats().expect("stats").rules.iter().any(|r| r.packets < 1500) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::fs::write(&path, format!("{HEAD}{}", rules_toml(&after))).expect("new file");
@@ -194,7 +184,7 @@ fn a_reload_applies_only_the_difference_and_untouched_streams_lose_nothing() {
     assert!(s11.received > 0 && s11.received < N, "{s11:?}");
     assert_eq!((s11.duplicated, s11.reordered, s11.highest_seq), (0, 0, Some(N - 1)));
     // What did not reach the sink had no rule at the time: nothing else.
-    let st = stats(&relay);
+    let st = relay.stats().expect("stats");
     let no_rule: u64 = st.workers.iter().map(|w| w.drops["no_rule"]).sum();
     assert_eq!(no_rule, (N - s10.received) + (N - s11.received));
     // The untouched rules kept their counters through the reload.
@@ -532,7 +522,7 @@ fn metrics_pass_promtool_and_match_stats_and_what_was_received() {
 
     // The worker's CPU time is sampled once a second: wait for a sample.
     let deadline = Instant::now() + MINUTES;
-    while stats(&relay).workers[0].cpu_s == 0.0 && Instant::now() < deadline {
+    while relay.stats().expect("stats").workers[0].cpu_s == 0.0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
     let answer = scrape(c.relay.name(), "127.0.0.1:9808");
@@ -561,7 +551,7 @@ fn metrics_pass_promtool_and_match_stats_and_what_was_received() {
         String::from_utf8_lossy(&checked.stderr)
     );
     // The same numbers as `mcrctl stats` and as the sink received.
-    let st = stats(&relay);
+    let st = relay.stats().expect("stats");
     let out = &st.rules[0].outputs[0];
     let series = "{rule=\"feed\",output=\"veth2:239.10.1.1:6001\"}";
     assert_eq!(sample(body, &format!("mcr_output_packets_total{series}")), N as f64);

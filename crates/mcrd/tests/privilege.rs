@@ -4,24 +4,15 @@
 
 use std::time::Duration;
 
-use mcr_core::control::{Reply, WorkerStatus};
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::{Receiver, send};
+use mcr_testbed::traffic::every_packet_crosses;
 use mcr_testbed::{Signal, bin, traffic_lock};
 
-const MINUTES: Duration = Duration::from_secs(180);
 /// `nobody` on Debian.
 const NOBODY: u32 = 65534;
 /// CAP_NET_RAW and CAP_NET_ADMIN, as /proc/PID/status shows them.
 const TWO_CAPS: u64 = 0x3000;
-
-fn workers(relay: &Relay) -> Vec<WorkerStatus> {
-    match relay.ask(&["workers"]).expect("workers") {
-        Reply::Workers { workers } => workers,
-        other => panic!("not workers: {other:?}"),
-    }
-}
 
 /// The real and effective uid of `pid`.
 fn uids(pid: u32) -> (u32, u32) {
@@ -43,36 +34,24 @@ fn forwards(c: &Chain, relay: &Relay) {
             "veth2:239.10.1.1:6001",
         ])
         .expect("add");
-    let rx = Receiver::start(
-        &c.sink,
-        &["-s", "239.10.1.1:6001", "-i", Chain::SINK_IF, "--expect", "3000"],
-    )
-    .expect("recv");
-    send(
+    every_packet_crosses(
         &c.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            "3000",
-            "--rate",
-            "3000",
-        ],
-        MINUTES,
+        Chain::GEN_IF,
+        "239.1.1.1:5001",
+        &c.sink,
+        Chain::SINK_IF,
+        "239.10.1.1:6001",
+        3000,
+        "3000",
     )
-    .expect("send");
-    let got = rx.finish(MINUTES).expect("recv done");
-    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
-    assert!(got.report.streams[0].problems(Some(3000)).is_empty());
+    .unwrap_or_else(|e| panic!("{e}\n{}", relay.log()));
 }
 
 /// Supervisor and every worker: uid `uid`, and exactly the two capabilities
 /// (effective, permitted, bounding and ambient).
 fn runs_as(relay: &Relay, uid: u32) {
     let mut pids = vec![relay.pid()];
-    pids.extend(workers(relay).iter().filter_map(|w| w.pid));
+    pids.extend(relay.workers().expect("workers").iter().filter_map(|w| w.pid));
     assert!(pids.len() >= 2, "a supervisor and its workers");
     for pid in pids {
         assert_eq!(uids(pid), (uid, uid), "pid {pid}");
@@ -92,10 +71,14 @@ fn started_as_root_with_user_it_keeps_only_the_two_capabilities_and_forwards() {
     assert!(relay.log().contains("running as user `nobody`"), "{}", relay.log());
     forwards(&c, &relay);
     // A worker restarted by the unprivileged supervisor is as it was.
-    let w = workers(&relay)[0].clone();
+    let w = relay.workers().expect("workers")[0].clone();
     mcr_sys::process::send_signal(w.pid.expect("pid"), Signal::Kill).expect("kill");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while workers(&relay)[0].pid.is_none_or(|p| Some(p) == w.pid) && std::time::Instant::now() < deadline {
+    while relay.workers().expect("workers")[0]
+        .pid
+        .is_none_or(|p| Some(p) == w.pid)
+        && std::time::Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(50));
     }
     runs_as(&relay, NOBODY);

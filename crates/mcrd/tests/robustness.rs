@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use mcr_core::control::{Reply, RuleStatus, StatsReport, WorkerStatus};
 use mcr_testbed::capture::Capture;
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
@@ -14,43 +13,21 @@ use mcr_testbed::{Ns, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
 
-fn stats(relay: &Relay) -> StatsReport {
-    match relay.ask(&["stats"]).expect("stats") {
-        Reply::Stats(s) => *s,
-        other => panic!("not stats: {other:?}"),
-    }
-}
-
-fn workers(relay: &Relay) -> Vec<WorkerStatus> {
-    match relay.ask(&["workers"]).expect("workers") {
-        Reply::Workers { workers } => workers,
-        other => panic!("not workers: {other:?}"),
-    }
-}
-
-fn rules(relay: &Relay) -> Vec<RuleStatus> {
-    match relay.ask(&["list"]).expect("list") {
-        Reply::Rules { rules } => rules,
-        other => panic!("not rules: {other:?}"),
-    }
-}
-
 /// Sends `count` packets of one stream from the chain's generator to
 /// `dest` through `via`, and checks that every one of them arrives at the
 /// sink's `expect_at`, in order, intact.
 fn every_packet_crosses(c: &Chain, relay: &Relay, dest: &str, via: &str, expect_at: &str, count: u64) {
-    let n = count.to_string();
-    let rx = Receiver::start(&c.sink, &["-s", expect_at, "-i", Chain::SINK_IF, "--expect", &n]).expect("recv");
-    let sent = send(
+    mcr_testbed::traffic::every_packet_crosses(
         &c.generator,
-        &["-s", dest, "-i", via, "--count", &n, "--rate", "5k"],
-        MINUTES,
+        via,
+        dest,
+        &c.sink,
+        Chain::SINK_IF,
+        expect_at,
+        count,
+        "5k",
     )
-    .expect("send");
-    assert_eq!(sent.packets, count);
-    let got = rx.finish(MINUTES).expect("recv done");
-    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
-    assert_eq!(got.report.total.received, count);
+    .unwrap_or_else(|e| panic!("{e}\n{}", relay.log()));
 }
 
 /// The CPU time (user + system, in clock ticks) process `pid` has used.
@@ -80,7 +57,7 @@ fn an_input_that_goes_down_and_up_is_waited_out_and_then_forwarded_again() {
         .expect("add");
     every_packet_crosses(&c, &relay, "239.1.1.1:5001", Chain::GEN_IF, "239.10.1.1:6001", 2000);
 
-    let pid = workers(&relay)[0].pid.expect("a running worker");
+    let pid = relay.workers().expect("workers")[0].pid.expect("a running worker");
     c.relay.link_down(Chain::RELAY_IN_IF).expect("down");
     // The ring reports the interface going down once; a worker that did
     // not take that error would be woken for it again at once, forever,
@@ -94,9 +71,13 @@ fn an_input_that_goes_down_and_up_is_waited_out_and_then_forwarded_again() {
         used < ticks_per_s,
         "the worker used {used} ticks of CPU in 3 s with its input down"
     );
-    let st = stats(&relay);
+    let st = relay.stats().expect("stats");
     assert!(st.workers[0].ring_errors >= 1, "{:?}", st.workers[0]);
-    assert_eq!(workers(&relay)[0].pid, Some(pid), "the worker kept running");
+    assert_eq!(
+        relay.workers().expect("workers")[0].pid,
+        Some(pid),
+        "the worker kept running"
+    );
 
     c.relay.link_up(Chain::RELAY_IN_IF).expect("up");
     every_packet_crosses(&c, &relay, "239.1.1.1:5001", Chain::GEN_IF, "239.10.1.1:6001", 2000);
@@ -150,7 +131,7 @@ fn a_rule_whose_output_interface_vanished_is_reported_and_the_others_go_on() {
             "veth2:239.10.1.2:6001",
         ])
         .expect("a rule that can run is added cleanly");
-    let listed = rules(&relay);
+    let listed = relay.rules().expect("list");
     let problems = |name: &str| {
         listed
             .iter()
@@ -239,7 +220,7 @@ fn frames_with_a_vlan_tag_are_not_the_untagged_interfaces_stream() {
     let s = &got.report.total;
     assert_eq!(s.received, 2000, "{:?}", got.report);
     assert_eq!((s.lost, s.duplicated, s.reordered, s.corrupted), (0, 0, 0, 0), "{s:?}");
-    assert_eq!(stats(&relay).rules[0].packets, 2000);
+    assert_eq!(relay.stats().expect("stats").rules[0].packets, 2000);
 }
 
 fn udp_in_errors(ns: &Ns) -> u64 {
@@ -297,7 +278,7 @@ fn a_unicast_input_takes_datagrams_sent_to_the_host_and_the_sender_hears_no_icmp
 /// Every worker drop counter, summed over the workers.
 fn worker_drops(relay: &Relay) -> std::collections::BTreeMap<String, u64> {
     let mut m = std::collections::BTreeMap::new();
-    for w in stats(relay).workers {
+    for w in relay.stats().expect("stats").workers {
         for (k, v) in w.drops {
             *m.entry(k).or_insert(0) += v;
         }
@@ -427,14 +408,14 @@ fn hostile_frames_are_counted_by_reason_and_the_valid_streams_lose_nothing() {
         .filter(|(_, v)| *v > 0)
         .collect();
     assert_eq!(counted, want, "every bad frame counted once, by its reason");
-    let ws = workers(&relay);
+    let ws = relay.workers().expect("workers");
     assert!(ws.iter().all(|w| w.restarts == 0 && w.state == "running"), "{ws:?}");
 }
 
 /// Resident memory of the daemon and its workers, in KiB.
 fn relay_rss_kib(relay: &Relay) -> u64 {
     let mut pids = vec![relay.pid()];
-    pids.extend(workers(relay).iter().filter_map(|w| w.pid));
+    pids.extend(relay.workers().expect("workers").iter().filter_map(|w| w.pid));
     pids.iter()
         .filter_map(|p| {
             let s = std::fs::read_to_string(format!("/proc/{p}/status")).ok()?;
@@ -464,7 +445,7 @@ fn an_overload_of_30_seconds_is_dropped_with_reasons_and_forwarding_recovers() {
     }
     relay.ctl_ok(&add).expect("add");
     every_packet_crosses(&c, &relay, "239.1.1.1:5001", Chain::GEN_IF, "239.10.1.1:6001", 5000);
-    let pids: Vec<Option<u32>> = workers(&relay).iter().map(|w| w.pid).collect();
+    let pids: Vec<Option<u32>> = relay.workers().expect("workers").iter().map(|w| w.pid).collect();
     let rss_before = relay_rss_kib(&relay);
     // 30 s of small packets as fast as the generator goes.
     let sent = send(
@@ -485,16 +466,16 @@ fn an_overload_of_30_seconds_is_dropped_with_reasons_and_forwarding_recovers() {
     )
     .expect("send");
     // Let the last batches be counted.
-    let mut st = stats(&relay);
+    let mut st = relay.stats().expect("stats");
     loop {
         std::thread::sleep(Duration::from_millis(500));
-        let again = stats(&relay);
+        let again = relay.stats().expect("stats");
         if again.rules[0].packets == st.rules[0].packets {
             break;
         }
         st = again;
     }
-    let ws = workers(&relay);
+    let ws = relay.workers().expect("workers");
     assert_eq!(
         ws.iter().map(|w| w.pid).collect::<Vec<_>>(),
         pids,
@@ -536,5 +517,13 @@ fn an_overload_of_30_seconds_is_dropped_with_reasons_and_forwarding_recovers() {
     );
     // When the load falls back, every packet crosses again, without a restart.
     every_packet_crosses(&c, &relay, "239.1.1.1:5001", Chain::GEN_IF, "239.10.1.1:6001", 20_000);
-    assert_eq!(workers(&relay).iter().map(|w| w.pid).collect::<Vec<_>>(), pids);
+    assert_eq!(
+        relay
+            .workers()
+            .expect("workers")
+            .iter()
+            .map(|w| w.pid)
+            .collect::<Vec<_>>(),
+        pids
+    );
 }

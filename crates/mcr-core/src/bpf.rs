@@ -1,13 +1,14 @@
 //! The classic BPF program each ingress socket filters with, so that only
-//! frames aimed at what rules take enter the ring: IPv4 to a multicast
-//! group, or to one of the unicast addresses rules take. Everything else
-//! (other protocols, other hosts' traffic, tagged frames) never costs the
-//! worker a thing. What it lets in is checked by the worker, and whatever
-//! is wrong with it counted by reason: IPv4 that is not UDP (IGMP, TCP) to
-//! a group, and IPv4 frames too short to hold their header, are let in for
-//! that reason.
+//! frames aimed at what rules take enter the ring: IPv4 or IPv6 to a
+//! multicast group, or UDP to one of the unicast addresses rules take,
+//! untagged or tagged with a VLAN rules take. Everything else (other
+//! protocols, other hosts' traffic, other VLANs) never costs the worker a
+//! thing. What it lets in is checked by the worker, and whatever is wrong
+//! with it counted by reason: IP that is not UDP (IGMP, TCP) to a group,
+//! and IP frames too short to hold their header, are let in for that
+//! reason.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
@@ -29,81 +30,213 @@ const LD_H_ABS: u16 = 0x28;
 const LD_B_ABS: u16 = 0x30;
 const LD_W_ABS: u16 = 0x20;
 const LD_W_LEN: u16 = 0x80;
+const AND_K: u16 = 0x54;
 const JEQ_K: u16 = 0x15;
+const JGT_K: u16 = 0x25;
 const JGE_K: u16 = 0x35;
 const RET_K: u16 = 0x06;
 
-/// The most unicast addresses the filter names one by one; with more, it
-/// lets in UDP to any unicast address (the worker counts what no rule
-/// takes).
+/// The most IPv4 unicast addresses the filter names one by one; with more,
+/// it lets in UDP to any IPv4 unicast address (the worker counts what no
+/// rule takes).
 pub const MAX_UNICAST: usize = 200;
-
-fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
-    Insn { code, jt, jf, k }
-}
+/// The same for IPv6 (each takes eight instructions).
+pub const MAX_UNICAST_V6: usize = 24;
+/// The same for VLANs: with more, every tagged frame is let in.
+pub const MAX_VLANS: usize = 200;
 
 /// The ancillary load of "a VLAN tag was taken off this frame"
 /// (SKF_AD_OFF + SKF_AD_VLAN_TAG_PRESENT).
 const VLAN_TAG_PRESENT: u32 = 0xffff_f000 + 48;
+/// The ancillary load of that tag's TCI (SKF_AD_OFF + SKF_AD_VLAN_TAG).
+const VLAN_TAG: u32 = 0xffff_f000 + 44;
 
-/// The filter for an input interface whose rules take `unicast` besides
-/// multicast groups. Frames that carried a VLAN tag (which the kernel may
-/// have taken off before the filter runs) are kept out: a rule's input is
-/// the untagged interface.
-pub fn ingress_filter(unicast: &[Ipv4Addr]) -> Vec<Insn> {
-    let any_unicast = unicast.len() > MAX_UNICAST;
-    let names: &[Ipv4Addr] = if any_unicast { &[] } else { unicast };
-    let n = names.len() as u8;
-    // Layout, with `drop` and `accept` at the end:
-    //  0 ld  #vlan_tag_present
-    //  1 jeq #0       ?  : drop
-    //  2 ldh [12]                 ethertype
-    //  3 jeq #0x0800  ?  : drop
-    //  4 ld  len
-    //  5 jge #34      ?  : accept  (too short for its header: let the worker count it)
-    //  6 ld  [30]                 destination
-    //  7 jge #0xe0000000 ? : unicast
-    //  8 jge #0xf0000000 drop : ?   (240/4 is reserved)
-    //  9 jge #0xe0000100 accept : drop  (224.0.0.0/24 is link-local control
-    //                                    traffic, IGMP among it: no rule takes it)
-    // 10 ldb [23]                 protocol: to a unicast address, only UDP
-    // 11 jeq #17      ?  : drop    (the host's own TCP, ICMP... are not MCR's)
-    // 12 ld  [30]
-    // 13.. jeq #addr  accept : next     (one per unicast address)
-    // 13+n ret #-1 when any unicast address is let in (n is then 0)
-    //      drop: ret #0
-    //      accept: ret #-1
-    let unicast_at: u8 = 10;
-    let names_at: u8 = 13;
-    let drop_at = names_at + n + u8::from(any_unicast);
-    let accept_at = drop_at + 1;
-    let to = |from: u8, target: u8| target - from - 1;
-    let mut p = vec![
-        insn(LD_W_ABS, 0, 0, VLAN_TAG_PRESENT),
-        insn(JEQ_K, 0, to(1, drop_at), 0),
-        insn(LD_H_ABS, 0, 0, 12),
-        insn(JEQ_K, 0, to(3, drop_at), 0x0800),
-        insn(LD_W_LEN, 0, 0, 0),
-        insn(JGE_K, 0, to(5, accept_at), 34),
-        insn(LD_W_ABS, 0, 0, 30),
-        insn(JGE_K, 0, to(7, unicast_at), 0xe000_0000),
-        insn(JGE_K, to(8, drop_at), 0, 0xf000_0000),
-        insn(JGE_K, to(9, accept_at), to(9, drop_at), 0xe000_0100),
-        insn(LD_B_ABS, 0, 0, 23),
-        insn(JEQ_K, 0, to(11, drop_at), 17),
-        insn(LD_W_ABS, 0, 0, 30),
-    ];
-    for (i, a) in names.iter().enumerate() {
-        let at = names_at + i as u8;
-        p.push(insn(JEQ_K, to(at, accept_at), 0, u32::from(*a)));
+/// What one input interface's filter lets in besides multicast: the
+/// unicast addresses and the VLANs its rules take.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FilterSpec {
+    /// Unicast destinations (UDP to them is let in).
+    pub unicast: Vec<IpAddr>,
+    /// VLAN ids (frames tagged with them are let in; untagged frames
+    /// always are).
+    pub vlans: Vec<u16>,
+}
+
+/// A label in a program being assembled.
+#[derive(Debug, Clone, Copy)]
+struct Label(usize);
+
+/// A jump target: the next instruction, or a label.
+#[derive(Debug, Clone, Copy)]
+enum To {
+    Next,
+    L(Label),
+}
+
+/// A classic BPF assembler with forward labels. Jumps are 8 bits: the
+/// program is laid out in blocks that each end in their own returns, so
+/// that no jump reaches far (checked when resolved).
+#[derive(Default)]
+struct Asm {
+    p: Vec<Insn>,
+    at: Vec<Option<usize>>,
+    fixups: Vec<(usize, To, To)>,
+}
+
+impl Asm {
+    fn label(&mut self) -> Label {
+        self.at.push(None);
+        Label(self.at.len() - 1)
     }
-    if any_unicast {
-        p.push(insn(RET_K, 0, 0, u32::MAX));
+
+    fn bind(&mut self, l: Label) {
+        self.at[l.0] = Some(self.p.len());
     }
-    debug_assert_eq!(p.len(), usize::from(drop_at));
-    p.push(insn(RET_K, 0, 0, 0));
-    p.push(insn(RET_K, 0, 0, u32::MAX));
-    p
+
+    fn op(&mut self, code: u16, k: u32) {
+        self.p.push(Insn { code, jt: 0, jf: 0, k });
+    }
+
+    fn jump(&mut self, code: u16, k: u32, jt: To, jf: To) {
+        self.fixups.push((self.p.len(), jt, jf));
+        self.op(code, k);
+    }
+
+    fn ret(&mut self, accept: bool) {
+        self.op(RET_K, if accept { u32::MAX } else { 0 });
+    }
+
+    fn finish(mut self) -> Vec<Insn> {
+        for (i, jt, jf) in std::mem::take(&mut self.fixups) {
+            let off = |t: To| -> u8 {
+                match t {
+                    To::Next => 0,
+                    To::L(l) => {
+                        let target = self.at[l.0].expect("every label is bound");
+                        u8::try_from(target - i - 1).expect("the filter's blocks keep jumps short")
+                    }
+                }
+            };
+            self.p[i].jt = off(jt);
+            self.p[i].jf = off(jf);
+        }
+        self.p
+    }
+}
+
+/// The filter for an input interface whose rules take `spec` besides
+/// untagged multicast.
+pub fn ingress_filter(spec: &FilterSpec) -> Vec<Insn> {
+    let mut a = Asm::default();
+    let (ip, tagged) = (a.label(), a.label());
+    a.op(LD_W_ABS, VLAN_TAG_PRESENT);
+    a.jump(JEQ_K, 0, To::L(ip), To::L(tagged));
+    // A frame the kernel took a tag off (or that was sent tagged by this
+    // host): its VLAN must be one a rule takes (0: priority tagged only).
+    a.bind(tagged);
+    if spec.vlans.len() <= MAX_VLANS {
+        a.op(LD_W_ABS, VLAN_TAG);
+        a.op(AND_K, 0x0fff);
+        a.jump(JEQ_K, 0, To::L(ip), To::Next);
+        for &v in &spec.vlans {
+            a.jump(JEQ_K, u32::from(v), To::L(ip), To::Next);
+        }
+        a.ret(false);
+    }
+    a.bind(ip);
+    let (v4, v6) = (a.label(), a.label());
+    a.op(LD_H_ABS, 12);
+    a.jump(JEQ_K, 0x0800, To::L(v4), To::Next);
+    a.jump(JEQ_K, 0x86dd, To::L(v6), To::Next);
+    a.ret(false);
+    let v4_names: Vec<Ipv4Addr> = spec
+        .unicast
+        .iter()
+        .filter_map(|u| match u {
+            IpAddr::V4(v) => Some(*v),
+            IpAddr::V6(_) => None,
+        })
+        .collect();
+    let v6_names: Vec<Ipv6Addr> = spec
+        .unicast
+        .iter()
+        .filter_map(|u| match u {
+            IpAddr::V6(v) => Some(*v),
+            IpAddr::V4(_) => None,
+        })
+        .collect();
+    a.bind(v4);
+    ipv4_block(&mut a, &v4_names);
+    a.bind(v6);
+    ipv6_block(&mut a, &v6_names);
+    a.finish()
+}
+
+/// IPv4: to a group outside 224.0.0.0/24 and 240/4, or UDP to a named
+/// address; a header cut short is let in for the worker to count.
+fn ipv4_block(a: &mut Asm, names: &[Ipv4Addr]) {
+    let (accept, drop, unicast) = (a.label(), a.label(), a.label());
+    a.op(LD_W_LEN, 0);
+    a.jump(JGE_K, 34, To::Next, To::L(accept));
+    a.op(LD_W_ABS, 30);
+    a.jump(JGE_K, 0xe000_0000, To::Next, To::L(unicast));
+    // 240/4 is reserved; 224.0.0.0/24 is link-local control traffic (IGMP
+    // among it), which no rule takes.
+    a.jump(JGE_K, 0xf000_0000, To::L(drop), To::Next);
+    a.jump(JGE_K, 0xe000_0100, To::L(accept), To::L(drop));
+    a.bind(unicast);
+    // To a unicast address, only UDP: the host's own TCP, ICMP... are not
+    // MCR's.
+    a.op(LD_B_ABS, 23);
+    a.jump(JEQ_K, 17, To::Next, To::L(drop));
+    if names.len() > MAX_UNICAST {
+        a.ret(true);
+    } else {
+        a.op(LD_W_ABS, 30);
+        for n in names {
+            a.jump(JEQ_K, u32::from(*n), To::L(accept), To::Next);
+        }
+    }
+    a.bind(drop);
+    a.ret(false);
+    a.bind(accept);
+    a.ret(true);
+}
+
+/// IPv6: to a group of wider than link-local scope (MLD and neighbour
+/// discovery live in ff02::/16), or UDP right after the fixed header to a
+/// named address; a header cut short is let in for the worker to count.
+fn ipv6_block(a: &mut Asm, names: &[Ipv6Addr]) {
+    let (accept, drop, unicast) = (a.label(), a.label(), a.label());
+    a.op(LD_W_LEN, 0);
+    a.jump(JGE_K, 54, To::Next, To::L(accept));
+    a.op(LD_B_ABS, 38);
+    a.jump(JEQ_K, 0xff, To::Next, To::L(unicast));
+    a.op(LD_B_ABS, 39);
+    a.op(AND_K, 0x0f);
+    a.jump(JGT_K, 2, To::L(accept), To::L(drop));
+    a.bind(unicast);
+    a.op(LD_B_ABS, 20);
+    a.jump(JEQ_K, 17, To::Next, To::L(drop));
+    if names.len() > MAX_UNICAST_V6 {
+        a.ret(true);
+    } else {
+        for n in names {
+            let next = a.label();
+            let o = n.octets();
+            for (w, at) in [38u32, 42, 46, 50].into_iter().enumerate() {
+                let word = u32::from_be_bytes([o[4 * w], o[4 * w + 1], o[4 * w + 2], o[4 * w + 3]]);
+                a.op(LD_W_ABS, at);
+                let hit = if w == 3 { To::L(accept) } else { To::Next };
+                a.jump(JEQ_K, word, hit, To::L(next));
+            }
+            a.bind(next);
+        }
+    }
+    a.bind(drop);
+    a.ret(false);
+    a.bind(accept);
+    a.ret(true);
 }
 
 #[cfg(test)]
@@ -111,13 +244,9 @@ mod tests {
     use super::*;
 
     /// Runs a program of the opcodes above over a frame, as the kernel
-    /// would: returns the number of bytes to keep (0: drop). `tagged` is
-    /// what the VLAN ancillary load reads.
-    fn run(p: &[Insn], frame: &[u8]) -> u32 {
-        run_tagged(p, frame, false)
-    }
-
-    fn run_tagged(p: &[Insn], frame: &[u8], tagged: bool) -> u32 {
+    /// would: returns the number of bytes to keep (0: drop). `tag` is the
+    /// TCI the kernel took off, if any.
+    fn run_tagged(p: &[Insn], frame: &[u8], tag: Option<u16>) -> u32 {
         let mut a: u32 = 0;
         let mut pc = 0usize;
         loop {
@@ -127,15 +256,11 @@ mod tests {
                     .get(at..at + n)
                     .map(|b| b.iter().fold(0u32, |v, &x| (v << 8) | u32::from(x)))
             };
+            pc += 1;
             match i.code {
-                LD_W_LEN => {
-                    a = frame.len() as u32;
-                    pc += 1;
-                }
-                LD_W_ABS if i.k == VLAN_TAG_PRESENT => {
-                    a = u32::from(tagged);
-                    pc += 1;
-                }
+                LD_W_LEN => a = frame.len() as u32,
+                LD_W_ABS if i.k == VLAN_TAG_PRESENT => a = u32::from(tag.is_some()),
+                LD_W_ABS if i.k == VLAN_TAG => a = u32::from(tag.unwrap_or(0)),
                 LD_H_ABS | LD_B_ABS | LD_W_ABS => {
                     let n = match i.code {
                         LD_H_ABS => 2,
@@ -146,16 +271,31 @@ mod tests {
                         Some(v) => a = v,
                         None => return 0,
                     }
-                    pc += 1;
                 }
-                JEQ_K | JGE_K => {
-                    let t = if i.code == JEQ_K { a == i.k } else { a >= i.k };
-                    pc += 1 + usize::from(if t { i.jt } else { i.jf });
+                AND_K => a &= i.k,
+                JEQ_K | JGE_K | JGT_K => {
+                    let t = match i.code {
+                        JEQ_K => a == i.k,
+                        JGE_K => a >= i.k,
+                        _ => a > i.k,
+                    };
+                    pc += usize::from(if t { i.jt } else { i.jf });
                 }
                 RET_K => return i.k,
                 other => panic!("opcode {other:#x} not used by the filter"),
             }
         }
+    }
+
+    fn run(p: &[Insn], frame: &[u8]) -> u32 {
+        run_tagged(p, frame, None)
+    }
+
+    fn filter(unicast: &[&str], vlans: &[u16]) -> Vec<Insn> {
+        ingress_filter(&FilterSpec {
+            unicast: unicast.iter().map(|a| a.parse().expect("literal")).collect(),
+            vlans: vlans.to_vec(),
+        })
     }
 
     fn udp_to(dst: [u8; 4], proto: u8, ethertype: u16) -> Vec<u8> {
@@ -166,9 +306,17 @@ mod tests {
         f
     }
 
+    fn udp6_to(dst: &str, next: u8) -> Vec<u8> {
+        let mut f = vec![0u8; 62];
+        f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+        f[20] = next;
+        f[38..54].copy_from_slice(&dst.parse::<Ipv6Addr>().expect("literal").octets());
+        f
+    }
+
     #[test]
     fn lets_in_ipv4_to_groups_and_named_unicast_only() {
-        let p = ingress_filter(&[Ipv4Addr::new(10, 0, 0, 2)]);
+        let p = filter(&["10.0.0.2"], &[]);
         assert_ne!(run(&p, &udp_to([239, 1, 1, 1], 17, 0x0800)), 0);
         assert_ne!(run(&p, &udp_to([224, 0, 1, 1], 17, 0x0800)), 0);
         // Link-local control traffic: IGMPv3 reports, mDNS.
@@ -189,44 +337,84 @@ mod tests {
         );
         assert_eq!(run(&p, &udp_to([10, 0, 0, 2], 1, 0x0800)), 0, "ICMP to the host");
         assert_eq!(run(&p, &udp_to([239, 1, 1, 1], 17, 0x0806)), 0, "ARP");
-        assert_eq!(run(&p, &[0u8; 10]), 0, "too short to be IPv4");
+        assert_eq!(run(&p, &[0u8; 10]), 0, "too short to be IP");
         // IPv4, but too short for its header: the worker counts it.
         let mut short = udp_to([239, 1, 1, 1], 17, 0x0800);
         short.truncate(30);
         assert_ne!(run(&p, &short), 0, "a truncated IPv4 header");
-        assert_eq!(
-            run_tagged(&p, &udp_to([239, 1, 1, 1], 17, 0x0800), true),
+    }
+
+    #[test]
+    fn lets_in_ipv6_to_groups_beyond_the_link_and_named_unicast_only() {
+        let p = filter(&["2001:db8::2", "10.0.0.2"], &[]);
+        assert_ne!(run(&p, &udp6_to("ff3e::1", 17)), 0);
+        assert_ne!(run(&p, &udp6_to("ff05::1:3", 17)), 0);
+        assert_ne!(
+            run(&p, &udp6_to("ff3e::1", 0)),
             0,
-            "a frame whose tag the kernel took off"
+            "hop-by-hop first: the worker walks it"
         );
+        assert_eq!(run(&p, &udp6_to("ff02::16", 0)), 0, "MLDv2 reports");
+        assert_eq!(run(&p, &udp6_to("ff02::1:ff00:2", 58)), 0, "neighbour solicitation");
+        assert_eq!(run(&p, &udp6_to("ff01::1", 17)), 0, "interface-local");
+        assert_ne!(run(&p, &udp6_to("2001:db8::2", 17)), 0);
+        assert_eq!(run(&p, &udp6_to("2001:db8::2", 6)), 0, "TCP to the host");
+        assert_eq!(run(&p, &udp6_to("2001:db8::3", 17)), 0, "another address");
+        assert_eq!(run(&p, &udp6_to("2001:db8:0:1::2", 17)), 0, "differs in one word");
+        assert_ne!(run(&p, &udp_to([10, 0, 0, 2], 17, 0x0800)), 0, "IPv4 names stay");
+        let mut short = udp6_to("ff3e::1", 17);
+        short.truncate(40);
+        assert_ne!(run(&p, &short), 0, "a truncated IPv6 header");
+        assert_eq!(run(&filter(&[], &[]), &udp6_to("2001:db8::2", 17)), 0);
     }
 
     #[test]
-    fn without_unicast_rules_only_groups_pass() {
-        let p = ingress_filter(&[]);
-        assert_ne!(run(&p, &udp_to([239, 1, 1, 1], 17, 0x0800)), 0);
-        assert_eq!(run(&p, &udp_to([10, 0, 0, 2], 17, 0x0800)), 0);
+    fn only_the_vlans_rules_take_are_let_in() {
+        let p = filter(&[], &[100, 200]);
+        let g = udp_to([239, 1, 1, 1], 17, 0x0800);
+        assert_ne!(run(&p, &g), 0, "untagged");
+        assert_ne!(run_tagged(&p, &g, Some(100)), 0);
+        assert_ne!(run_tagged(&p, &g, Some(0xa000 | 200)), 0, "priority bits aside");
+        assert_ne!(run_tagged(&p, &g, Some(0x6000)), 0, "priority-tagged only");
+        assert_eq!(run_tagged(&p, &g, Some(300)), 0);
+        assert_eq!(run_tagged(&p, &udp_to([10, 0, 0, 9], 17, 0x0800), Some(100)), 0);
+        assert_eq!(run_tagged(&filter(&[], &[]), &g, Some(100)), 0, "no VLAN rules");
     }
 
     #[test]
-    fn many_unicast_addresses_fall_back_to_all_unicast() {
-        let many: Vec<Ipv4Addr> = (0..=MAX_UNICAST as u32)
-            .map(|i| Ipv4Addr::from(0x0a00_0000 + i))
+    fn the_longest_lists_still_assemble_and_beyond_them_all_unicast_udp_passes() {
+        let v4: Vec<String> = (0..MAX_UNICAST as u32)
+            .map(|i| Ipv4Addr::from(0x0a00_0000 + i).to_string())
             .collect();
-        let p = ingress_filter(&many);
-        assert!(p.len() < 24);
+        let v6: Vec<String> = (0..MAX_UNICAST_V6).map(|i| format!("2001:db8::{:x}", i + 1)).collect();
+        let vlans: Vec<u16> = (1..=MAX_VLANS as u16).collect();
+        let all: Vec<&str> = v4.iter().chain(&v6).map(String::as_str).collect();
+        let p = filter(&all, &vlans);
+        for a in &v4 {
+            let o: Ipv4Addr = a.parse().expect("literal");
+            assert_ne!(
+                run_tagged(&p, &udp_to(o.octets(), 17, 0x0800), Some(MAX_VLANS as u16)),
+                0,
+                "{a}"
+            );
+        }
+        for a in &v6 {
+            assert_ne!(run(&p, &udp6_to(a, 17)), 0, "{a}");
+        }
+        assert_eq!(run(&p, &udp_to([10, 9, 9, 9], 17, 0x0800)), 0);
+        assert_eq!(run(&p, &udp6_to("2001:db8::ffff", 17)), 0);
+        let mut more = all.clone();
+        more.push("10.200.0.1");
+        more.push("2001:db8::ffff");
+        let p = filter(&more, &(1..=MAX_VLANS as u16 + 1).collect::<Vec<_>>());
         assert_ne!(run(&p, &udp_to([10, 9, 9, 9], 17, 0x0800)), 0);
+        assert_ne!(run(&p, &udp6_to("2001:db8::1:1", 17)), 0);
+        assert_ne!(run_tagged(&p, &udp_to([239, 1, 1, 1], 17, 0x0800), Some(4000)), 0);
         // Letting in any unicast UDP lets in nothing else.
         assert_eq!(run(&p, &udp_to([10, 9, 9, 9], 6, 0x0800)), 0, "TCP to the host");
         assert_eq!(run(&p, &udp_to([10, 9, 9, 9], 17, 0x0806)), 0, "ARP");
-        assert_eq!(run(&p, &udp_to([10, 9, 9, 9], 17, 0x86dd)), 0, "IPv6");
+        assert_eq!(run(&p, &udp6_to("2001:db8::1:1", 6)), 0, "TCP over IPv6");
         assert_eq!(run(&p, &udp_to([224, 0, 0, 22], 2, 0x0800)), 0, "link-local control");
         assert_eq!(run(&p, &udp_to([240, 0, 0, 1], 17, 0x0800)), 0, "reserved");
-        assert_eq!(run_tagged(&p, &udp_to([10, 9, 9, 9], 17, 0x0800), true), 0, "tagged");
-        let p = ingress_filter(&many[..MAX_UNICAST]);
-        for a in &many[..MAX_UNICAST] {
-            assert_ne!(run(&p, &udp_to(a.octets(), 17, 0x0800)), 0, "{a}");
-        }
-        assert_eq!(run(&p, &udp_to([10, 9, 9, 9], 17, 0x0800)), 0);
     }
 }

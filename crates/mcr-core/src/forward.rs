@@ -1,33 +1,50 @@
 //! The forwarding step: parse an arriving frame, and build the frame an
 //! output sends, with headers rewritten and checksums updated
 //! incrementally. Pure functions of bytes: no I/O, no allocation.
+//!
+//! Both families are handled alike: an IPv4 or IPv6 datagram (in an
+//! untagged frame, or one tagged 802.1Q) goes out as IPv4 or IPv6, tagged
+//! or not, whatever it came in as.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
+use zerocopy::network_endian::U16;
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::rule::Ttl;
+use crate::rule::{Dscp, Ttl};
 use crate::stats::{OutputCounter, WorkerCounter};
 use crate::wire::checksum;
-use crate::wire::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_VLAN, EthernetHeader, Mac};
-use crate::wire::ipv4::{self, Ipv4Header, PROTO_UDP};
+use crate::wire::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, EthernetHeader, Mac, VlanTag};
+use crate::wire::ipv4::{self, FLAG_DF, Ipv4Header, PROTO_UDP};
+use crate::wire::ipv6::{self, Ipv6Header, Upper};
 use crate::wire::udp::{self, UdpHeader};
 
-/// A UDP-over-IPv4 datagram found in a frame.
+/// A UDP datagram (over IPv4 or IPv6) found in a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Datagram {
-    /// Offset of the IPv4 header in the frame.
+    /// Offset of the IP header in the frame.
     pub ip_at: usize,
+    /// Offset of the UDP header in the frame (after any IPv6 extension
+    /// headers).
+    pub udp_at: usize,
+    /// The 802.1Q VLAN id it carried, 0 if untagged (or priority-tagged).
+    pub vlan: u16,
+    /// The 802.1Q priority it carried (0 if untagged).
+    pub pcp: u8,
     /// Source address.
-    pub src: Ipv4Addr,
+    pub src: IpAddr,
     /// Destination address.
-    pub dst: Ipv4Addr,
+    pub dst: IpAddr,
     /// Source port.
     pub src_port: u16,
     /// Destination port.
     pub dst_port: u16,
-    /// TTL as it arrived.
+    /// TTL (IPv4) or hop limit (IPv6) as it arrived.
     pub ttl: u8,
+    /// TOS byte (IPv4) or traffic class (IPv6): DSCP and ECN.
+    pub tos: u8,
+    /// The IPv6 flow label (0 for IPv4).
+    pub flow_label: u32,
     /// Offset of the UDP payload in the frame.
     pub payload_at: usize,
     /// Length of the UDP payload.
@@ -53,25 +70,51 @@ pub enum RxChecksum {
 /// Finds the UDP datagram in an Ethernet frame, or says why there is none
 /// to forward. `wire_len` is the frame's length on the wire (more than
 /// `frame.len()` if the capture cut it); `checksum` is what the kernel
-/// knows of the UDP checksum.
-pub fn parse(frame: &[u8], wire_len: usize, checksum: RxChecksum) -> Result<Datagram, WorkerCounter> {
+/// knows of the UDP checksum; `tag` is the 802.1Q TCI the kernel took off
+/// the frame before handing it over (the ring's `tp_vlan_tci`), if any. A
+/// tag still in the frame is read from there; a second tag (802.1ad
+/// QinQ) is not taken.
+pub fn parse(frame: &[u8], wire_len: usize, checksum: RxChecksum, tag: Option<u16>) -> Result<Datagram, WorkerCounter> {
     if frame.len() < wire_len {
         return Err(WorkerCounter::Truncated);
     }
     let (eth, _) = EthernetHeader::ref_from_prefix(frame).map_err(|_| WorkerCounter::BadLength)?;
-    let ip_at = ethernet::HEADER_LEN;
-    let ethertype = eth.ethertype.get();
-    if ethertype == ETHERTYPE_VLAN || ethertype == ethernet::ETHERTYPE_QINQ {
-        // Rules take untagged traffic of their interface.
-        return Err(WorkerCounter::VlanTagged);
+    let mut at = ethernet::HEADER_LEN;
+    let mut ethertype = eth.ethertype.get();
+    let mut tci = tag;
+    if is_tag(ethertype) {
+        if tci.is_some() {
+            return Err(WorkerCounter::VlanTagged);
+        }
+        let (t, _) = VlanTag::ref_from_prefix(&frame[at..]).map_err(|_| WorkerCounter::BadLength)?;
+        tci = Some(t.tci.get());
+        ethertype = t.ethertype.get();
+        at += 4;
+        if is_tag(ethertype) {
+            return Err(WorkerCounter::VlanTagged);
+        }
     }
-    if ethertype != ETHERTYPE_IPV4 {
-        return Err(WorkerCounter::NotIpv4);
+    let mut d = match ethertype {
+        ETHERTYPE_IPV4 => parse_v4(frame, at, checksum)?,
+        ETHERTYPE_IPV6 => parse_v6(frame, at, checksum)?,
+        _ => return Err(WorkerCounter::NotIp),
+    };
+    if let Some(t) = tci {
+        d.vlan = t & 0x0fff;
+        d.pcp = (t >> 13) as u8;
     }
+    Ok(d)
+}
+
+fn is_tag(ethertype: u16) -> bool {
+    ethertype == ETHERTYPE_VLAN || ethertype == ethernet::ETHERTYPE_QINQ
+}
+
+fn parse_v4(frame: &[u8], ip_at: usize, checksum: RxChecksum) -> Result<Datagram, WorkerCounter> {
     let rest = &frame[ip_at..];
     let (ip, _) = Ipv4Header::ref_from_prefix(rest).map_err(|_| WorkerCounter::BadLength)?;
     if ip.version() != 4 {
-        return Err(WorkerCounter::NotIpv4);
+        return Err(WorkerCounter::NotIp);
     }
     match ip.header_len() {
         ipv4::HEADER_LEN => {}
@@ -91,29 +134,101 @@ pub fn parse(frame: &[u8], wire_len: usize, checksum: RxChecksum) -> Result<Data
     if ip.protocol != PROTO_UDP {
         return Err(WorkerCounter::NotUdp);
     }
-    let l4 = &rest[ipv4::HEADER_LEN..total];
-    let (u, _) = UdpHeader::ref_from_prefix(l4).map_err(|_| WorkerCounter::BadLength)?;
-    let udp_len = usize::from(u.len.get());
-    // The UDP length must fill the IP payload exactly: rewriting copies the
-    // UDP datagram and keeps the IP length.
-    if udp_len < udp::HEADER_LEN || udp_len != l4.len() {
-        return Err(WorkerCounter::BadLength);
-    }
-    let payload = &l4[udp::HEADER_LEN..udp_len];
+    let udp_at = ip_at + ipv4::HEADER_LEN;
+    let (u, payload) = udp_of(&rest[ipv4::HEADER_LEN..total])?;
     if checksum == RxChecksum::Unknown && !u.checksum_ok_v4(ip.src, ip.dst, payload) {
         return Err(WorkerCounter::BadUdpChecksum);
     }
-    Ok(Datagram {
+    Ok(datagram(
         ip_at,
-        src: ip.src_addr(),
-        dst: ip.dst_addr(),
+        udp_at,
+        ip.src_addr().into(),
+        ip.dst_addr().into(),
+        u,
+        ip.ttl,
+        ip.dscp_ecn,
+        0,
+        payload.len(),
+        checksum,
+    ))
+}
+
+fn parse_v6(frame: &[u8], ip_at: usize, checksum: RxChecksum) -> Result<Datagram, WorkerCounter> {
+    let rest = &frame[ip_at..];
+    let (ip, _) = Ipv6Header::ref_from_prefix(rest).map_err(|_| WorkerCounter::BadLength)?;
+    if ip.version() != 6 {
+        return Err(WorkerCounter::NotIp);
+    }
+    let total = ipv6::HEADER_LEN + usize::from(ip.payload_len.get());
+    // (A payload length of 0 announces a jumbogram, which no Ethernet
+    // frame holds: the UDP length check below refuses it.)
+    let dgram = rest.get(..total).ok_or(WorkerCounter::BadLength)?;
+    let l4_at = match ipv6::find_upper(dgram, ip.next_header) {
+        Upper::Udp(at) => at,
+        Upper::Fragment => return Err(WorkerCounter::Fragment),
+        Upper::Unsupported(_) => return Err(WorkerCounter::Ipv6Extension),
+        Upper::Other(_) => return Err(WorkerCounter::NotUdp),
+        Upper::Short => return Err(WorkerCounter::BadLength),
+    };
+    let (u, payload) = udp_of(&dgram[l4_at..])?;
+    if checksum == RxChecksum::Unknown && !u.checksum_ok_v6(ip.src, ip.dst, payload) {
+        return Err(WorkerCounter::BadUdpChecksum);
+    }
+    Ok(datagram(
+        ip_at,
+        ip_at + l4_at,
+        ip.src_addr().into(),
+        ip.dst_addr().into(),
+        u,
+        ip.hop_limit,
+        ip.traffic_class(),
+        ip.flow_label(),
+        payload.len(),
+        checksum,
+    ))
+}
+
+/// The UDP header and payload of an IP payload `l4`. The UDP length must
+/// fill it exactly: rewriting copies the UDP datagram and sets the IP
+/// length from it.
+fn udp_of(l4: &[u8]) -> Result<(&UdpHeader, &[u8]), WorkerCounter> {
+    let (u, _) = UdpHeader::ref_from_prefix(l4).map_err(|_| WorkerCounter::BadLength)?;
+    let udp_len = usize::from(u.len.get());
+    if udp_len < udp::HEADER_LEN || udp_len != l4.len() {
+        return Err(WorkerCounter::BadLength);
+    }
+    Ok((u, &l4[udp::HEADER_LEN..udp_len]))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn datagram(
+    ip_at: usize,
+    udp_at: usize,
+    src: IpAddr,
+    dst: IpAddr,
+    u: &UdpHeader,
+    ttl: u8,
+    tos: u8,
+    flow_label: u32,
+    payload_len: usize,
+    checksum: RxChecksum,
+) -> Datagram {
+    Datagram {
+        ip_at,
+        udp_at,
+        vlan: 0,
+        pcp: 0,
+        src,
+        dst,
         src_port: u.src_port.get(),
         dst_port: u.dst_port.get(),
-        ttl: ip.ttl,
-        payload_at: ip_at + ipv4::HEADER_LEN + udp::HEADER_LEN,
-        payload_len: udp_len - udp::HEADER_LEN,
+        ttl,
+        tos,
+        flow_label,
+        payload_at: udp_at + udp::HEADER_LEN,
+        payload_len,
         checksum_partial: checksum == RxChecksum::NotReady,
-    })
+    }
 }
 
 /// How an output rewrites a datagram into a frame of its own.
@@ -123,14 +238,19 @@ pub struct FrameRewrite {
     pub dst_mac: Mac,
     /// Source MAC: the output interface's.
     pub src_mac: Mac,
-    /// New destination address.
-    pub dst: Ipv4Addr,
+    /// The 802.1Q VLAN id to tag the frame with, or none: untagged.
+    pub vlan: Option<u16>,
+    /// New destination address (its family is the output's).
+    pub dst: IpAddr,
     /// New destination port.
     pub dst_port: u16,
-    /// New source address, or `None` to keep the one it came with.
-    pub src: Option<Ipv4Addr>,
-    /// TTL policy.
+    /// New source address (of the destination's family), or `None` to
+    /// keep the one it came with (the same family only).
+    pub src: Option<IpAddr>,
+    /// TTL / hop limit policy.
     pub ttl: Ttl,
+    /// DSCP policy.
+    pub dscp: Dscp,
     /// The output interface's MTU.
     pub mtu: u32,
 }
@@ -145,48 +265,128 @@ pub fn output_ttl(policy: Ttl, ttl: u8) -> Result<u8, OutputCounter> {
     }
 }
 
+/// The TOS byte / traffic class an output gives a datagram that arrived
+/// with `tos`: the DSCP kept or set, the ECN bits kept.
+pub fn output_tos(policy: Dscp, tos: u8) -> u8 {
+    match policy {
+        Dscp::Keep => tos,
+        Dscp::Set(d) => (d << 2) | (tos & 0x03),
+    }
+}
+
+/// The ones'-complement sum of an address's bytes.
+fn addr_sum(a: IpAddr) -> u64 {
+    match a {
+        IpAddr::V4(v) => checksum::add(0, &v.octets()),
+        IpAddr::V6(v) => checksum::add(0, &v.octets()),
+    }
+}
+
 /// Writes the frame that output `out` sends for datagram `d` of `frame`
-/// into `buf`, and returns its length: Ethernet header anew, IPv4 and UDP
-/// headers copied with destination, port, source and TTL rewritten and both
-/// checksums updated incrementally, the payload copied once. (A datagram
-/// whose UDP checksum was never completed gets it computed in full.)
+/// into `buf`, and returns its length: Ethernet header (and tag) anew, the
+/// IP header of the output's family (copied and rewritten in place when
+/// the family stays IPv4, so identification and flags are kept; built anew
+/// otherwise, IPv6 extension headers left behind), the UDP header with the
+/// new port and its checksum updated incrementally for the new addresses
+/// and port (pseudo-header lengths and protocol are the same in both
+/// families), the payload copied once. A checksum that was never completed
+/// is computed in full, and so is one an IPv4 sender left out (0) when the
+/// output is IPv6, which requires it.
 pub fn rewrite(frame: &[u8], d: &Datagram, out: &FrameRewrite, buf: &mut [u8]) -> Result<usize, OutputCounter> {
     let ttl = output_ttl(out.ttl, d.ttl)?;
-    let ip_len = ipv4::HEADER_LEN + udp::HEADER_LEN + d.payload_len;
+    let tos = output_tos(out.dscp, d.tos);
+    let udp_len = udp::HEADER_LEN + d.payload_len;
+    let ip_header = if out.dst.is_ipv4() {
+        ipv4::HEADER_LEN
+    } else {
+        ipv6::HEADER_LEN
+    };
+    let ip_len = ip_header + udp_len;
     if ip_len > out.mtu as usize {
         return Err(OutputCounter::TooBig);
     }
-    let len = ethernet::HEADER_LEN + ip_len;
-    let src = frame.get(d.ip_at..d.ip_at + ip_len).ok_or(OutputCounter::TooBig)?;
-    let dst = buf.get_mut(..len).ok_or(OutputCounter::TooBig)?;
-    let (eth_bytes, ip_bytes) = dst.split_at_mut(ethernet::HEADER_LEN);
-    ip_bytes.copy_from_slice(src);
+    let l2 = ethernet::HEADER_LEN + if out.vlan.is_some() { 4 } else { 0 };
+    let len = l2 + ip_len;
+    let udp_src = frame.get(d.udp_at..d.udp_at + udp_len).ok_or(OutputCounter::TooBig)?;
+    let dst_buf = buf.get_mut(..len).ok_or(OutputCounter::TooBig)?;
+    let (l2_bytes, rest) = dst_buf.split_at_mut(l2);
+    let (ip_bytes, l4) = rest.split_at_mut(ip_header);
+    l4.copy_from_slice(udp_src);
+    let ethertype = if out.dst.is_ipv4() {
+        ETHERTYPE_IPV4
+    } else {
+        ETHERTYPE_IPV6
+    };
+    let (eth_bytes, tag_bytes) = l2_bytes.split_at_mut(ethernet::HEADER_LEN);
     let eth = EthernetHeader {
         dst: out.dst_mac,
         src: out.src_mac,
-        ethertype: zerocopy::network_endian::U16::new(ETHERTYPE_IPV4),
+        ethertype: U16::new(if out.vlan.is_some() { ETHERTYPE_VLAN } else { ethertype }),
     };
     eth_bytes.copy_from_slice(eth.as_bytes());
-    let (ip, l4) = Ipv4Header::mut_from_prefix(ip_bytes).map_err(|_| OutputCounter::TooBig)?;
-    let (old_src, old_dst) = (ip.src, ip.dst);
-    ip.set_ttl(ttl);
-    if let Some(s) = out.src {
-        ip.set_src(s);
+    if let Some(vid) = out.vlan {
+        let tag = VlanTag {
+            tci: U16::new((u16::from(d.pcp) << 13) | (vid & 0x0fff)),
+            ethertype: U16::new(ethertype),
+        };
+        tag_bytes.copy_from_slice(tag.as_bytes());
     }
-    ip.set_dst(out.dst);
-    let (new_src, new_dst) = (ip.src, ip.dst);
+    let src = out.src.unwrap_or(d.src);
+    match (d.src, src, out.dst) {
+        (IpAddr::V4(_), IpAddr::V4(src), IpAddr::V4(dst)) => {
+            let orig = frame
+                .get(d.ip_at..d.ip_at + ipv4::HEADER_LEN)
+                .ok_or(OutputCounter::TooBig)?;
+            ip_bytes.copy_from_slice(orig);
+            let (ip, _) = Ipv4Header::mut_from_prefix(ip_bytes).map_err(|_| OutputCounter::TooBig)?;
+            ip.set_ttl(ttl);
+            if tos != ip.dscp_ecn {
+                ip.set_dscp(tos >> 2);
+            }
+            ip.set_src(src);
+            ip.set_dst(dst);
+        }
+        (_, IpAddr::V4(src), IpAddr::V4(dst)) => {
+            let mut ip = Ipv4Header {
+                version_ihl: 0x45,
+                dscp_ecn: tos,
+                total_len: U16::new(ip_len as u16),
+                ident: U16::new(0),
+                flags_fragment: U16::new(FLAG_DF),
+                ttl,
+                protocol: PROTO_UDP,
+                checksum: U16::new(0),
+                src: src.octets(),
+                dst: dst.octets(),
+            };
+            ip.fill_checksum(&[]);
+            ip_bytes.copy_from_slice(ip.as_bytes());
+        }
+        (_, IpAddr::V6(src), IpAddr::V6(dst)) => {
+            let mut ip = Ipv6Header::udp(src, dst, tos, ttl, udp_len as u16);
+            let v = ip.ver_tc_flow.get();
+            ip.ver_tc_flow.set(v | d.flow_label);
+            ip_bytes.copy_from_slice(ip.as_bytes());
+        }
+        // The table never pairs a source of one family with a destination
+        // of the other.
+        _ => return Err(OutputCounter::SendError),
+    }
     let (u, payload) = UdpHeader::mut_from_prefix(l4).map_err(|_| OutputCounter::TooBig)?;
     let old_port = u.dst_port.get();
     u.dst_port.set(out.dst_port);
     let c = u.checksum.get();
-    if d.checksum_partial {
-        let full = u.compute_checksum_v4(new_src, new_dst, payload);
+    if d.checksum_partial || (c == 0 && out.dst.is_ipv6()) {
+        let full = match (src, out.dst) {
+            (IpAddr::V4(s), IpAddr::V4(t)) => u.compute_checksum_v4(s.octets(), t.octets(), payload),
+            (IpAddr::V6(s), IpAddr::V6(t)) => u.compute_checksum_v6(s.octets(), t.octets(), payload),
+            _ => return Err(OutputCounter::SendError),
+        };
         u.checksum.set(full);
     } else if c != 0 {
         // The pseudo-header holds both addresses; the header, the port.
-        let mut c = checksum::update32(c, old_src, new_src);
-        c = checksum::update32(c, old_dst, new_dst);
-        c = checksum::update16(c, old_port, out.dst_port);
+        let c = checksum::update_sum(c, addr_sum(d.src) + addr_sum(d.dst), addr_sum(src) + addr_sum(out.dst));
+        let c = checksum::update16(c, old_port, out.dst_port);
         u.checksum.set(if c == 0 { 0xffff } else { c });
     }
     Ok(len)
@@ -195,8 +395,14 @@ pub fn rewrite(frame: &[u8], d: &Datagram, out: &FrameRewrite, buf: &mut [u8]) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{UDP_V4_HEADERS, UdpFrameSpec, write_udp_v4_frame};
+    use crate::wire::{
+        UDP_V4_HEADERS, UDP_V6_HEADERS, UdpFrameSpec, UdpFrameSpecV6, write_udp_v4_frame, write_udp_v6_frame,
+    };
     use proptest::prelude::*;
+
+    fn ip4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+        IpAddr::from([a, b, c, d])
+    }
 
     fn frame(payload: &[u8], ttl: u8) -> Vec<u8> {
         let mut f = vec![0u8; UDP_V4_HEADERS + payload.len()];
@@ -218,10 +424,12 @@ mod tests {
         FrameRewrite {
             dst_mac: [1, 0, 0x5e, 10, 1, 1],
             src_mac: [2, 0, 0, 0, 0, 9],
-            dst: Ipv4Addr::new(239, 10, 1, 1),
+            vlan: None,
+            dst: ip4(239, 10, 1, 1),
             dst_port: 6001,
-            src: Some(Ipv4Addr::new(10, 0, 1, 1)),
+            src: Some(ip4(10, 0, 1, 1)),
             ttl: Ttl::Decrement,
+            dscp: Dscp::Keep,
             mtu: 1500,
         }
     }
@@ -234,14 +442,14 @@ mod tests {
         let mut f = frame(&[0x63; 64], 9);
         f[40] ^= 0x55;
         assert_eq!(
-            parse(&f, f.len(), RxChecksum::Unknown).err(),
+            parse(&f, f.len(), RxChecksum::Unknown, None).err(),
             Some(WorkerCounter::BadUdpChecksum)
         );
-        let d = parse(&f, f.len(), RxChecksum::Valid).expect("taken on the kernel's word");
+        let d = parse(&f, f.len(), RxChecksum::Valid, None).expect("taken on the kernel's word");
         let mut buf = [0u8; 256];
         let n = rewrite(&f, &d, &out(), &mut buf).expect("rewritten");
         assert_eq!(
-            parse(&buf[..n], n, RxChecksum::Unknown).err(),
+            parse(&buf[..n], n, RxChecksum::Unknown, None).err(),
             Some(WorkerCounter::BadUdpChecksum)
         );
     }
@@ -249,10 +457,10 @@ mod tests {
     #[test]
     fn parses_a_real_frame() {
         let f = frame(b"hello", 64);
-        let d = parse(&f, f.len(), RxChecksum::Unknown).expect("valid");
+        let d = parse(&f, f.len(), RxChecksum::Unknown, None).expect("valid");
         assert_eq!(
             (d.src, d.dst, d.src_port, d.dst_port, d.ttl),
-            (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(239, 1, 1, 1), 40000, 5001, 64)
+            (ip4(10, 0, 0, 1), ip4(239, 1, 1, 1), 40000, 5001, 64)
         );
         assert_eq!(&f[d.payload_at..d.payload_at + d.payload_len], b"hello");
     }
@@ -266,7 +474,7 @@ mod tests {
             b
         };
         let cases: Vec<(Vec<u8>, WorkerCounter)> = vec![
-            (with(&|b| b[12] = 0x86), WorkerCounter::NotIpv4),
+            (with(&|b| b[12] = 0x86), WorkerCounter::NotIp),
             (with(&|b| b.truncate(20)), WorkerCounter::BadLength),
             (with(&|b| b[14] = 0x46), WorkerCounter::IpOptions),
             (with(&|b| b[14] = 0x44), WorkerCounter::BadLength),
@@ -281,10 +489,10 @@ mod tests {
             ),
         ];
         for (i, (b, want)) in cases.into_iter().enumerate() {
-            assert_eq!(parse(&b, b.len(), RxChecksum::Unknown), Err(want), "case {i}");
+            assert_eq!(parse(&b, b.len(), RxChecksum::Unknown, None), Err(want), "case {i}");
         }
         assert_eq!(
-            parse(&good[..40], good.len(), RxChecksum::Unknown),
+            parse(&good[..40], good.len(), RxChecksum::Unknown, None),
             Err(WorkerCounter::Truncated)
         );
         // The kernel vouching for the UDP checksum skips the check.
@@ -292,7 +500,7 @@ mod tests {
             let n = b.len();
             b[n - 1] ^= 1
         });
-        assert!(parse(&bad_udp, bad_udp.len(), RxChecksum::Valid).is_ok());
+        assert!(parse(&bad_udp, bad_udp.len(), RxChecksum::Valid, None).is_ok());
     }
 
     #[test]
@@ -309,22 +517,221 @@ mod tests {
             .set(ipv4::FLAG_MF);
         fix(&mut frag);
         assert_eq!(
-            parse(&frag, frag.len(), RxChecksum::Unknown),
+            parse(&frag, frag.len(), RxChecksum::Unknown, None),
             Err(WorkerCounter::Fragment)
         );
         let mut tcp = frame(b"abc", 64);
         Ipv4Header::mut_from_prefix(&mut tcp[14..]).expect("ip").0.protocol = 6;
         fix(&mut tcp);
-        assert_eq!(parse(&tcp, tcp.len(), RxChecksum::Unknown), Err(WorkerCounter::NotUdp));
+        assert_eq!(
+            parse(&tcp, tcp.len(), RxChecksum::Unknown, None),
+            Err(WorkerCounter::NotUdp)
+        );
+    }
+
+    fn tagged(f: &[u8], tci: u16) -> Vec<u8> {
+        let mut t = f[..12].to_vec();
+        t.extend_from_slice(&[0x81, 0x00]);
+        t.extend_from_slice(&tci.to_be_bytes());
+        t.extend_from_slice(&f[12..]);
+        t
+    }
+
+    fn frame6(payload: &[u8], hop_limit: u8, dscp: u8) -> Vec<u8> {
+        let mut f = vec![0u8; UDP_V6_HEADERS + payload.len()];
+        f[UDP_V6_HEADERS..].copy_from_slice(payload);
+        let spec = UdpFrameSpecV6 {
+            dst_mac: [0x33, 0x33, 0, 1, 0, 5],
+            src_mac: [2, 0, 0, 0, 0, 1],
+            src: "[2001:db8::1]:40000".parse().expect("literal"),
+            dst: "[ff3e::1:5]:5001".parse().expect("literal"),
+            hop_limit,
+            dscp,
+        };
+        write_udp_v6_frame(&mut f, &spec, payload.len()).expect("fits");
+        f
+    }
+
+    fn out6() -> FrameRewrite {
+        FrameRewrite {
+            dst_mac: [0x33, 0x33, 0, 0x10, 0, 0x60],
+            dst: "ff3e::10:6001".parse().expect("literal"),
+            src: Some("2001:db8:1::1".parse().expect("literal")),
+            ..out()
+        }
     }
 
     #[test]
-    fn a_vlan_tagged_frame_is_not_taken_for_the_untagged_interface() {
+    fn a_tag_in_the_frame_or_taken_off_by_the_kernel_gives_the_vlan() {
         let f = frame(b"tagged", 64);
-        let mut t = f[..12].to_vec();
-        t.extend_from_slice(&[0x81, 0x00, 0x00, 0x64]);
-        t.extend_from_slice(&f[12..]);
-        assert_eq!(parse(&t, t.len(), RxChecksum::Unknown), Err(WorkerCounter::VlanTagged));
+        let t = tagged(&f, 0xa000 | 100);
+        let d = parse(&t, t.len(), RxChecksum::Unknown, None).expect("an inline tag");
+        assert_eq!((d.vlan, d.pcp, d.ip_at), (100, 5, 18));
+        assert_eq!(&t[d.payload_at..d.payload_at + d.payload_len], b"tagged");
+        let d = parse(&f, f.len(), RxChecksum::Unknown, Some(0x2000 | 300)).expect("the ring's tag");
+        assert_eq!((d.vlan, d.pcp, d.ip_at), (300, 1, 14));
+        let d = parse(&f, f.len(), RxChecksum::Unknown, None).expect("untagged");
+        assert_eq!(d.vlan, 0);
+        // A second tag: 802.1ad QinQ.
+        assert_eq!(
+            parse(&t, t.len(), RxChecksum::Unknown, Some(200)),
+            Err(WorkerCounter::VlanTagged)
+        );
+        let tt = tagged(&t, 7);
+        assert_eq!(
+            parse(&tt, tt.len(), RxChecksum::Unknown, None),
+            Err(WorkerCounter::VlanTagged)
+        );
+        assert_eq!(
+            parse(&t[..16], 16, RxChecksum::Unknown, None),
+            Err(WorkerCounter::BadLength)
+        );
+    }
+
+    #[test]
+    fn an_ipv6_datagram_parses_with_and_without_extension_headers() {
+        let f = frame6(b"six", 9, 46);
+        let d = parse(&f, f.len(), RxChecksum::Unknown, None).expect("valid");
+        assert_eq!(
+            (d.src, d.dst, d.src_port, d.dst_port, d.ttl, d.tos >> 2),
+            (
+                "2001:db8::1".parse::<IpAddr>().expect("literal"),
+                "ff3e::1:5".parse::<IpAddr>().expect("literal"),
+                40000,
+                5001,
+                9,
+                46
+            )
+        );
+        assert_eq!(&f[d.payload_at..], b"six");
+        // A hop-by-hop header (router alert) before UDP: passed over.
+        let mut h = f[..54].to_vec();
+        h[20] = 0;
+        h.extend_from_slice(&[17, 0, 5, 2, 0, 0, 1, 0]);
+        h.extend_from_slice(&f[54..]);
+        let plen = u16::from_be_bytes([h[18], h[19]]) + 8;
+        h[18..20].copy_from_slice(&plen.to_be_bytes());
+        let d = parse(&h, h.len(), RxChecksum::Unknown, None).expect("hop-by-hop passed over");
+        assert_eq!((d.udp_at, &h[d.payload_at..]), (62, &b"six"[..]));
+        let mut bad = f.clone();
+        let n = bad.len();
+        bad[n - 1] ^= 1;
+        assert_eq!(
+            parse(&bad, n, RxChecksum::Unknown, None),
+            Err(WorkerCounter::BadUdpChecksum)
+        );
+        let mut zero = f.clone();
+        zero[60..62].copy_from_slice(&[0, 0]);
+        assert_eq!(
+            parse(&zero, n, RxChecksum::Unknown, None),
+            Err(WorkerCounter::BadUdpChecksum),
+            "IPv6 requires the UDP checksum"
+        );
+        let mut esp = f.clone();
+        esp[20] = 50;
+        assert_eq!(
+            parse(&esp, n, RxChecksum::Unknown, None),
+            Err(WorkerCounter::Ipv6Extension)
+        );
+        let mut icmp = f.clone();
+        icmp[20] = 58;
+        assert_eq!(parse(&icmp, n, RxChecksum::Unknown, None), Err(WorkerCounter::NotUdp));
+        let mut frag = f[..54].to_vec();
+        frag[20] = 44;
+        frag.extend_from_slice(&[17, 0, 0, 1, 0, 0, 0, 9]);
+        frag.extend_from_slice(&f[54..]);
+        frag[18..20].copy_from_slice(&plen.to_be_bytes());
+        assert_eq!(
+            parse(&frag, frag.len(), RxChecksum::Unknown, None),
+            Err(WorkerCounter::Fragment)
+        );
+        let mut long = f.clone();
+        long[18..20].copy_from_slice(&2000u16.to_be_bytes());
+        assert_eq!(
+            parse(&long, n, RxChecksum::Unknown, None),
+            Err(WorkerCounter::BadLength)
+        );
+        let mut v5 = f.clone();
+        v5[14] = 0x56;
+        assert_eq!(parse(&v5, n, RxChecksum::Unknown, None), Err(WorkerCounter::NotIp));
+    }
+
+    #[test]
+    fn every_family_pair_translates_with_valid_checksums_and_the_same_payload() {
+        let payload = b"the same bytes on every side";
+        let f4 = frame(payload, 9);
+        let f6 = frame6(payload, 9, 0);
+        let out4 = out();
+        let out6 = out6();
+        for (f, o) in [(&f4, out4), (&f4, out6), (&f6, out4), (&f6, out6)] {
+            let d = parse(f, f.len(), RxChecksum::Unknown, None).expect("valid");
+            let mut buf = [0u8; 256];
+            let n = rewrite(f, &d, &o, &mut buf).expect("sent");
+            let back = parse(&buf[..n], n, RxChecksum::Unknown, None).expect("checksums valid");
+            assert_eq!(
+                (back.dst, back.dst_port, back.src_port, back.ttl),
+                (o.dst, o.dst_port, 40000, 8)
+            );
+            assert_eq!(Some(back.src), o.src);
+            assert_eq!(&buf[back.payload_at..n], payload);
+            assert_eq!(&buf[..6], &o.dst_mac);
+        }
+    }
+
+    #[test]
+    fn an_ipv4_datagram_without_a_checksum_gets_one_as_ipv6() {
+        let mut f = frame(b"no checksum", 9);
+        f[40..42].copy_from_slice(&[0, 0]);
+        let d = parse(&f, f.len(), RxChecksum::Unknown, None).expect("valid");
+        let mut buf = [0u8; 256];
+        let n = rewrite(&f, &d, &out6(), &mut buf).expect("sent");
+        parse(&buf[..n], n, RxChecksum::Unknown, None).expect("a full checksum");
+        let f6 = frame6(b"offloaded", 9, 0);
+        let mut p = f6.clone();
+        p[60..62].copy_from_slice(&[0x12, 0x34]);
+        let d = parse(&p, p.len(), RxChecksum::NotReady, None).expect("not ready");
+        for o in [out(), out6()] {
+            let n = rewrite(&p, &d, &o, &mut buf).expect("sent");
+            parse(&buf[..n], n, RxChecksum::Unknown, None).expect("completed");
+        }
+    }
+
+    #[test]
+    fn dscp_is_set_or_kept_with_ecn_and_the_tag_is_added_changed_or_stripped() {
+        let mut f = frame(b"marked", 9);
+        // DSCP 10 (af11), ECN 01.
+        f[15] = (10 << 2) | 1;
+        Ipv4Header::mut_from_prefix(&mut f[14..])
+            .expect("ip")
+            .0
+            .fill_checksum(&[]);
+        let t = tagged(&f, 0x6000 | 100);
+        let d = parse(&t, t.len(), RxChecksum::Unknown, None).expect("valid");
+        let mut buf = [0u8; 256];
+        let set = FrameRewrite {
+            dscp: Dscp::Set(46),
+            vlan: Some(200),
+            ..out()
+        };
+        let n = rewrite(&t, &d, &set, &mut buf).expect("sent");
+        let back = parse(&buf[..n], n, RxChecksum::Unknown, None).expect("both checksums valid");
+        assert_eq!((back.tos, back.vlan, back.pcp), ((46 << 2) | 1, 200, 3));
+        assert_eq!(&buf[12..16], &[0x81, 0x00, 0x60, 200]);
+        let n = rewrite(&t, &d, &out(), &mut buf).expect("sent");
+        let back = parse(&buf[..n], n, RxChecksum::Unknown, None).expect("valid");
+        assert_eq!(
+            (back.tos, back.vlan, &buf[12..14]),
+            ((10 << 2) | 1, 0, &[0x08, 0x00][..])
+        );
+        let d6 = parse(&frame6(b"x", 9, 34), 63, RxChecksum::Unknown, None).expect("valid");
+        let f6 = frame6(b"x", 9, 34);
+        for (policy, want) in [(Dscp::Keep, 34), (Dscp::Set(0), 0), (Dscp::Set(46), 46)] {
+            for o in [out(), out6()] {
+                let n = rewrite(&f6, &d6, &FrameRewrite { dscp: policy, ..o }, &mut buf).expect("sent");
+                let back = parse(&buf[..n], n, RxChecksum::Unknown, None).expect("valid");
+                assert_eq!(back.tos >> 2, want, "{policy:?} {:?}", o.dst);
+            }
+        }
     }
 
     #[test]
@@ -333,20 +740,24 @@ mod tests {
         // UDP length 8 + 5, IP payload 8 + 10.
         let at = 14 + 20 + 4;
         f[at..at + 2].copy_from_slice(&13u16.to_be_bytes());
-        assert_eq!(parse(&f, f.len(), RxChecksum::Valid), Err(WorkerCounter::BadLength));
+        assert_eq!(
+            parse(&f, f.len(), RxChecksum::Valid, None),
+            Err(WorkerCounter::BadLength)
+        );
     }
 
     #[test]
     fn rewrite_changes_what_it_should_and_keeps_checksums_valid() {
         let f = frame(b"payload bytes", 9);
-        let d = parse(&f, f.len(), RxChecksum::Unknown).expect("valid");
+        let d = parse(&f, f.len(), RxChecksum::Unknown, None).expect("valid");
         let mut buf = [0u8; 2048];
         let n = rewrite(&f, &d, &out(), &mut buf).expect("sent");
         let o = &buf[..n];
-        let back = parse(o, o.len(), RxChecksum::Unknown).expect("the rewritten frame is valid, checksums included");
+        let back =
+            parse(o, o.len(), RxChecksum::Unknown, None).expect("the rewritten frame is valid, checksums included");
         assert_eq!(
             (back.dst, back.dst_port, back.src, back.src_port, back.ttl),
-            (Ipv4Addr::new(239, 10, 1, 1), 6001, Ipv4Addr::new(10, 0, 1, 1), 40000, 8)
+            (ip4(239, 10, 1, 1), 6001, ip4(10, 0, 1, 1), 40000, 8)
         );
         assert_eq!(&o[0..6], &[1, 0, 0x5e, 10, 1, 1]);
         assert_eq!(&o[6..12], &[2, 0, 0, 0, 0, 9]);
@@ -355,14 +766,14 @@ mod tests {
         keep.src = None;
         keep.ttl = Ttl::Fixed(3);
         let n = rewrite(&f, &d, &keep, &mut buf).expect("sent");
-        let back = parse(&buf[..n], n, RxChecksum::Unknown).expect("valid");
-        assert_eq!((back.src, back.ttl), (Ipv4Addr::new(10, 0, 0, 1), 3));
+        let back = parse(&buf[..n], n, RxChecksum::Unknown, None).expect("valid");
+        assert_eq!((back.src, back.ttl), (ip4(10, 0, 0, 1), 3));
     }
 
     #[test]
     fn ttl_and_mtu_limits_are_drops_of_the_output() {
         let f = frame(&[0u8; 100], 1);
-        let d = parse(&f, f.len(), RxChecksum::Unknown).expect("valid");
+        let d = parse(&f, f.len(), RxChecksum::Unknown, None).expect("valid");
         let mut buf = [0u8; 2048];
         assert_eq!(rewrite(&f, &d, &out(), &mut buf), Err(OutputCounter::TtlExpired));
         let mut small = out();
@@ -392,13 +803,13 @@ mod tests {
         f[at] = 0x12;
         f[at + 1] = 0x34;
         assert_eq!(
-            parse(&f, f.len(), RxChecksum::Unknown),
+            parse(&f, f.len(), RxChecksum::Unknown, None),
             Err(WorkerCounter::BadUdpChecksum)
         );
-        let d = parse(&f, f.len(), RxChecksum::NotReady).expect("trusted as not ready");
+        let d = parse(&f, f.len(), RxChecksum::NotReady, None).expect("trusted as not ready");
         let mut buf = [0u8; 2048];
         let n = rewrite(&f, &d, &out(), &mut buf).expect("sent");
-        parse(&buf[..n], n, RxChecksum::Unknown).expect("the output carries a full, valid checksum");
+        parse(&buf[..n], n, RxChecksum::Unknown, None).expect("the output carries a full, valid checksum");
     }
 
     #[test]
@@ -407,25 +818,25 @@ mod tests {
         let at = 14 + 20 + 6;
         f[at] = 0;
         f[at + 1] = 0;
-        let d = parse(&f, f.len(), RxChecksum::Unknown).expect("no checksum is valid");
+        let d = parse(&f, f.len(), RxChecksum::Unknown, None).expect("no checksum is valid");
         let mut buf = [0u8; 2048];
         let n = rewrite(&f, &d, &out(), &mut buf).expect("sent");
         assert_eq!(&buf[at..at + 2], &[0, 0]);
-        parse(&buf[..n], n, RxChecksum::Unknown).expect("valid");
+        parse(&buf[..n], n, RxChecksum::Unknown, None).expect("valid");
     }
 
     proptest! {
         #[test]
         fn any_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200), extra in 0usize..10, verified: bool) {
             let c = if verified { RxChecksum::Valid } else { RxChecksum::Unknown };
-            let _ = parse(&bytes, bytes.len() + extra % 2, c);
+            let _ = parse(&bytes, bytes.len() + extra % 2, c, None);
         }
 
         #[test]
         fn any_bytes_after_a_valid_ethernet_and_ip_start_never_panic(tail in proptest::collection::vec(any::<u8>(), 0..100)) {
             let mut f = frame(b"x", 9)[..34].to_vec();
             f.extend_from_slice(&tail);
-            if let Ok(d) = parse(&f, f.len(), RxChecksum::Unknown) {
+            if let Ok(d) = parse(&f, f.len(), RxChecksum::Unknown, None) {
                 let mut buf = [0u8; 256];
                 let _ = rewrite(&f, &d, &out(), &mut buf);
             }
@@ -445,7 +856,7 @@ mod tests {
                 ttl, dscp: 0, ident: 0,
             };
             write_udp_v4_frame(&mut f, &spec, payload.len()).expect("fits");
-            let d = parse(&f, f.len(), RxChecksum::Unknown).expect("valid");
+            let d = parse(&f, f.len(), RxChecksum::Unknown, None).expect("valid");
             let o = FrameRewrite {
                 dst: dst.into(), dst_port: port, src: new_src.map(Into::into),
                 ttl: fixed.filter(|&t| t > 0).map_or(Ttl::Decrement, Ttl::Fixed),
@@ -453,10 +864,10 @@ mod tests {
             };
             let mut buf = [0u8; 1600];
             let n = rewrite(&f, &d, &o, &mut buf).expect("fits");
-            let back = parse(&buf[..n], n, RxChecksum::Unknown).expect("checksums valid");
-            prop_assert_eq!(back.dst, Ipv4Addr::from(dst));
+            let back = parse(&buf[..n], n, RxChecksum::Unknown, None).expect("checksums valid");
+            prop_assert_eq!(back.dst, IpAddr::from(dst));
             prop_assert_eq!(back.dst_port, port);
-            prop_assert_eq!(back.src, new_src.map_or(Ipv4Addr::from(src), Ipv4Addr::from));
+            prop_assert_eq!(back.src, new_src.map_or(IpAddr::from(src), IpAddr::from));
             prop_assert_eq!(&buf[back.payload_at..n], &payload[..]);
         }
     }

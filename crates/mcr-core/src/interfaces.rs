@@ -28,14 +28,29 @@ pub struct InterfaceInfo {
     pub master: Option<String>,
 }
 
+/// fe80::/10 unicast, or a multicast group of link-local scope.
+fn is_link_local_v6(a: std::net::Ipv6Addr) -> bool {
+    let s = a.segments()[0];
+    s & 0xffc0 == 0xfe80 || (s & 0xff00 == 0xff00 && s & 0x000f <= 2)
+}
+
 fn yes() -> bool {
     true
 }
 
 impl InterfaceInfo {
-    /// The first address of the family of `like`.
+    /// The address to send to `like` from: the first of its family, and
+    /// for IPv6 the first of wider than link-local scope when there is one
+    /// (a link-local fe80:: source is used only when a link-local
+    /// destination needs it, or the interface has nothing else).
     pub fn address_like(&self, like: IpAddr) -> Option<IpAddr> {
-        self.addresses.iter().copied().find(|a| a.is_ipv4() == like.is_ipv4())
+        let same = || self.addresses.iter().copied().filter(|a| a.is_ipv4() == like.is_ipv4());
+        match like {
+            IpAddr::V6(l) if !is_link_local_v6(l) => same()
+                .find(|a| matches!(a, IpAddr::V6(v) if !is_link_local_v6(*v)))
+                .or_else(|| same().next()),
+            _ => same().next(),
+        }
     }
 }
 
@@ -77,5 +92,36 @@ impl Interfaces {
     /// The names, comma separated, for error messages.
     pub fn names(&self) -> String {
         self.by_name.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipv6_output_sends_from_an_address_wider_than_the_link() {
+        let i = InterfaceInfo {
+            name: "veth2".into(),
+            index: 3,
+            mac: [2, 0, 0, 0, 0, 3],
+            mtu: 1500,
+            addresses: ["fe80::1", "10.0.1.1", "fd00:1::1"]
+                .iter()
+                .map(|a| a.parse().expect("literal"))
+                .collect(),
+            ethernet: true,
+            master: None,
+        };
+        let a = |s: &str| s.parse::<IpAddr>().expect("literal");
+        assert_eq!(i.address_like(a("ff3e::1")), Some(a("fd00:1::1")));
+        assert_eq!(i.address_like(a("2001:db8::9")), Some(a("fd00:1::1")));
+        assert_eq!(i.address_like(a("ff02::1:3")), Some(a("fe80::1")));
+        assert_eq!(i.address_like(a("239.1.1.1")), Some(a("10.0.1.1")));
+        let only_link = InterfaceInfo {
+            addresses: vec![a("fe80::1")],
+            ..i
+        };
+        assert_eq!(only_link.address_like(a("ff3e::1")), Some(a("fe80::1")));
     }
 }

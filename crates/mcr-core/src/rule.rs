@@ -1,16 +1,19 @@
 //! The rule model: what MCR forwards, from where to where.
 //!
-//! A rule takes one input (an interface, a destination group or unicast
-//! address and port, and optionally one source) and sends every packet to
-//! one or more outputs (an interface, a destination group or unicast host
-//! and port, a TTL policy and a source-address policy). Every type holds
-//! IPv6 addresses as well as IPv4 ones.
+//! A rule takes one input (an interface, optionally one VLAN of it, a
+//! destination group or unicast address and port, and optionally the
+//! sources it takes) and sends every packet to one or more outputs (an
+//! interface, optionally a VLAN tag, a destination group or unicast host
+//! and port, a TTL, DSCP and source-address policy). IPv4 and IPv6 are
+//! alike everywhere; an output's family may differ from its input's.
 //!
 //! The compact text form, used by `mcrctl` and the config file:
 //!
 //! ```text
-//! input:  IFACE:ADDRESS:PORT[,source=ADDRESS]          veth1:239.1.1.1:5001,source=10.0.0.1
-//! output: IFACE:ADDRESS:PORT[,ttl=N][,source=POLICY]   veth2:239.10.1.1:6001,ttl=8,source=keep
+//! input:  IFACE:ADDRESS:PORT[,vlan=ID][,source=ADDRESS]...
+//!         veth1:239.1.1.1:5001,source=10.0.0.1,source=10.0.0.2
+//! output: IFACE:ADDRESS:PORT[,vlan=ID][,ttl=N][,dscp=D][,source=POLICY]
+//!         veth2:[ff3e::10]:6001,ttl=8,dscp=46
 //! ```
 //!
 //! IPv6 addresses go in brackets (`veth1:[ff3e::1]:5001`).
@@ -39,12 +42,17 @@ pub struct Rule {
 pub struct Input {
     /// The interface it arrives on.
     pub interface: String,
+    /// The 802.1Q VLAN id it carries on that interface (a trunk), or none
+    /// for the interface's untagged traffic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
     /// Its destination: a multicast group, or a unicast address of the
     /// interface, and the UDP port.
     pub destination: SocketAddr,
-    /// Only packets from this source (an (S,G) rule); any source if absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<IpAddr>,
+    /// Only packets from these sources (an (S,G) rule, joined source by
+    /// source); any source if empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<IpAddr>,
 }
 
 /// One place a rule sends its stream.
@@ -53,11 +61,17 @@ pub struct Input {
 pub struct Output {
     /// The interface it leaves on.
     pub interface: String,
+    /// The 802.1Q VLAN id every frame is tagged with, or none: untagged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
     /// Its new destination: a multicast group, or a unicast host, and port.
     pub destination: SocketAddr,
     /// TTL (hop limit) of what leaves.
     #[serde(default, skip_serializing_if = "Ttl::is_default")]
     pub ttl: Ttl,
+    /// DSCP of what leaves.
+    #[serde(default, skip_serializing_if = "Dscp::is_default")]
+    pub dscp: Dscp,
     /// Source address of what leaves.
     #[serde(default, skip_serializing_if = "SourcePolicy::is_default")]
     pub source: SourcePolicy,
@@ -65,7 +79,7 @@ pub struct Output {
 
 /// The TTL of an output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(try_from = "TtlText", into = "TtlText")]
+#[serde(try_from = "NumberOrWord", into = "NumberOrWord")]
 pub enum Ttl {
     /// The input's TTL minus one (a packet that arrives with TTL 1 is not
     /// sent on). Written `decrement`.
@@ -83,29 +97,29 @@ impl Ttl {
 
 #[derive(Serialize, Deserialize)]
 #[serde(untagged)]
-enum TtlText {
+enum NumberOrWord {
     Number(u16),
     Word(String),
 }
 
-impl TryFrom<TtlText> for Ttl {
+impl TryFrom<NumberOrWord> for Ttl {
     type Error = String;
-    fn try_from(t: TtlText) -> Result<Self, String> {
+    fn try_from(t: NumberOrWord) -> Result<Self, String> {
         match t {
-            TtlText::Number(n) => match u8::try_from(n) {
+            NumberOrWord::Number(n) => match u8::try_from(n) {
                 Ok(v) if v > 0 => Ok(Ttl::Fixed(v)),
                 _ => Err(format!("ttl {n} is outside 1-255")),
             },
-            TtlText::Word(w) => w.parse(),
+            NumberOrWord::Word(w) => w.parse(),
         }
     }
 }
 
-impl From<Ttl> for TtlText {
+impl From<Ttl> for NumberOrWord {
     fn from(t: Ttl) -> Self {
         match t {
-            Ttl::Decrement => TtlText::Word("decrement".into()),
-            Ttl::Fixed(v) => TtlText::Number(u16::from(v)),
+            Ttl::Decrement => NumberOrWord::Word("decrement".into()),
+            Ttl::Fixed(v) => NumberOrWord::Number(u16::from(v)),
         }
     }
 }
@@ -129,6 +143,95 @@ impl fmt::Display for Ttl {
             Ttl::Decrement => f.write_str("decrement"),
             Ttl::Fixed(v) => write!(f, "{v}"),
         }
+    }
+}
+
+/// The DSCP (the upper six bits of the IPv4 TOS byte or the IPv6 traffic
+/// class) of an output. ECN bits are always kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "NumberOrWord", into = "NumberOrWord")]
+pub enum Dscp {
+    /// The input's DSCP. Written `keep`.
+    #[default]
+    Keep,
+    /// This value, 0 to 63.
+    Set(u8),
+}
+
+impl Dscp {
+    fn is_default(&self) -> bool {
+        *self == Dscp::Keep
+    }
+}
+
+/// The DSCP names of RFC 4594 / RFC 2474 (class selectors, assured
+/// forwarding, expedited forwarding), as operators write them.
+fn dscp_by_name(s: &str) -> Option<u8> {
+    let l = s.to_ascii_lowercase();
+    match l.as_str() {
+        "be" | "df" => return Some(0),
+        "ef" => return Some(46),
+        "va" | "voice-admit" => return Some(44),
+        _ => {}
+    }
+    let digits = |p: &str| l.strip_prefix(p).and_then(|d| d.parse::<u8>().ok());
+    if let Some(n) = digits("cs").filter(|n| *n <= 7) {
+        return Some(n << 3);
+    }
+    let af = digits("af")?;
+    let (class, drop) = (af / 10, af % 10);
+    ((1..=4).contains(&class) && (1..=3).contains(&drop)).then_some((class << 3) | (drop << 1))
+}
+
+impl TryFrom<NumberOrWord> for Dscp {
+    type Error = String;
+    fn try_from(t: NumberOrWord) -> Result<Self, String> {
+        match t {
+            NumberOrWord::Number(n) if n <= 63 => Ok(Dscp::Set(n as u8)),
+            NumberOrWord::Number(n) => Err(format!("dscp {n} is outside 0-63")),
+            NumberOrWord::Word(w) => w.parse(),
+        }
+    }
+}
+
+impl From<Dscp> for NumberOrWord {
+    fn from(d: Dscp) -> Self {
+        match d {
+            Dscp::Keep => NumberOrWord::Word("keep".into()),
+            Dscp::Set(v) => NumberOrWord::Number(u16::from(v)),
+        }
+    }
+}
+
+impl FromStr for Dscp {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "keep" {
+            return Ok(Dscp::Keep);
+        }
+        match s.parse::<u8>().ok().or_else(|| dscp_by_name(s)) {
+            Some(v) if v <= 63 => Ok(Dscp::Set(v)),
+            _ => Err(format!(
+                "dscp `{s}`: write a number from 0 to 63, a name (ef, af11-af43, cs0-cs7, be), or keep"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Dscp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Dscp::Keep => f.write_str("keep"),
+            Dscp::Set(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+/// A VLAN id as written in an option: 1 to 4094.
+fn parse_vlan(spec: &str, v: &str) -> Result<u16, String> {
+    match v.parse::<u16>() {
+        Ok(id) if (1..=4094).contains(&id) => Ok(id),
+        _ => Err(format!("`{spec}`: vlan `{v}`: write a VLAN id from 1 to 4094")),
     }
 }
 
@@ -231,18 +334,18 @@ impl FromStr for Input {
         let p = split_spec(spec)?;
         let mut input = Input {
             interface: p.interface,
+            vlan: None,
             destination: p.destination,
-            source: None,
+            sources: Vec::new(),
         };
         for (k, v) in p.options {
             match k.as_str() {
-                "source" => {
-                    input.source = Some(
-                        v.parse()
-                            .map_err(|_| format!("`{spec}`: source `{v}` is not an IP address"))?,
-                    )
-                }
-                _ => return Err(format!("`{spec}`: unknown input option `{k}` (known: source)")),
+                "source" => input.sources.push(
+                    v.parse()
+                        .map_err(|_| format!("`{spec}`: source `{v}` is not an IP address"))?,
+                ),
+                "vlan" => input.vlan = Some(parse_vlan(spec, &v)?),
+                _ => return Err(format!("`{spec}`: unknown input option `{k}` (known: vlan, source)")),
             }
         }
         Ok(input)
@@ -255,15 +358,23 @@ impl FromStr for Output {
         let p = split_spec(spec)?;
         let mut out = Output {
             interface: p.interface,
+            vlan: None,
             destination: p.destination,
             ttl: Ttl::default(),
+            dscp: Dscp::default(),
             source: SourcePolicy::default(),
         };
         for (k, v) in p.options {
             match k.as_str() {
                 "ttl" => out.ttl = v.parse().map_err(|e| format!("`{spec}`: {e}"))?,
+                "dscp" => out.dscp = v.parse().map_err(|e| format!("`{spec}`: {e}"))?,
                 "source" => out.source = v.parse().map_err(|e| format!("`{spec}`: {e}"))?,
-                _ => return Err(format!("`{spec}`: unknown output option `{k}` (known: ttl, source)")),
+                "vlan" => out.vlan = Some(parse_vlan(spec, &v)?),
+                _ => {
+                    return Err(format!(
+                        "`{spec}`: unknown output option `{k}` (known: vlan, ttl, dscp, source)"
+                    ));
+                }
             }
         }
         Ok(out)
@@ -277,7 +388,10 @@ fn write_addr(f: &mut fmt::Formatter<'_>, iface: &str, a: &SocketAddr) -> fmt::R
 impl fmt::Display for Input {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write_addr(f, &self.interface, &self.destination)?;
-        if let Some(s) = self.source {
+        if let Some(v) = self.vlan {
+            write!(f, ",vlan={v}")?;
+        }
+        for s in &self.sources {
             write!(f, ",source={s}")?;
         }
         Ok(())
@@ -287,8 +401,14 @@ impl fmt::Display for Input {
 impl fmt::Display for Output {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write_addr(f, &self.interface, &self.destination)?;
+        if let Some(v) = self.vlan {
+            write!(f, ",vlan={v}")?;
+        }
         if self.ttl != Ttl::Decrement {
             write!(f, ",ttl={}", self.ttl)?;
+        }
+        if self.dscp != Dscp::Keep {
+            write!(f, ",dscp={}", self.dscp)?;
         }
         if self.source != SourcePolicy::Interface {
             write!(f, ",source={}", self.source)?;
@@ -306,7 +426,10 @@ mod tests {
         for s in [
             "veth1:239.1.1.1:5001",
             "veth1:239.1.1.1:5001,source=10.0.0.1",
+            "veth1:232.1.1.1:5001,source=10.0.0.1,source=10.0.0.2",
+            "trunk0:239.1.1.1:5001,vlan=100",
             "veth1:[ff3e::1]:5001",
+            "veth1:[ff3e::1]:5001,source=2001:db8::1",
         ] {
             let i: Input = s.parse().expect(s);
             assert_eq!(i.to_string(), s);
@@ -316,6 +439,8 @@ mod tests {
             "veth2:239.10.1.1:6001,ttl=8",
             "veth2:10.0.1.2:7000,ttl=3,source=keep",
             "veth2:239.10.1.1:6001,source=10.9.9.9",
+            "veth2:[ff3e::10]:6001,vlan=200,ttl=8,dscp=46",
+            "veth2:10.0.1.2:7000,dscp=0",
         ] {
             let o: Output = s.parse().expect(s);
             assert_eq!(o.to_string(), s);
@@ -331,6 +456,9 @@ mod tests {
             ("veth1:239.1.1.1:5001,ttl=3", "unknown input option `ttl`"),
             ("veth1:239.1.1.1:5001,source", "not KEY=VALUE"),
             ("veth1:239.1.1.1:5001,source=me", "not an IP address"),
+            ("veth1:239.1.1.1:5001,vlan=0", "1 to 4094"),
+            ("veth1:239.1.1.1:5001,vlan=4095", "1 to 4094"),
+            ("veth1:239.1.1.1:5001,vlan=x", "1 to 4094"),
         ];
         for (s, needle) in cases {
             let e = s.parse::<Input>().expect_err(s);
@@ -343,7 +471,30 @@ mod tests {
             .expect_err("source");
         assert!(e.contains("interface, keep"), "{e}");
         let e = "veth2:239.1.1.1:6001,color=red".parse::<Output>().expect_err("option");
-        assert!(e.contains("known: ttl, source"), "{e}");
+        assert!(e.contains("known: vlan, ttl, dscp, source"), "{e}");
+        let e = "veth2:239.1.1.1:6001,dscp=64".parse::<Output>().expect_err("dscp");
+        assert!(e.contains("0 to 63"), "{e}");
+        let e = "veth2:239.1.1.1:6001,dscp=af44".parse::<Output>().expect_err("dscp");
+        assert!(e.contains("af11-af43"), "{e}");
+    }
+
+    #[test]
+    fn dscp_names_are_the_standard_code_points() {
+        for (name, v) in [
+            ("ef", 46),
+            ("EF", 46),
+            ("af11", 10),
+            ("af41", 34),
+            ("af43", 38),
+            ("cs1", 8),
+            ("cs7", 56),
+            ("be", 0),
+            ("va", 44),
+        ] {
+            assert_eq!(name.parse::<Dscp>(), Ok(Dscp::Set(v)), "{name}");
+        }
+        assert_eq!("keep".parse::<Dscp>(), Ok(Dscp::Keep));
+        assert_eq!("63".parse::<Dscp>(), Ok(Dscp::Set(63)));
     }
 
     #[test]

@@ -32,8 +32,8 @@ pub enum WorkerCounter {
     NoRule,
     /// Dropped: a rule for the destination, but only for other sources.
     WrongSource,
-    /// Dropped: not IPv4.
-    NotIpv4,
+    /// Dropped: not IP (neither IPv4 nor IPv6).
+    NotIp,
     /// Dropped: not UDP.
     NotUdp,
     /// Dropped: an IP fragment.
@@ -48,19 +48,21 @@ pub enum WorkerCounter {
     BadUdpChecksum,
     /// Dropped: cut short by the capture.
     Truncated,
-    /// Dropped: carries a VLAN tag (a rule's input is the untagged
-    /// interface).
+    /// Dropped: tagged twice (802.1ad QinQ), which no rule takes.
     VlanTagged,
     /// Errors the receive sockets reported (the interface went down).
     RingErrors,
+    /// Dropped: an IPv6 extension header MCR does not pass over (ESP, AH,
+    /// a routing header with segments left, too many headers).
+    Ipv6Extension,
 }
 
 impl WorkerCounter {
     /// The drop reasons, in order, with their names in reports.
-    pub const DROPS: [(WorkerCounter, &'static str); 11] = [
+    pub const DROPS: [(WorkerCounter, &'static str); 12] = [
         (WorkerCounter::NoRule, "no_rule"),
         (WorkerCounter::WrongSource, "wrong_source"),
-        (WorkerCounter::NotIpv4, "not_ipv4"),
+        (WorkerCounter::NotIp, "not_ip"),
         (WorkerCounter::NotUdp, "not_udp"),
         (WorkerCounter::Fragment, "fragment"),
         (WorkerCounter::IpOptions, "ip_options"),
@@ -69,6 +71,7 @@ impl WorkerCounter {
         (WorkerCounter::BadUdpChecksum, "bad_udp_checksum"),
         (WorkerCounter::Truncated, "truncated"),
         (WorkerCounter::VlanTagged, "vlan_tagged"),
+        (WorkerCounter::Ipv6Extension, "ipv6_extension"),
     ];
 }
 

@@ -1,13 +1,13 @@
 //! The match table a worker forwards with: built from a
-//! [`TableSnapshot`], looked up once per packet by (input interface,
+//! [`TableSnapshot`], looked up once per packet by (input interface, VLAN,
 //! destination, port) and then by source, (S,G) before (*,G).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
 use rustc_hash::FxHashMap;
 
 use crate::forward::FrameRewrite;
-use crate::rule::{SourcePolicy, Ttl};
+use crate::rule::{Dscp, SourcePolicy, Ttl};
 use crate::snapshot::TableSnapshot;
 use crate::wire::ethernet;
 
@@ -26,6 +26,8 @@ pub enum OutputKind {
         source: IpAddr,
         /// TTL policy.
         ttl: Ttl,
+        /// DSCP policy.
+        dscp: Dscp,
     },
 }
 
@@ -76,8 +78,12 @@ pub struct MatchTable {
     /// The snapshot version it was built from.
     pub version: u64,
     rules: Vec<CompiledRule>,
-    entries: FxHashMap<(u32, IpAddr, u16), Entry>,
+    entries: FxHashMap<Key, Entry>,
 }
+
+/// What a packet is looked up by: input interface, VLAN id (0: untagged),
+/// destination, port.
+type Key = (u32, u16, IpAddr, u16);
 
 /// Why a snapshot could not be compiled (the supervisor validated it, so
 /// this means an interface changed under it).
@@ -130,31 +136,38 @@ impl MatchTable {
                     .get(&o.interface)
                     .ok_or_else(|| bad(format!("output interface `{}` is unknown", o.interface)))?;
                 let dst = o.destination.ip();
-                let kind = match (dst, ethernet::multicast_mac(dst)) {
-                    (IpAddr::V4(dst4), Some(dst_mac)) => OutputKind::Frame(FrameRewrite {
+                let family = if dst.is_ipv4() { "IPv4" } else { "IPv6" };
+                let kind = match ethernet::multicast_mac(dst) {
+                    Some(dst_mac) => OutputKind::Frame(FrameRewrite {
                         dst_mac,
                         src_mac: iface.mac,
-                        dst: dst4,
+                        vlan: o.vlan,
+                        dst,
                         dst_port: o.destination.port(),
                         src: match o.source {
-                            SourcePolicy::Keep => None,
-                            SourcePolicy::Address(IpAddr::V4(a)) => Some(a),
-                            SourcePolicy::Interface => match iface.address_like(dst) {
-                                Some(IpAddr::V4(a)) => Some(a),
-                                _ => return Err(bad(format!("`{}` has no IPv4 address", o.interface))),
-                            },
-                            SourcePolicy::Address(a) => return Err(bad(format!("source {a} is not IPv4"))),
+                            SourcePolicy::Keep if r.input.destination.is_ipv4() == dst.is_ipv4() => None,
+                            SourcePolicy::Keep => {
+                                return Err(bad(format!("source=keep cannot carry a source into {family}")));
+                            }
+                            SourcePolicy::Address(a) if a.is_ipv4() == dst.is_ipv4() => Some(a),
+                            SourcePolicy::Address(a) => return Err(bad(format!("source {a} is not {family}"))),
+                            SourcePolicy::Interface => Some(
+                                iface
+                                    .address_like(dst)
+                                    .ok_or_else(|| bad(format!("`{}` has no {family} address", o.interface)))?,
+                            ),
                         },
                         ttl: o.ttl,
+                        dscp: o.dscp,
                         mtu: iface.mtu,
                     }),
-                    (_, Some(_)) => return Err(bad(format!("{dst}: IPv6 outputs are not supported yet"))),
-                    (_, None) => OutputKind::Udp {
+                    None => OutputKind::Udp {
                         destination: o.destination,
                         source: iface
                             .address_like(dst)
-                            .ok_or_else(|| bad(format!("`{}` has no address of {dst}'s family", o.interface)))?,
+                            .ok_or_else(|| bad(format!("`{}` has no {family} address", o.interface)))?,
                         ttl: o.ttl,
+                        dscp: o.dscp,
                     },
                 };
                 outputs.push(CompiledOutput {
@@ -170,21 +183,26 @@ impl MatchTable {
                 slot: sr.slot,
                 outputs,
             });
-            let key = (input_if.index, r.input.destination.ip(), r.input.destination.port());
+            let key = (
+                input_if.index,
+                r.input.vlan.unwrap_or(0),
+                r.input.destination.ip(),
+                r.input.destination.port(),
+            );
             let e = t.entries.entry(key).or_default();
-            match r.input.source {
-                Some(s) => e.by_source.push((s, idx)),
-                None => e.any_source = Some(idx),
+            if r.input.sources.is_empty() {
+                e.any_source = Some(idx);
             }
+            e.by_source.extend(r.input.sources.iter().map(|&s| (s, idx)));
         }
         Ok(())
     }
 
-    /// The rule for a packet that arrived on `ifindex`, sent from `src` to
-    /// `dst:port`: the (S,G) rule for its source if there is one, otherwise
-    /// the (*,G) rule.
-    pub fn lookup(&self, ifindex: u32, dst: IpAddr, port: u16, src: IpAddr) -> Lookup<'_> {
-        let Some(e) = self.entries.get(&(ifindex, dst, port)) else {
+    /// The rule for a packet that arrived on `ifindex` (on VLAN `vlan`, 0
+    /// if untagged), sent from `src` to `dst:port`: the (S,G) rule for its
+    /// source if there is one, otherwise the (*,G) rule.
+    pub fn lookup(&self, ifindex: u32, vlan: u16, dst: IpAddr, port: u16, src: IpAddr) -> Lookup<'_> {
+        let Some(e) = self.entries.get(&(ifindex, vlan, dst, port)) else {
             return Lookup::NoRule;
         };
         let idx = e
@@ -206,15 +224,26 @@ impl MatchTable {
 
     /// The unicast destinations rules take on interface `ifindex` (the
     /// ingress filter lets them in besides multicast).
-    pub fn unicast_inputs(&self, ifindex: u32) -> Vec<Ipv4Addr> {
-        let mut v: Vec<Ipv4Addr> = self
+    pub fn unicast_inputs(&self, ifindex: u32) -> Vec<IpAddr> {
+        let mut v: Vec<IpAddr> = self
             .entries
             .keys()
-            .filter(|(i, _, _)| *i == ifindex)
-            .filter_map(|(_, a, _)| match a {
-                IpAddr::V4(v4) if !v4.is_multicast() => Some(*v4),
-                _ => None,
-            })
+            .filter(|k| k.0 == ifindex && !k.2.is_multicast())
+            .map(|k| k.2)
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// The VLANs rules take on interface `ifindex` (the ingress filter lets
+    /// frames tagged with them in; untagged frames always).
+    pub fn vlans(&self, ifindex: u32) -> Vec<u16> {
+        let mut v: Vec<u16> = self
+            .entries
+            .keys()
+            .filter(|k| k.0 == ifindex && k.1 != 0)
+            .map(|k| k.1)
             .collect();
         v.sort();
         v.dedup();
@@ -223,7 +252,7 @@ impl MatchTable {
 
     /// The input interfaces the rules use.
     pub fn input_interfaces(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self.entries.keys().map(|(i, _, _)| *i).collect();
+        let mut v: Vec<u32> = self.entries.keys().map(|k| k.0).collect();
         v.sort();
         v.dedup();
         v
@@ -273,15 +302,15 @@ mod tests {
             ("s1", "veth1:239.1.1.1:5001,source=10.0.0.1", &["veth2:239.10.1.2:6001"]),
         ]));
         let g: IpAddr = "239.1.1.1".parse().expect("literal");
-        let from = |s: &str| t.lookup(2, g, 5001, s.parse().expect("literal"));
+        let from = |s: &str| t.lookup(2, 0, g, 5001, s.parse().expect("literal"));
         assert!(matches!(from("10.0.0.1"), Lookup::Rule(r) if r.name == "s1"));
         assert!(matches!(from("10.0.0.9"), Lookup::Rule(r) if r.name == "any"));
         assert_eq!(
-            t.lookup(2, g, 5002, "10.0.0.1".parse().expect("literal")),
+            t.lookup(2, 0, g, 5002, "10.0.0.1".parse().expect("literal")),
             Lookup::NoRule
         );
         assert_eq!(
-            t.lookup(3, g, 5001, "10.0.0.1".parse().expect("literal")),
+            t.lookup(3, 0, g, 5001, "10.0.0.1".parse().expect("literal")),
             Lookup::NoRule
         );
     }
@@ -295,7 +324,7 @@ mod tests {
         )]));
         let g: IpAddr = "239.1.1.1".parse().expect("literal");
         assert_eq!(
-            t.lookup(2, g, 5001, "10.0.0.9".parse().expect("literal")),
+            t.lookup(2, 0, g, 5001, "10.0.0.9".parse().expect("literal")),
             Lookup::WrongSource
         );
     }
@@ -319,7 +348,7 @@ mod tests {
         };
         assert_eq!(f.dst_mac, [1, 0, 0x5e, 10, 1, 1]);
         assert_eq!(f.src_mac, [2, 0, 0, 0, 0, 3]);
-        assert_eq!(f.src, Some(Ipv4Addr::new(10, 0, 1, 1)));
+        assert_eq!(f.src, Some(IpAddr::from([10, 0, 1, 1])));
         assert_eq!(f.ttl, Ttl::Fixed(4));
         let OutputKind::Frame(k) = &r.outputs[1].kind else {
             panic!("frames")
@@ -327,8 +356,64 @@ mod tests {
         assert_eq!(k.src, None);
         assert!(matches!(r.outputs[2].kind, OutputKind::Udp { .. }));
         assert_eq!(r.outputs.iter().map(|o| o.slot).collect::<Vec<_>>(), vec![0, 1, 2]);
-        assert_eq!(t.unicast_inputs(2), vec![Ipv4Addr::new(10, 0, 0, 2)]);
+        assert_eq!(t.unicast_inputs(2), vec![IpAddr::from([10, 0, 0, 2])]);
         assert_eq!(t.input_interfaces(), vec![2]);
+    }
+
+    #[test]
+    fn vlans_and_source_lists_are_part_of_the_match() {
+        let t = compiled(&snap(&[
+            ("v100", "veth1:239.1.1.1:5001,vlan=100", &["veth2:239.10.1.1:6001"]),
+            ("plain", "veth1:239.1.1.1:5001", &["veth2:239.10.1.2:6001,vlan=200"]),
+            (
+                "ssm",
+                "veth1:232.1.1.1:5001,source=10.0.0.1,source=10.0.0.3",
+                &["veth2:239.10.1.3:6001"],
+            ),
+        ]));
+        let g: IpAddr = "239.1.1.1".parse().expect("literal");
+        let s: IpAddr = "10.0.0.9".parse().expect("literal");
+        assert!(matches!(t.lookup(2, 100, g, 5001, s), Lookup::Rule(r) if r.name == "v100"));
+        assert!(matches!(t.lookup(2, 0, g, 5001, s), Lookup::Rule(r) if r.name == "plain"));
+        assert_eq!(t.lookup(2, 300, g, 5001, s), Lookup::NoRule);
+        let ssm: IpAddr = "232.1.1.1".parse().expect("literal");
+        for src in ["10.0.0.1", "10.0.0.3"] {
+            assert!(
+                matches!(t.lookup(2, 0, ssm, 5001, src.parse().expect("literal")), Lookup::Rule(r) if r.name == "ssm")
+            );
+        }
+        assert_eq!(
+            t.lookup(2, 0, ssm, 5001, "10.0.0.2".parse().expect("literal")),
+            Lookup::WrongSource
+        );
+        assert_eq!(t.vlans(2), vec![100]);
+        let OutputKind::Frame(f) = &t.rules()[1].outputs[0].kind else {
+            panic!("frames")
+        };
+        assert_eq!(f.vlan, Some(200));
+    }
+
+    #[test]
+    fn outputs_of_the_other_family_take_the_interfaces_address_of_theirs() {
+        let mut s = snap(&[(
+            "x",
+            "veth1:239.1.1.1:5001",
+            &["veth2:[ff3e::10]:6001,dscp=46", "veth2:[2001:db8::9]:7000"],
+        )]);
+        let v6: IpAddr = "2001:db8::1".parse().expect("literal");
+        let mut ifs: Vec<_> = s.interfaces.iter().cloned().collect();
+        ifs[1].addresses.push(v6);
+        s.interfaces = Interfaces::new(ifs);
+        let t = compiled(&s);
+        let OutputKind::Frame(f) = &t.rules()[0].outputs[0].kind else {
+            panic!("frames")
+        };
+        assert_eq!(f.dst_mac, [0x33, 0x33, 0, 0, 0, 0x10]);
+        assert_eq!((f.src, f.dscp), (Some(v6), Dscp::Set(46)));
+        assert!(matches!(t.rules()[0].outputs[1].kind, OutputKind::Udp { source, .. } if source == v6));
+        let keep = snap(&[("k", "veth1:239.1.1.1:5001", &["veth2:[ff3e::10]:6001,source=keep"])]);
+        let (_, errors) = MatchTable::compile(&keep);
+        assert!(errors[0].reason.contains("source=keep cannot carry"), "{errors:?}");
     }
 
     fn compiled(s: &TableSnapshot) -> MatchTable {
@@ -351,6 +436,7 @@ mod tests {
         assert!(matches!(
             t.lookup(
                 2,
+                0,
                 "239.1.1.1".parse().expect("literal"),
                 5001,
                 "10.0.0.1".parse().expect("literal")

@@ -34,27 +34,30 @@ fn err(rule: &Rule, field: impl Into<String>, reason: impl Into<String>) -> Rule
     }
 }
 
-/// IPv4 only for now; the types already hold IPv6.
-fn check_family(rule: &Rule, field: &str, a: IpAddr) -> Result<(), RuleError> {
-    if a.is_ipv6() {
-        return Err(err(
-            rule,
-            field,
-            format!("{a}: IPv6 streams are not supported yet; use IPv4"),
-        ));
-    }
-    Ok(())
+/// The most sources one input may list.
+pub const MAX_SOURCES: usize = 64;
+
+fn family(a: IpAddr) -> &'static str {
+    if a.is_ipv4() { "IPv4" } else { "IPv6" }
 }
 
+/// Groups that never leave their link (or host): 224.0.0.0/24, and IPv6
+/// groups of interface-local or link-local scope (ff01::/16, ff02::/16,
+/// and the reserved scope 0), where MLD and neighbour discovery live.
 fn is_link_local_multicast(a: IpAddr) -> bool {
     match a {
         IpAddr::V4(v) => v.octets()[..3] == [224, 0, 0],
-        IpAddr::V6(v) => v.segments()[0] & 0xff0f == 0xff02,
+        IpAddr::V6(v) => v.is_multicast() && v.segments()[0] & 0x000f <= 2,
     }
 }
 
-/// A layer-2 segment and a destination: where a stream can be taken.
-type Place<'a> = (&'a str, SocketAddr);
+/// A layer-2 segment, a VLAN on it (0: untagged) and a destination: where
+/// a stream can be taken.
+type Place<'a> = (&'a str, u16, SocketAddr);
+
+/// The part of an input two rules must not share: interface, VLAN,
+/// destination (sources aside).
+type InputPlace<'a> = (&'a str, Option<u16>, SocketAddr);
 
 /// Where a set of rules takes and sends its streams, to check one rule
 /// against all the others in constant time (a reload checks thousands).
@@ -62,8 +65,9 @@ type Place<'a> = (&'a str, SocketAddr);
 /// the first in that order.
 #[derive(Debug, Default)]
 pub struct RuleIndex<'a> {
-    /// Rules by their whole input (interface, destination, source).
-    inputs: HashMap<&'a Input, Vec<&'a str>>,
+    /// Rules by their input's interface, VLAN and destination, with the
+    /// sources each takes.
+    inputs: HashMap<InputPlace<'a>, Vec<(&'a str, &'a [IpAddr])>>,
     /// Rules by the layer-2 segment of their input interface and their
     /// destination: the rule and its input interface.
     input_places: HashMap<Place<'a>, Vec<(&'a str, &'a str)>>,
@@ -78,19 +82,41 @@ impl<'a> RuleIndex<'a> {
     pub fn new(rules: impl IntoIterator<Item = &'a Rule>, interfaces: &'a Interfaces) -> Self {
         let mut ix = RuleIndex::default();
         for r in rules {
-            ix.inputs.entry(&r.input).or_default().push(&r.name);
+            ix.inputs
+                .entry(input_place(&r.input))
+                .or_default()
+                .push((&r.name, &r.input.sources));
             ix.input_places
-                .entry((interfaces.segment(&r.input.interface), r.input.destination))
+                .entry((
+                    interfaces.segment(&r.input.interface),
+                    r.input.vlan.unwrap_or(0),
+                    r.input.destination,
+                ))
                 .or_default()
                 .push((&r.name, &r.input.interface));
             for (j, o) in r.outputs.iter().enumerate() {
                 ix.output_places
-                    .entry((interfaces.segment(&o.interface), o.destination))
+                    .entry((interfaces.segment(&o.interface), o.vlan.unwrap_or(0), o.destination))
                     .or_default()
                     .push((&r.name, j, &o.interface));
             }
         }
         ix
+    }
+}
+
+fn input_place(i: &Input) -> InputPlace<'_> {
+    (&i.interface, i.vlan, i.destination)
+}
+
+/// The sources two inputs of the same place would both take: all (any
+/// source) against all, or those they both list. `None` if they take
+/// distinct sources.
+fn shared_sources(a: &[IpAddr], b: &[IpAddr]) -> Option<String> {
+    match (a.is_empty(), b.is_empty()) {
+        (true, true) => Some("from any source".into()),
+        (true, false) | (false, true) => None,
+        (false, false) => a.iter().find(|s| b.contains(s)).map(|s| format!("from {s}")),
     }
 }
 
@@ -135,25 +161,21 @@ pub fn check_rule_in(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces
     for i in 0..rule.outputs.len() {
         check_output(rule, i, interfaces)?;
     }
-    if let Some(o) = index
-        .inputs
-        .get(&rule.input)
-        .and_then(|v| v.iter().find(|n| **n != rule.name))
-    {
-        {
-            let from = match rule.input.source {
-                Some(s) => format!("from {s}"),
-                None => "from any source".into(),
-            };
-            return Err(err(
-                rule,
-                "input",
-                format!(
-                    "rule `{}` already takes {} {} ({from}); one input feeds one rule, which may have many outputs",
-                    o, rule.input.interface, rule.input.destination
-                ),
-            ));
-        }
+    let taken = index.inputs.get(&input_place(&rule.input)).and_then(|v| {
+        v.iter()
+            .filter(|(n, _)| *n != rule.name)
+            .find_map(|(n, srcs)| shared_sources(&rule.input.sources, srcs).map(|from| (n, from)))
+    });
+    if let Some((o, from)) = taken {
+        let vlan = rule.input.vlan.map(|v| format!(" vlan {v}")).unwrap_or_default();
+        return Err(err(
+            rule,
+            "input",
+            format!(
+                "rule `{o}` already takes {}{vlan} {} ({from}); one input feeds one rule, which may have many outputs",
+                rule.input.interface, rule.input.destination
+            ),
+        ));
     }
     check_loops(rule, index, interfaces)
 }
@@ -236,7 +258,6 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
     let input = &rule.input;
     check_interface(rule, "input.interface", &input.interface, interfaces)?;
     let dst = input.destination.ip();
-    check_family(rule, "input.destination", dst)?;
     check_port(rule, "input.destination", &input.destination)?;
     if dst.is_unspecified() || dst == IpAddr::V4(Ipv4Addr::BROADCAST) {
         return Err(err(
@@ -254,7 +275,7 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
                 rule,
                 "input.destination",
                 format!(
-                    "{dst} is a link-local control group (224.0.0.0/24), which routers do not forward; use another group"
+                    "{dst} is a link-local group (224.0.0.0/24, ff02::/16) where IGMP, MLD and neighbour discovery live; routers do not forward it; use another group"
                 ),
             ));
         }
@@ -276,14 +297,37 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
             ));
         }
     }
-    if let Some(src) = input.source {
-        check_family(rule, "input.source", src)?;
+    if input.sources.len() > MAX_SOURCES {
+        return Err(err(
+            rule,
+            "input.source",
+            format!(
+                "{} sources is more than the {MAX_SOURCES} one input may list",
+                input.sources.len()
+            ),
+        ));
+    }
+    for (i, &src) in input.sources.iter().enumerate() {
         if src.is_multicast() || src.is_unspecified() || src == IpAddr::V4(Ipv4Addr::BROADCAST) {
             return Err(err(
                 rule,
                 "input.source",
                 format!("{src} is not a sender's address: give a unicast address"),
             ));
+        }
+        if src.is_ipv4() != dst.is_ipv4() {
+            return Err(err(
+                rule,
+                "input.source",
+                format!(
+                    "{src} is {} but the group {dst} is {}: a source sends to its group in one family",
+                    family(src),
+                    family(dst)
+                ),
+            ));
+        }
+        if input.sources[..i].contains(&src) {
+            return Err(err(rule, "input.source", format!("{src} is listed twice")));
         }
     }
     Ok(())
@@ -294,7 +338,6 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
     let f = |name: &str| format!("outputs[{i}].{name}");
     check_interface(rule, &f("interface"), &o.interface, interfaces)?;
     let dst = o.destination.ip();
-    check_family(rule, &f("destination"), dst)?;
     check_port(rule, &f("destination"), &o.destination)?;
     if dst.is_unspecified() || dst == IpAddr::V4(Ipv4Addr::BROADCAST) || dst.is_loopback() {
         return Err(err(
@@ -307,7 +350,9 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
         return Err(err(
             rule,
             f("destination"),
-            format!("{dst} is a link-local control group (224.0.0.0/24); use another group"),
+            format!(
+                "{dst} is a link-local group (224.0.0.0/24, ff02::/16), which never leaves its link; use another group"
+            ),
         ));
     }
     if let Ttl::Fixed(0) = o.ttl {
@@ -330,12 +375,43 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
             }
         }
         SourcePolicy::Address(a) => {
-            check_family(rule, &f("source"), a)?;
             if a.is_multicast() || a.is_unspecified() {
                 return Err(err(rule, f("source"), format!("{a} cannot be a source address")));
             }
+            if a.is_ipv4() != dst.is_ipv4() {
+                return Err(err(
+                    rule,
+                    f("source"),
+                    format!(
+                        "{a} is {} but {dst} is {}: give an {} source",
+                        family(a),
+                        family(dst),
+                        family(dst)
+                    ),
+                ));
+            }
         }
-        SourcePolicy::Keep => {}
+        SourcePolicy::Keep => {
+            let input = rule.input.destination.ip();
+            if input.is_ipv4() != dst.is_ipv4() {
+                return Err(err(
+                    rule,
+                    f("source"),
+                    format!(
+                        "source=keep cannot carry an {} source into an {} packet; use source=interface or source=ADDRESS",
+                        family(input),
+                        family(dst)
+                    ),
+                ));
+            }
+        }
+    }
+    if o.vlan.is_some() && !dst.is_multicast() {
+        return Err(err(
+            rule,
+            f("vlan"),
+            "a unicast output is sent through the kernel, which routes and tags it; vlan= is for multicast outputs (use a VLAN sub-interface for unicast)",
+        ));
     }
     if !dst.is_multicast() && o.source != SourcePolicy::Interface {
         return Err(err(
@@ -346,7 +422,7 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
     }
     if let Some(j) = rule.outputs[..i]
         .iter()
-        .position(|p| p.interface == o.interface && p.destination == o.destination)
+        .position(|p| p.interface == o.interface && p.vlan == o.vlan && p.destination == o.destination)
     {
         return Err(err(
             rule,
@@ -361,9 +437,11 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
 /// port) would feed a rule its own or another rule's stream back.
 fn check_loops(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces) -> Result<(), RuleError> {
     let input_segment = interfaces.segment(&rule.input.interface);
+    let input_vlan = rule.input.vlan.unwrap_or(0);
     for (i, o) in rule.outputs.iter().enumerate() {
         let segment = interfaces.segment(&o.interface);
-        if segment == input_segment && o.destination == rule.input.destination {
+        let vlan = o.vlan.unwrap_or(0);
+        if segment == input_segment && vlan == input_vlan && o.destination == rule.input.destination {
             return Err(err(
                 rule,
                 format!("outputs[{i}]"),
@@ -377,7 +455,7 @@ fn check_loops(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces) -> R
         }
         let fed = index
             .input_places
-            .get(&(segment, o.destination))
+            .get(&(segment, vlan, o.destination))
             .and_then(|v| v.iter().find(|(n, _)| *n != rule.name));
         if let Some((r, input_if)) = fed {
             return Err(err(
@@ -394,7 +472,7 @@ fn check_loops(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces) -> R
     }
     let feeding = index
         .output_places
-        .get(&(input_segment, rule.input.destination))
+        .get(&(input_segment, input_vlan, rule.input.destination))
         .and_then(|v| v.iter().find(|(n, _, _)| *n != rule.name));
     if let Some((r, j, out_if)) = feeding {
         return Err(err(
@@ -475,6 +553,38 @@ mod tests {
     }
 
     #[test]
+    fn vlans_and_source_lists_divide_inputs_and_loops() {
+        let a = rule("a", "veth1:239.1.1.1:5001,vlan=100", &["veth1:239.1.1.1:5001,vlan=200"]);
+        check_rule(&a, &[], &ifaces()).expect("another VLAN of the same trunk is no loop");
+        let same = rule("s", "veth1:239.1.1.1:5001,vlan=100", &["veth1:239.1.1.1:5001,vlan=100"]);
+        assert!(refused(&same, &[]).reason.contains("own input"));
+        let b = rule("b", "veth1:239.1.1.1:5001,vlan=101", &["veth2:239.10.1.1:6001"]);
+        check_rule(&b, std::slice::from_ref(&a), &ifaces()).expect("another VLAN is another input");
+        let c = rule("c", "veth1:239.1.1.1:5001,vlan=200", &["veth2:239.10.1.2:6001"]);
+        assert!(refused(&c, std::slice::from_ref(&a)).reason.contains("loop"));
+        let s1 = rule(
+            "s1",
+            "veth1:232.1.1.1:5001,source=10.0.0.1,source=10.0.0.3",
+            &["veth2:239.10.1.3:6001"],
+        );
+        let s2 = rule("s2", "veth1:232.1.1.1:5001,source=10.0.0.2", &["veth2:239.10.1.4:6001"]);
+        check_rule(&s2, std::slice::from_ref(&s1), &ifaces()).expect("other sources");
+        let s3 = rule(
+            "s3",
+            "veth1:232.1.1.1:5001,source=10.0.0.9,source=10.0.0.3",
+            &["veth2:239.10.1.5:6001"],
+        );
+        let e = refused(&s3, std::slice::from_ref(&s1));
+        assert!(
+            e.reason
+                .contains("rule `s1` already takes veth1 232.1.1.1:5001 (from 10.0.0.3)"),
+            "{e}"
+        );
+        let any = rule("any", "veth1:232.1.1.1:5001", &["veth2:239.10.1.6:6001"]);
+        check_rule(&any, &[s1, s2], &ifaces()).expect("(*,G) beside (S,G)");
+    }
+
+    #[test]
     fn a_plain_translation_is_accepted() {
         let r = rule(
             "feed-a",
@@ -529,9 +639,43 @@ mod tests {
                 "not a stream's destination",
             ),
             (
-                rule("x", "veth1:[ff3e::1]:5001", &["veth2:239.10.1.1:6001"]),
+                rule("x", "veth1:[ff02::1:3]:5001", &["veth2:239.10.1.1:6001"]),
                 "input.destination",
-                "IPv6",
+                "link-local",
+            ),
+            (
+                rule("x", "veth1:[ff3e::1]:5001,source=10.0.0.1", &["veth2:239.10.1.1:6001"]),
+                "input.source",
+                "10.0.0.1 is IPv4 but the group ff3e::1 is IPv6",
+            ),
+            (
+                rule(
+                    "x",
+                    "veth1:232.1.1.1:5001,source=10.0.0.1,source=10.0.0.1",
+                    &["veth2:239.10.1.1:6001"],
+                ),
+                "input.source",
+                "listed twice",
+            ),
+            (
+                rule("x", "veth1:239.1.1.1:5001", &["veth2:[ff3e::9]:6001,source=keep"]),
+                "outputs[0].source",
+                "source=keep cannot carry an IPv4 source into an IPv6 packet",
+            ),
+            (
+                rule("x", "veth1:239.1.1.1:5001", &["veth2:[ff3e::9]:6001,source=10.0.1.1"]),
+                "outputs[0].source",
+                "give an IPv6 source",
+            ),
+            (
+                rule("x", "veth1:239.1.1.1:5001", &["veth2:[ff3e::9]:6001"]),
+                "outputs[0].source",
+                "no IPv6 address",
+            ),
+            (
+                rule("x", "veth1:239.1.1.1:5001", &["veth2:10.0.1.2:7000,vlan=5"]),
+                "outputs[0].vlan",
+                "for multicast outputs",
             ),
             (
                 rule("x", "veth1:239.1.1.1:5001,source=239.9.9.9", &["veth2:239.10.1.1:6001"]),

@@ -23,18 +23,28 @@ pub struct Outgoing<'a> {
     /// This datagram's TTL (IPv4) or hop limit (IPv6), sent as a control
     /// message; `None` for the socket's own.
     pub ttl: Option<u8>,
+    /// This datagram's TOS byte (IPv4) or traffic class (IPv6), sent as a
+    /// control message; `None` for the socket's own.
+    pub tos: Option<u8>,
 }
 
 impl<'a> Outgoing<'a> {
-    /// A datagram to `to` (or to the connected peer) with the socket's TTL.
+    /// A datagram to `to` (or to the connected peer) with the socket's TTL
+    /// and TOS.
     pub fn new(to: Option<&'a RawSockAddr>, data: &'a [u8]) -> Self {
-        Outgoing { to, data, ttl: None }
+        Outgoing {
+            to,
+            data,
+            ttl: None,
+            tos: None,
+        }
     }
 }
 
-/// Room for one `IP_TTL` / `IPV6_HOPLIMIT` control message (an int), with
-/// its header, in `u64`s.
-const TTL_CMSG_WORDS: usize = 4;
+/// Room for two control messages of an int each (`IP_TTL` /
+/// `IPV6_HOPLIMIT` and `IP_TOS` / `IPV6_TCLASS`), with their headers, in
+/// `u64`s: 2 × CMSG_SPACE(4) = 48 bytes.
+const CMSG_WORDS: usize = 6;
 
 /// Sends up to [`MAX_BATCH`] datagrams with one `sendmmsg` call and returns
 /// how many the kernel accepted (it may take fewer than offered).
@@ -55,7 +65,7 @@ pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[Outgoing<'_>], dont_wait: bool) ->
     // SAFETY: mmsghdr is plain data; all zeroes (null pointers, zero lengths)
     // is a valid value.
     let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { mem::zeroed() };
-    let mut control = [[0u64; TTL_CMSG_WORDS]; MAX_BATCH];
+    let mut control = [[0u64; CMSG_WORDS]; MAX_BATCH];
     let iov_base = iov.as_mut_ptr();
     let control_base = control.as_mut_ptr();
     for (i, (h, m)) in hdrs.iter_mut().zip(msgs).enumerate() {
@@ -65,12 +75,28 @@ pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[Outgoing<'_>], dont_wait: bool) ->
         }
         h.msg_hdr.msg_iov = iov_base.wrapping_add(i);
         h.msg_hdr.msg_iovlen = 1;
-        if let Some(ttl) = m.ttl {
+        if m.ttl.is_some() || m.tos.is_some() {
             let v6 = m.to.and_then(|t| t.to_std()).is_some_and(|a| a.is_ipv6());
+            let (ttl, tos) = if v6 {
+                (
+                    (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT),
+                    (libc::IPPROTO_IPV6, libc::IPV6_TCLASS),
+                )
+            } else {
+                ((libc::IPPROTO_IP, libc::IP_TTL), (libc::IPPROTO_IP, libc::IP_TOS))
+            };
+            let mut items = [(0, 0, 0); 2];
+            let mut k = 0;
+            for (v, (level, kind)) in [(m.ttl, ttl), (m.tos, tos)] {
+                if let Some(v) = v {
+                    items[k] = (level, kind, libc::c_int::from(v));
+                    k += 1;
+                }
+            }
             let buf = control_base.wrapping_add(i).cast::<libc::c_void>();
             h.msg_hdr.msg_control = buf;
-            h.msg_hdr.msg_controllen = mem::size_of::<[u64; TTL_CMSG_WORDS]>();
-            write_ttl_cmsg(&h.msg_hdr, v6, ttl);
+            h.msg_hdr.msg_controllen = mem::size_of::<[u64; CMSG_WORDS]>();
+            write_int_cmsgs(&mut h.msg_hdr, &items[..k]);
         }
     }
     let flags = if dont_wait { libc::MSG_DONTWAIT } else { 0 };
@@ -87,37 +113,43 @@ pub fn is_queue_full(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ENOBUFS) || e.kind() == io::ErrorKind::WouldBlock
 }
 
-/// Writes one `IP_TTL` (or `IPV6_HOPLIMIT`) control message into the
-/// control buffer of `hdr` and shrinks its length to fit.
-fn write_ttl_cmsg(hdr: &libc::msghdr, v6: bool, ttl: u8) {
-    // SAFETY: `hdr` points at a control buffer of TTL_CMSG_WORDS u64s (32
-    // bytes, aligned for cmsghdr), which holds CMSG_SPACE(4) = 24 bytes;
-    // CMSG_FIRSTHDR returns its start.
-    let c = unsafe { libc::CMSG_FIRSTHDR(hdr) };
-    if c.is_null() {
-        return;
-    }
+/// Writes control messages of an int each (`(level, type, value)`, at
+/// most two) into the control buffer of `hdr`, and shrinks its length to
+/// what they take.
+fn write_int_cmsgs(hdr: &mut libc::msghdr, items: &[(libc::c_int, libc::c_int, libc::c_int)]) {
+    // SAFETY: CMSG_SPACE is arithmetic on a length.
+    let space = unsafe { libc::CMSG_SPACE(mem::size_of::<libc::c_int>() as u32) } as usize;
     // SAFETY: CMSG_LEN is arithmetic on a length.
     let len = unsafe { libc::CMSG_LEN(mem::size_of::<libc::c_int>() as u32) } as usize;
-    let (level, kind) = if v6 {
-        (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT)
-    } else {
-        (libc::IPPROTO_IP, libc::IP_TTL)
-    };
-    // SAFETY: `c` is the aligned start of the control buffer, large enough for
-    // a header and an int (see above); nothing else refers to it.
-    unsafe {
-        c.write(libc::cmsghdr {
-            cmsg_len: len,
-            cmsg_level: level,
-            cmsg_type: kind,
-        })
-    };
-    // SAFETY: CMSG_DATA is arithmetic on the header just written.
-    let data = unsafe { libc::CMSG_DATA(c) };
-    // SAFETY: `data` points inside the control buffer, where an int fits
-    // after the header; written unaligned to be safe.
-    unsafe { std::ptr::write_unaligned(data.cast::<libc::c_int>(), libc::c_int::from(ttl)) };
+    debug_assert!(items.len() * space <= mem::size_of::<[u64; CMSG_WORDS]>());
+    // SAFETY: `hdr` points at a control buffer of CMSG_WORDS u64s (48
+    // bytes, aligned for cmsghdr), which holds two CMSG_SPACE(4) = 24-byte
+    // messages; CMSG_FIRSTHDR returns its start.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(hdr) };
+    for &(level, kind, value) in items.iter().take(2) {
+        if c.is_null() {
+            return;
+        }
+        // SAFETY: `c` is an aligned header position inside the control
+        // buffer with room for a header and an int after it (see above);
+        // nothing else refers to it.
+        unsafe {
+            c.write(libc::cmsghdr {
+                cmsg_len: len,
+                cmsg_level: level,
+                cmsg_type: kind,
+            })
+        };
+        // SAFETY: CMSG_DATA is arithmetic on the header just written.
+        let data = unsafe { libc::CMSG_DATA(c) };
+        // SAFETY: `data` points inside the control buffer, where an int fits
+        // after the header; written unaligned to be safe.
+        unsafe { std::ptr::write_unaligned(data.cast::<libc::c_int>(), value) };
+        // SAFETY: CMSG_NXTHDR reads the header just written and the
+        // buffer's bounds from `hdr`; it returns null past the end.
+        c = unsafe { libc::CMSG_NXTHDR(hdr, c) };
+    }
+    hdr.msg_controllen = items.len().min(2) * space;
 }
 
 /// What the kernel said about one received datagram.
@@ -365,40 +397,41 @@ mod tests {
     }
 
     #[test]
-    fn a_ttl_per_datagram_reaches_the_receiver() {
+    fn a_ttl_and_tos_per_datagram_reach_the_receiver() {
         let rx = UdpSocket::bind("127.0.0.1:0").expect("bind rx");
-        // Ask for each datagram's TTL on receipt.
-        let on: libc::c_int = 1;
-        // SAFETY: test only; IP_RECVTTL takes an int by pointer with its size.
-        let rc = unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&rx),
-                libc::IPPROTO_IP,
-                libc::IP_RECVTTL,
-                (&raw const on).cast(),
-                4,
-            )
-        };
-        assert_eq!(rc, 0);
+        // Ask for each datagram's TTL and TOS on receipt.
+        for opt in [libc::IP_RECVTTL, libc::IP_RECVTOS] {
+            let on: libc::c_int = 1;
+            // SAFETY: test only; the option takes an int by pointer with its size.
+            let rc = unsafe {
+                libc::setsockopt(
+                    std::os::fd::AsRawFd::as_raw_fd(&rx),
+                    libc::IPPROTO_IP,
+                    opt,
+                    (&raw const on).cast(),
+                    4,
+                )
+            };
+            assert_eq!(rc, 0);
+        }
         let to = RawSockAddr::new(rx.local_addr().expect("addr"));
         let tx = UdpSocket::bind("127.0.0.1:0").expect("bind tx");
+        let msg = |data: &'static [u8], ttl, tos| Outgoing {
+            to: Some(&to),
+            data,
+            ttl,
+            tos,
+        };
         let msgs = [
-            Outgoing {
-                to: Some(&to),
-                data: b"a",
-                ttl: Some(7),
-            },
-            Outgoing {
-                to: Some(&to),
-                data: b"b",
-                ttl: Some(9),
-            },
+            msg(b"a", Some(7), Some(0xb8)),
+            msg(b"b", Some(9), None),
+            msg(b"c", None, Some(0x28)),
         ];
-        assert_eq!(send_batch(tx.as_fd(), &msgs, false).expect("send"), 2);
-        let mut ttls = Vec::new();
+        assert_eq!(send_batch(tx.as_fd(), &msgs, false).expect("send"), 3);
+        let mut got = Vec::new();
         let mut buf = [0u8; 16];
         let mut cbuf = [0u64; 8];
-        while ttls.len() < 2 {
+        while got.len() < 3 {
             let mut iov = libc::iovec {
                 iov_base: buf.as_mut_ptr().cast(),
                 iov_len: buf.len(),
@@ -412,15 +445,27 @@ mod tests {
             // SAFETY: test only; every pointer in `m` is live for the call.
             let n = unsafe { libc::recvmsg(std::os::fd::AsRawFd::as_raw_fd(&rx), &mut m, 0) };
             assert!(n > 0);
+            let (mut ttl, mut tos) = (0, 0);
             // SAFETY: test only; the kernel filled `m`'s control buffer.
-            let c = unsafe { libc::CMSG_FIRSTHDR(&m) };
-            assert!(!c.is_null());
-            // SAFETY: test only; arithmetic on the header the kernel wrote.
-            let data = unsafe { libc::CMSG_DATA(c) };
-            // SAFETY: test only; an IP_TTL message carries an int there.
-            ttls.push(unsafe { std::ptr::read_unaligned(data.cast::<libc::c_int>()) });
+            let mut c = unsafe { libc::CMSG_FIRSTHDR(&m) };
+            while !c.is_null() {
+                // SAFETY: test only; arithmetic on a header the kernel wrote.
+                let data = unsafe { libc::CMSG_DATA(c) };
+                // SAFETY: test only; `c` is a header the kernel wrote.
+                let kind = unsafe { (*c).cmsg_type };
+                match kind {
+                    // SAFETY: test only; an IP_TTL message carries an int.
+                    libc::IP_TTL => ttl = unsafe { std::ptr::read_unaligned(data.cast::<libc::c_int>()) },
+                    // SAFETY: test only; an IP_TOS message carries a byte.
+                    libc::IP_TOS => tos = unsafe { *data },
+                    _ => {}
+                }
+                // SAFETY: test only; the next header within `m`'s buffer, or null.
+                c = unsafe { libc::CMSG_NXTHDR(&m, c) };
+            }
+            got.push((buf[0], ttl, tos));
         }
-        assert_eq!(ttls, vec![7, 9]);
+        assert_eq!(got, vec![(b'a', 7, 0xb8), (b'b', 9, 0), (b'c', 64, 0x28)]);
     }
 
     #[test]

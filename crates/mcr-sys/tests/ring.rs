@@ -21,7 +21,7 @@ fn filter_all() -> Vec<FilterInsn> {
 }
 
 fn filter_core() -> Vec<FilterInsn> {
-    ingress_filter(&[])
+    ingress_filter(&mcr_core::bpf::FilterSpec::default())
         .into_iter()
         .map(|i| FilterInsn {
             code: i.code,
@@ -106,10 +106,13 @@ fn drain(rings: &mut [RxRing], want: usize) -> Vec<(usize, SocketAddrV4, u32)> {
                 if f.data[12..14] != [0x08, 0x00] {
                     return;
                 }
-                let d = mcr_core::forward::parse(f.data, f.wire_len, mcr_core::forward::RxChecksum::Unknown)
+                let d = mcr_core::forward::parse(f.data, f.wire_len, mcr_core::forward::RxChecksum::Unknown, None)
                     .expect("a valid frame");
                 let seq = u32::from_be_bytes(f.data[d.payload_at..d.payload_at + 4].try_into().expect("4 bytes"));
-                got.push((r, SocketAddrV4::new(d.dst, d.dst_port), seq));
+                let std::net::IpAddr::V4(dst) = d.dst else {
+                    panic!("an IPv4 frame")
+                };
+                got.push((r, SocketAddrV4::new(dst, d.dst_port), seq));
             });
             any |= n > 0;
         }

@@ -79,6 +79,13 @@ impl Ns {
         self.ip(&["addr", "add", cidr, "dev", ifname]).map(|_| ())
     }
 
+    /// Adds an IPv6 address usable at once (no duplicate address
+    /// detection), e.g. `addr6("veth0", "fd00::1/64")`.
+    pub fn addr6(&self, ifname: &str, cidr: &str) -> Result<()> {
+        self.ip(&["-6", "addr", "add", cidr, "dev", ifname, "nodad"])
+            .map(|_| ())
+    }
+
     /// Removes an address.
     pub fn del_addr(&self, ifname: &str, cidr: &str) -> Result<()> {
         self.ip(&["addr", "del", cidr, "dev", ifname]).map(|_| ())

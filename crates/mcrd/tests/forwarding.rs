@@ -69,7 +69,7 @@ fn a_chain_translates_every_packet_and_puts_valid_frames_on_the_wire() {
     assert_eq!(frames.len(), 2000, "the capture sees the relay's frames");
     let egress_mac = c.relay.mac(Chain::RELAY_OUT_IF).expect("mac");
     for f in &frames {
-        let d = parse(f, f.len(), RxChecksum::Unknown).expect("valid IPv4 and UDP checksums");
+        let d = parse(f, f.len(), RxChecksum::Unknown, None).expect("valid IPv4 and UDP checksums");
         assert_eq!(d.ttl, 7);
         assert_eq!((d.dst.to_string(), d.dst_port), ("239.10.1.1".to_string(), 6001));
         assert_eq!(d.src, Chain::RELAY_OUT_ADDR);

@@ -392,7 +392,7 @@ fn hostile_frames_are_counted_by_reason_and_the_valid_streams_lose_nothing() {
                 "10.0.0.1:4000".parse().expect("src"),
                 "239.1.1.1:5001".parse().expect("dst"),
             );
-            let why = parse(&f, f.len(), RxChecksum::Unknown).expect_err("a bad frame");
+            let why = parse(&f, f.len(), RxChecksum::Unknown, None).expect_err("a bad frame");
             let name = mcr_core::stats::WorkerCounter::DROPS
                 .iter()
                 .find(|(k, _)| *k == why)

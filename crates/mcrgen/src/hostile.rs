@@ -289,7 +289,11 @@ mod tests {
             (Kind::Tcp, WorkerCounter::NotUdp),
         ] {
             for f in frames(kind, 500) {
-                assert_eq!(parse(&f, f.len(), RxChecksum::Unknown).err(), Some(want), "{kind:?}");
+                assert_eq!(
+                    parse(&f, f.len(), RxChecksum::Unknown, None).err(),
+                    Some(want),
+                    "{kind:?}"
+                );
             }
         }
     }
@@ -297,7 +301,7 @@ mod tests {
     #[test]
     fn random_frames_are_never_valid_and_stay_aimed_at_the_group() {
         for f in frames(Kind::Random, 5000) {
-            assert!(parse(&f, f.len(), RxChecksum::Unknown).is_err());
+            assert!(parse(&f, f.len(), RxChecksum::Unknown, None).is_err());
             assert_eq!(&f[30..34], &[239, 1, 1, 1]);
             assert_eq!(&f[12..14], &[0x08, 0x00]);
         }

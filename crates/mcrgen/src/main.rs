@@ -223,6 +223,9 @@ struct SendArgs {
     /// port would carry it (frames path only).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4094))]
     vlan: Option<u16>,
+    /// DSCP of every packet (0-63).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=63))]
+    dscp: u8,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -262,6 +265,10 @@ struct RecvArgs {
     /// per packet, checks each frame's checksums; IPv4 multicast only).
     #[arg(long, default_value = "sockets")]
     via: RecvVia,
+    /// With --via ring: take only frames tagged with this 802.1Q VLAN id
+    /// (others are counted as other_vlan); without it, untagged frames.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4094))]
+    vlan: Option<u16>,
     /// Receive buffer per socket (or ring memory with --via ring) in bytes.
     #[arg(long, default_value_t = 16 << 20)]
     rcvbuf: usize,
@@ -319,6 +326,7 @@ fn send(a: SendArgs) -> anyhow::Result<ExitCode> {
         cpu: a.cpu,
         via: a.via,
         vlan: a.vlan,
+        dscp: a.dscp,
     };
     let report = mcrgen::send::run(&cfg, &*stop_flag()?)?;
     if a.json {
@@ -344,7 +352,11 @@ fn recv(a: RecvArgs) -> anyhow::Result<ExitCode> {
         late_join: a.late_join,
         cpu: a.cpu,
         via: a.via,
+        vlan: a.vlan,
     };
+    if a.vlan.is_some() && a.via != RecvVia::Ring {
+        anyhow::bail!("--vlan reads the tag of each frame, so it needs --via ring");
+    }
     let report = mcrgen::recv::run(&cfg, &*stop_flag()?, |line| eprintln!("mcrgen recv: {line}"))?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);

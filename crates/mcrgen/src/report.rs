@@ -37,6 +37,10 @@ pub struct StreamStats {
     pub highest_seq: Option<u64>,
     /// One-way latency from the send time in the header.
     pub latency: Option<Summary>,
+    /// The DSCP values the packets arrived with (from a ring; empty
+    /// through sockets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dscp: Vec<u8>,
 }
 
 impl StreamStats {
@@ -103,6 +107,9 @@ pub struct RecvReport {
     /// which sees frames as they were on the wire).
     #[serde(default)]
     pub bad_frames: u64,
+    /// Frames of another VLAN than the one asked for (`--via ring`).
+    #[serde(default)]
+    pub other_vlan: u64,
     /// From the first packet to the last, in seconds.
     pub active_s: f64,
     /// Why it stopped: `expected count`, `idle timeout`, `duration`,

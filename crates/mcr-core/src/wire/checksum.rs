@@ -62,6 +62,27 @@ pub fn pseudo_header_v4(src: [u8; 4], dst: [u8; 4], protocol: u8, length: u16) -
     acc + u64::from(protocol) + u64::from(length)
 }
 
+/// The sum of the IPv6 pseudo-header for a transport segment (RFC 8200
+/// section 8.1).
+pub fn pseudo_header_v6(src: [u8; 16], dst: [u8; 16], next_header: u8, length: u32) -> u64 {
+    add(add(0, &src), &dst) + u64::from(length >> 16) + u64::from(length & 0xffff) + u64::from(next_header)
+}
+
+/// Updates a checksum field after the summed data lost the words `old`
+/// and gained the words `new` (each an even number of bytes; they need not
+/// be as long as each other: an IPv4 address replaced by an IPv6 one in a
+/// pseudo-header).
+pub fn update_words(old_check: u16, old: &[u8], new: &[u8]) -> u16 {
+    update_sum(old_check, add(0, old), add(0, new))
+}
+
+/// As [`update_words`], given the running sums ([`add`]) of the words
+/// that went and of those that came.
+pub fn update_sum(old_check: u16, old: u64, new: u64) -> u16 {
+    let acc = u64::from(!old_check) + u64::from(!fold(old)) + u64::from(fold(new));
+    !fold(acc)
+}
+
 /// Updates a checksum field `old_check` after a 16-bit word of the summed
 /// data changed from `old` to `new` (RFC 1624, eqn. 3: HC' = ~(~HC + ~m + m')).
 pub fn update16(old_check: u16, old: u16, new: u16) -> u16 {

@@ -7,7 +7,10 @@
 pub mod checksum;
 pub mod ethernet;
 pub mod ipv4;
+pub mod ipv6;
 pub mod udp;
 mod udp_frame;
 
-pub use udp_frame::{FrameError, UDP_V4_HEADERS, UdpFrameSpec, write_udp_v4_frame};
+pub use udp_frame::{
+    FrameError, UDP_V4_HEADERS, UDP_V6_HEADERS, UdpFrameSpec, UdpFrameSpecV6, write_udp_v4_frame, write_udp_v6_frame,
+};

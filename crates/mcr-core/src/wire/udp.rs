@@ -38,6 +38,28 @@ impl UdpHeader {
         }
     }
 
+    /// The checksum of this header (its checksum field taken as zero) and
+    /// `payload`, sent from `src` to `dst` over IPv6. Never 0.
+    pub fn compute_checksum_v6(&self, src: [u8; 16], dst: [u8; 16], payload: &[u8]) -> u16 {
+        let mut h = *self;
+        h.checksum.set(0);
+        let acc = checksum::pseudo_header_v6(src, dst, PROTO_UDP, u32::from(self.len.get()));
+        match !checksum::fold(checksum::add(checksum::add(acc, h.as_bytes()), payload)) {
+            0 => 0xffff,
+            c => c,
+        }
+    }
+
+    /// True if the checksum is valid for `payload` between `src` and `dst`
+    /// over IPv6, where it is mandatory: 0 is wrong (RFC 8200).
+    pub fn checksum_ok_v6(&self, src: [u8; 16], dst: [u8; 16], payload: &[u8]) -> bool {
+        if self.checksum.get() == 0 {
+            return false;
+        }
+        let acc = checksum::pseudo_header_v6(src, dst, PROTO_UDP, u32::from(self.len.get()));
+        checksum::fold(checksum::add(checksum::add(acc, self.as_bytes()), payload)) == 0xffff
+    }
+
     /// True if the checksum is absent (0) or valid for `payload` between
     /// `src` and `dst`.
     pub fn checksum_ok_v4(&self, src: [u8; 4], dst: [u8; 4], payload: &[u8]) -> bool {

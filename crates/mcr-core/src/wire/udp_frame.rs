@@ -1,12 +1,13 @@
-//! Building a whole Ethernet + IPv4 + UDP frame around a payload.
+//! Building a whole Ethernet + IPv4 (or IPv6) + UDP frame around a payload.
 
-use std::net::SocketAddrV4;
+use std::net::{SocketAddrV4, SocketAddrV6};
 
 use zerocopy::network_endian::U16;
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::ethernet::{self, ETHERTYPE_IPV4, EthernetHeader, Mac};
+use super::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_IPV6, EthernetHeader, Mac};
 use super::ipv4::{self, FLAG_DF, Ipv4Header, PROTO_UDP};
+use super::ipv6::{self, Ipv6Header};
 use super::udp::{self, UdpHeader};
 
 /// Bytes of headers in front of the payload: Ethernet, IPv4 (no options),
@@ -100,6 +101,65 @@ pub fn write_udp_v4_frame(frame: &mut [u8], spec: &UdpFrameSpec, payload_len: us
     u.write_to(d)
         .map_err(|_| FrameError::TooSmall { needed: total, have: 0 })?;
     debug_assert!(Ipv4Header::ref_from_bytes(i).is_ok_and(|h| h.checksum_ok(&[])));
+    Ok(total)
+}
+
+/// Bytes of headers in front of the payload of a UDP/IPv6 frame: Ethernet,
+/// IPv6 (no extension headers), UDP.
+pub const UDP_V6_HEADERS: usize = ethernet::HEADER_LEN + ipv6::HEADER_LEN + udp::HEADER_LEN;
+
+/// The headers of a UDP-over-IPv6 Ethernet frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpFrameSpecV6 {
+    /// Destination MAC (for a group, [`ethernet::multicast_mac`]).
+    pub dst_mac: Mac,
+    /// Source MAC.
+    pub src_mac: Mac,
+    /// Source address and port.
+    pub src: SocketAddrV6,
+    /// Destination address and port.
+    pub dst: SocketAddrV6,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// DSCP (0-63).
+    pub dscp: u8,
+}
+
+/// As [`write_udp_v4_frame`], for IPv6: the headers go into
+/// `frame[..UDP_V6_HEADERS]`, the payload is already at
+/// `frame[UDP_V6_HEADERS..]`.
+pub fn write_udp_v6_frame(frame: &mut [u8], spec: &UdpFrameSpecV6, payload_len: usize) -> Result<usize, FrameError> {
+    if payload_len > 65527 {
+        return Err(FrameError::TooLong(payload_len));
+    }
+    let total = UDP_V6_HEADERS + payload_len;
+    if frame.len() < total {
+        return Err(FrameError::TooSmall {
+            needed: total,
+            have: frame.len(),
+        });
+    }
+    let (headers, rest) = frame.split_at_mut(UDP_V6_HEADERS);
+    let payload = &rest[..payload_len];
+    let udp_len = (udp::HEADER_LEN + payload_len) as u16;
+    let eth = EthernetHeader {
+        dst: spec.dst_mac,
+        src: spec.src_mac,
+        ethertype: U16::new(ETHERTYPE_IPV6),
+    };
+    let ip = Ipv6Header::udp(*spec.src.ip(), *spec.dst.ip(), spec.dscp << 2, spec.hop_limit, udp_len);
+    let mut u = UdpHeader {
+        src_port: U16::new(spec.src.port()),
+        dst_port: U16::new(spec.dst.port()),
+        len: U16::new(udp_len),
+        checksum: U16::new(0),
+    };
+    u.checksum.set(u.compute_checksum_v6(ip.src, ip.dst, payload));
+    let (e, h) = headers.split_at_mut(ethernet::HEADER_LEN);
+    let (i, d) = h.split_at_mut(ipv6::HEADER_LEN);
+    e.copy_from_slice(eth.as_bytes());
+    i.copy_from_slice(ip.as_bytes());
+    d.copy_from_slice(u.as_bytes());
     Ok(total)
 }
 

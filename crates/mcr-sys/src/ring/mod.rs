@@ -217,6 +217,20 @@ impl RxRing {
         crate::sockopt::attach_filter(self.fd.as_fd(), filter)
     }
 
+    /// Makes interface `ifindex` pass every multicast frame up
+    /// (`PACKET_MR_ALLMULTI`, for as long as this socket lives): for a
+    /// VLAN of a trunk, whose groups the host joins on no interface, so
+    /// that a NIC filtering multicast MACs still delivers them.
+    pub fn add_allmulti(&self, ifindex: u32) -> io::Result<()> {
+        let mr = libc::packet_mreq {
+            mr_ifindex: ifindex as libc::c_int,
+            mr_type: libc::PACKET_MR_ALLMULTI as libc::c_ushort,
+            mr_alen: 0,
+            mr_address: [0; 8],
+        };
+        setsockopt(&self.fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mr)
+    }
+
     /// Hands every ready frame, at most `max`, to `f`, returning each slot
     /// to the kernel after `f` is done with it. Returns how many.
     pub fn for_each_ready(&mut self, max: usize, f: impl FnMut(&RxFrame<'_>)) -> usize {

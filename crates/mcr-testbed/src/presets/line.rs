@@ -127,6 +127,29 @@ impl Chain {
     /// The sink's address.
     pub const SINK_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
 
+    /// The generator's IPv6 address (after [`Chain::add_ipv6`]).
+    pub const GEN_ADDR6: &'static str = "fd00::1";
+    /// The relay's ingress IPv6 address.
+    pub const RELAY_IN_ADDR6: &'static str = "fd00::2";
+    /// The relay's egress IPv6 address.
+    pub const RELAY_OUT_ADDR6: &'static str = "fd00:1::1";
+    /// The sink's IPv6 address.
+    pub const SINK_ADDR6: &'static str = "fd00:1::2";
+
+    /// Gives the chain IPv6 as well: fd00::/64 on the generator's link,
+    /// fd00:1::/64 on the sink's, addresses usable at once, and routes
+    /// between the two through the relay.
+    pub fn add_ipv6(&self) -> Result<()> {
+        self.generator.addr6(Self::GEN_IF, &format!("{}/64", Self::GEN_ADDR6))?;
+        self.relay
+            .addr6(Self::RELAY_IN_IF, &format!("{}/64", Self::RELAY_IN_ADDR6))?;
+        self.relay
+            .addr6(Self::RELAY_OUT_IF, &format!("{}/64", Self::RELAY_OUT_ADDR6))?;
+        self.sink.addr6(Self::SINK_IF, &format!("{}/64", Self::SINK_ADDR6))?;
+        self.generator.route(&["fd00:1::/64", "via", Self::RELAY_IN_ADDR6])?;
+        self.sink.route(&["fd00::/64", "via", Self::RELAY_OUT_ADDR6])
+    }
+
     /// Builds the chain.
     pub fn new(tag: &str) -> Result<Chain> {
         let Pipeline {

@@ -112,7 +112,7 @@ impl Supervisor {
         let mut old_claims = Vec::new();
         let mut reclaimed = false;
         for r in self.rules.rules().to_vec() {
-            if claim_of(&r.rule, &ifs) == self.claims.get(&r.rule.name).copied() {
+            if claim_of(&r.rule, &ifs).as_ref() == self.claims.get(&r.rule.name) {
                 continue;
             }
             reclaimed = true;

@@ -99,11 +99,11 @@ enum PendingReply {
     },
 }
 
-/// What a rule holds on the host for its input: a group membership, or
-/// (for a unicast input) its port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a rule holds on the host for its input: group memberships (one,
+/// or one per source), or (for a unicast input) its port.
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Claim {
-    Join(JoinKey),
+    Join(Vec<JoinKey>),
     Port(SocketAddr),
 }
 
@@ -156,10 +156,22 @@ fn claim_of(rule: &Rule, interfaces: &Interfaces) -> Option<Claim> {
     if !dst.ip().is_multicast() {
         return Some(Claim::Port(dst));
     }
-    Some(Claim::Join(JoinKey {
-        ifindex: interfaces.get(&rule.input.interface)?.index,
+    if rule.input.vlan.is_some() {
+        // A VLAN of a trunk: the host has no interface on it to join from
+        // (the workers open the trunk's multicast filter instead). A VLAN
+        // sub-interface, named as the input, is joined as any other.
+        return None;
+    }
+    let ifindex = interfaces.get(&rule.input.interface)?.index;
+    let key = |source| JoinKey {
+        ifindex,
         group: dst.ip(),
-        source: rule.input.source,
+        source,
+    };
+    Some(Claim::Join(if rule.input.sources.is_empty() {
+        vec![key(None)]
+    } else {
+        rule.input.sources.iter().map(|&s| key(Some(s))).collect()
     }))
 }
 
@@ -479,10 +491,14 @@ impl Supervisor {
     fn claim(&mut self, rule: &Rule, interfaces: &Interfaces) -> (Vec<JoinState>, Option<Claim>) {
         let mut joins = Vec::new();
         let new = claim_of(rule, interfaces);
-        match new {
-            Some(Claim::Join(k)) => joins.push(self.members.acquire(k, &rule.input.interface)),
+        match &new {
+            Some(Claim::Join(keys)) => {
+                for &k in keys {
+                    joins.push(self.members.acquire(k, &rule.input.interface));
+                }
+            }
             Some(Claim::Port(a)) => {
-                if let Some(p) = self.ports.acquire(a) {
+                if let Some(p) = self.ports.acquire(*a) {
                     tracing::warn!("rule `{}`: {p}", rule.name);
                 }
             }
@@ -497,7 +513,11 @@ impl Supervisor {
 
     fn release(&mut self, c: Claim) {
         match c {
-            Claim::Join(k) => self.members.release(k),
+            Claim::Join(keys) => {
+                for k in keys {
+                    self.members.release(k);
+                }
+            }
             Claim::Port(a) => self.ports.release(a),
         }
     }
@@ -534,7 +554,7 @@ impl Supervisor {
         RuleStatus {
             rule: r.rule.clone(),
             joins: match self.claims.get(&r.rule.name) {
-                Some(Claim::Join(k)) => vec![self.members.state(*k)],
+                Some(Claim::Join(keys)) => keys.iter().map(|k| self.members.state(*k)).collect(),
                 _ => Vec::new(),
             },
             problems: self.problems_of(&r.rule),

@@ -169,7 +169,7 @@ impl FrameBatch {
 pub struct UdpSender {
     sock: Socket,
     /// Pending: (slab entry, output slot, destination index, TTL).
-    pending: Vec<(usize, u32, usize, u8)>,
+    pending: Vec<(usize, u32, usize, u8, u8)>,
 }
 
 impl UdpSender {
@@ -218,16 +218,16 @@ impl UdpSlab {
     }
 
     /// Queues `payload` on `sender` for output `slot`, to destination
-    /// `dest` (an index into the worker's destinations), with `ttl`; false
-    /// if it does not fit.
-    pub fn push(&mut self, sender: &mut UdpSender, payload: &[u8], slot: u32, dest: usize, ttl: u8) -> bool {
+    /// `dest` (an index into the worker's destinations), with `ttl` and
+    /// `tos`; false if it does not fit.
+    pub fn push(&mut self, sender: &mut UdpSender, payload: &[u8], slot: u32, dest: usize, ttl: u8, tos: u8) -> bool {
         if self.needs_flush() || payload.len() > self.entry_bytes {
             return false;
         }
         let i = self.lens.len();
         self.buf[i * self.entry_bytes..i * self.entry_bytes + payload.len()].copy_from_slice(payload);
         self.lens.push(payload.len());
-        sender.pending.push((i, slot, dest, ttl));
+        sender.pending.push((i, slot, dest, ttl, tos));
         true
     }
 
@@ -246,11 +246,12 @@ impl UdpSlab {
                 let mut msgs = [Outgoing::new(None, &[]); MAX_BATCH];
                 let mut outputs = [0u32; MAX_BATCH];
                 let mut bytes = [0u32; MAX_BATCH];
-                for (k, &(i, slot, dest, ttl)) in chunk.iter().enumerate() {
+                for (k, &(i, slot, dest, ttl, tos)) in chunk.iter().enumerate() {
                     msgs[k] = Outgoing {
                         to: dests.get(dest),
                         data: &self.buf[i * self.entry_bytes..i * self.entry_bytes + self.lens[i]],
                         ttl: Some(ttl),
+                        tos: Some(tos),
                     };
                     outputs[k] = slot;
                     bytes[k] = self.lens[i] as u32;

@@ -2,10 +2,9 @@
 //! of that interface when there are several workers, with the ingress
 //! filter of the current table.
 
-use std::net::Ipv4Addr;
 use std::os::fd::AsFd;
 
-use mcr_core::bpf::ingress_filter;
+use mcr_core::bpf::{FilterSpec, ingress_filter};
 use mcr_core::interfaces::Interfaces;
 use mcr_core::table::MatchTable;
 use mcr_sys::epoll::Epoll;
@@ -16,7 +15,9 @@ use crate::channel::{Problem, Scope};
 struct Input {
     ifindex: u32,
     ring: RxRing,
-    unicast: Vec<Ipv4Addr>,
+    spec: FilterSpec,
+    /// `PACKET_MR_ALLMULTI` is set (the rules take a VLAN of it).
+    allmulti: bool,
     registered: bool,
 }
 
@@ -27,8 +28,8 @@ pub struct Ingress {
     inputs: Vec<Input>,
 }
 
-fn filter(unicast: &[Ipv4Addr]) -> Vec<FilterInsn> {
-    ingress_filter(unicast)
+fn filter(spec: &FilterSpec) -> Vec<FilterInsn> {
+    ingress_filter(spec)
         .into_iter()
         .map(|i| FilterInsn {
             code: i.code,
@@ -89,13 +90,25 @@ impl Ingress {
         for ifindex in wanted {
             let iface = interfaces.by_index(ifindex);
             let name = iface.map_or_else(|| format!("#{ifindex}"), |i| i.name.clone());
-            let unicast = table.unicast_inputs(ifindex);
+            let spec = FilterSpec {
+                unicast: table.unicast_inputs(ifindex),
+                vlans: table.vlans(ifindex),
+            };
             if let Some(i) = self.inputs.iter_mut().find(|i| i.ifindex == ifindex) {
-                if i.unicast != unicast {
-                    match i.ring.set_filter(&filter(&unicast)) {
-                        Ok(()) => i.unicast = unicast,
+                if i.spec != spec {
+                    match i.ring.set_filter(&filter(&spec)) {
+                        Ok(()) => i.spec = spec,
                         Err(e) => troubles.push(Problem {
                             error: format!("input interface `{name}`: filter: {e}"),
+                            scope: Scope::Input(name.clone()),
+                        }),
+                    }
+                }
+                if !i.allmulti && !i.spec.vlans.is_empty() {
+                    match i.ring.add_allmulti(ifindex) {
+                        Ok(()) => i.allmulti = true,
+                        Err(e) => troubles.push(Problem {
+                            error: format!("input interface `{name}`: all-multicast for its VLANs: {e}"),
                             scope: Scope::Input(name),
                         }),
                     }
@@ -107,15 +120,27 @@ impl Ingress {
             match RxRing::open(
                 ifindex,
                 &cfg,
-                &filter(&unicast),
+                &filter(&spec),
                 self.fanout_seed.map(|s| fanout_group(s, ifindex)),
             ) {
-                Ok(ring) => self.inputs.push(Input {
-                    ifindex,
-                    ring,
-                    unicast,
-                    registered: false,
-                }),
+                Ok(ring) => {
+                    // A trunk's VLANs have no membership on the host that
+                    // would open the NIC's multicast filter to their groups.
+                    let allmulti = !spec.vlans.is_empty();
+                    if allmulti && let Err(e) = ring.add_allmulti(ifindex) {
+                        troubles.push(Problem {
+                            error: format!("input interface `{name}`: all-multicast for its VLANs: {e}"),
+                            scope: Scope::Input(name.clone()),
+                        });
+                    }
+                    self.inputs.push(Input {
+                        ifindex,
+                        ring,
+                        spec,
+                        allmulti,
+                        registered: false,
+                    })
+                }
                 Err(e) => troubles.push(Problem {
                     error: format!("input interface `{name}`: receive ring: {e}"),
                     scope: Scope::Input(name),

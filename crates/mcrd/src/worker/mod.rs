@@ -332,12 +332,6 @@ impl Worker {
                 let n = ring.for_each_ready(RING_BUDGET, |f| {
                     counts.worker(WorkerCounter::RxFrames, 1);
                     counts.worker(WorkerCounter::RxBytes, f.wire_len as u64);
-                    if f.vlan_tci.is_some() {
-                        // The kernel took a VLAN tag off: not this
-                        // interface's untagged traffic.
-                        counts.worker(WorkerCounter::VlanTagged, 1);
-                        return;
-                    }
                     let csum = if f.csum_not_ready {
                         RxChecksum::NotReady
                     } else if f.csum_valid {
@@ -345,14 +339,14 @@ impl Worker {
                     } else {
                         RxChecksum::Unknown
                     };
-                    let d = match parse(f.data, f.wire_len, csum) {
+                    let d = match parse(f.data, f.wire_len, csum, f.vlan_tci) {
                         Ok(d) => d,
                         Err(reason) => {
                             counts.worker(reason, 1);
                             return;
                         }
                     };
-                    let rule = match table.lookup(ifindex, d.dst.into(), d.dst_port, d.src.into()) {
+                    let rule = match table.lookup(ifindex, d.vlan, d.dst, d.dst_port, d.src) {
                         Lookup::Rule(r) => r,
                         Lookup::NoRule => {
                             counts.worker(WorkerCounter::NoRule, 1);
@@ -376,7 +370,7 @@ impl Worker {
                                 Some(b) => b.push(f.data, &d, rw, o.slot, &counts),
                                 None => counts.output(o.slot, mcr_core::stats::OutputCounter::SendError, 1),
                             },
-                            OutputKind::Udp { ttl, .. } => {
+                            OutputKind::Udp { ttl, dscp, .. } => {
                                 let ttl = match output_ttl(*ttl, d.ttl) {
                                     Ok(t) => t,
                                     Err(reason) => {
@@ -396,7 +390,8 @@ impl Worker {
                                     continue;
                                 };
                                 let payload = &f.data[d.payload_at..d.payload_at + d.payload_len];
-                                if !slab.push(u, payload, o.slot, dest, ttl) {
+                                let tos = mcr_core::forward::output_tos(*dscp, d.tos);
+                                if !slab.push(u, payload, o.slot, dest, ttl, tos) {
                                     counts.output(o.slot, mcr_core::stats::OutputCounter::QueueFull, 1);
                                 }
                             }

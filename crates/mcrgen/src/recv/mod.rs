@@ -100,6 +100,9 @@ pub struct RecvConfig {
     pub cpu: Option<usize>,
     /// Through sockets or from a ring.
     pub via: RecvVia,
+    /// From a ring: take only frames tagged with this 802.1Q VLAN id
+    /// (untagged frames only, if none).
+    pub vlan: Option<u16>,
 }
 
 /// Why `recv` could not run.
@@ -172,6 +175,8 @@ struct Dest {
     wrong_stream: u64,
     unrecognized: u64,
     bytes: u64,
+    /// The DSCP values seen (a bit each), from a ring.
+    dscp_seen: u64,
 }
 
 /// The accounting of every destination.
@@ -181,6 +186,8 @@ struct Counters {
     stray: u64,
     /// Frames with a wrong IP or UDP checksum or length (ring only).
     bad_frames: u64,
+    /// Frames of another VLAN than the one asked for (ring only).
+    other_vlan: u64,
     expect: Option<u64>,
     complete: usize,
 }
@@ -206,13 +213,22 @@ impl Counters {
                     wrong_stream: 0,
                     unrecognized: 0,
                     bytes: 0,
+                    dscp_seen: 0,
                 })
                 .collect(),
             index: cfg.streams.iter().enumerate().map(|(i, a)| (*a, i)).collect(),
             stray: 0,
             bad_frames: 0,
+            other_vlan: 0,
             expect: cfg.expect,
             complete: 0,
+        }
+    }
+
+    /// Notes the DSCP a packet to `dst` arrived with.
+    fn saw_dscp(&mut self, dst: SocketAddr, dscp: u8) {
+        if let Some(&i) = self.index.get(&dst) {
+            self.dests[i].dscp_seen |= 1u64 << (dscp & 63);
         }
     }
 
@@ -366,6 +382,7 @@ fn report(cfg: &RecvConfig, o: &Outcome) -> RecvReport {
                 bytes: d.bytes,
                 highest_seq: d.tracker.highest(),
                 latency: d.latency.summary(),
+                dscp: (0..64u8).filter(|v| d.dscp_seen & (1u64 << v) != 0).collect(),
             };
             total.add_counts(&s);
             all_latency.merge(&d.latency);
@@ -400,6 +417,7 @@ fn report(cfg: &RecvConfig, o: &Outcome) -> RecvReport {
         socket_drops: o.socket_drops,
         stray: c.stray,
         bad_frames: c.bad_frames,
+        other_vlan: c.other_vlan,
         active_s: o.active_s,
         stopped_by: o.stopped_by.to_string(),
         expect: cfg.expect,

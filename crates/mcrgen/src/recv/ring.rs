@@ -4,7 +4,7 @@
 //! verified as they were on the wire. Groups are joined with sockets bound
 //! to the loopback address, which never receive a datagram themselves.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::AtomicBool;
 
@@ -17,32 +17,46 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use super::{Counters, Outcome, RecvConfig, RecvError, Timing, is_limit, join_error, setup};
 
-/// Joins every group on `ifindex` from sockets that receive nothing.
+/// Joins every group on `ifindex` from sockets that receive nothing (one
+/// family to a socket).
 fn join_quietly(cfg: &RecvConfig, ifindex: u32) -> Result<Vec<Socket>, RecvError> {
-    let open = || -> std::io::Result<Socket> {
-        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-        s.set_freebind_v4(true)?;
-        mcr_sys::sockopt::set_multicast_all(s.as_fd(), false, false)?;
-        s.bind(&SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0).into())?;
+    let open = |ipv6: bool| -> std::io::Result<Socket> {
+        let (domain, lo): (Domain, IpAddr) = if ipv6 {
+            (Domain::IPV6, Ipv6Addr::LOCALHOST.into())
+        } else {
+            (Domain::IPV4, Ipv4Addr::LOCALHOST.into())
+        };
+        let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+        if ipv6 {
+            s.set_freebind_v6(true)?;
+        } else {
+            s.set_freebind_v4(true)?;
+        }
+        mcr_sys::sockopt::set_multicast_all(s.as_fd(), ipv6, false)?;
+        s.bind(&SocketAddr::new(lo, 0).into())?;
         Ok(s)
     };
-    let mut socks = vec![open().map_err(setup("open a membership socket"))?];
+    let mut socks: Vec<(bool, Socket)> = Vec::new();
     for d in &cfg.streams {
         let g = d.ip();
-        let last = socks.len() - 1;
-        match mcr_sys::membership::join(socks[last].as_fd(), ifindex, g, None) {
+        let ipv6 = g.is_ipv6();
+        if !socks.iter().any(|(v6, _)| *v6 == ipv6) {
+            socks.push((ipv6, open(ipv6).map_err(setup("open a membership socket"))?));
+        }
+        let last = socks.iter().rposition(|(v6, _)| *v6 == ipv6).unwrap_or(0);
+        match mcr_sys::membership::join(socks[last].1.as_fd(), ifindex, g, None) {
             Ok(()) => {}
             Err(e) if is_limit(&e) => {
-                let s = open().map_err(setup("open a membership socket"))?;
+                let s = open(ipv6).map_err(setup("open a membership socket"))?;
                 mcr_sys::membership::join(s.as_fd(), ifindex, g, None).map_err(|e| join_error(cfg, g, e))?;
-                socks.push(s);
+                socks.push((ipv6, s));
             }
             // The same group on several ports is joined once.
             Err(e) if e.raw_os_error() == Some(98) => {}
             Err(e) => return Err(join_error(cfg, g, e)),
         }
     }
-    Ok(socks)
+    Ok(socks.into_iter().map(|(_, s)| s).collect())
 }
 
 pub(super) fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str)) -> Result<Outcome, RecvError> {
@@ -51,17 +65,17 @@ pub(super) fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str))
         source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
     };
     let ifname = cfg.interface.as_deref().ok_or_else(|| bad("give --interface"))?;
-    if cfg
-        .streams
-        .iter()
-        .any(|d| !matches!(d.ip(), IpAddr::V4(g) if g.is_multicast()))
-    {
-        return Err(bad("it takes IPv4 multicast streams; use --via sockets for others"));
+    if cfg.streams.iter().any(|d| !d.ip().is_multicast()) {
+        return Err(bad("it takes multicast streams; use --via sockets for unicast"));
     }
     let ifindex = mcr_sys::iface::index_or_unknown(ifname).map_err(setup("--interface"))?;
     let mtu = mcr_sys::iface::mtu(ifname).map_err(setup("interface MTU"))? as usize;
     let joins = join_quietly(cfg, ifindex)?;
-    let filter: Vec<FilterInsn> = mcr_core::bpf::ingress_filter(&[])
+    let spec = mcr_core::bpf::FilterSpec {
+        unicast: Vec::new(),
+        vlans: cfg.vlan.into_iter().collect(),
+    };
+    let filter: Vec<FilterInsn> = mcr_core::bpf::ingress_filter(&spec)
         .into_iter()
         .map(|i| FilterInsn {
             code: i.code,
@@ -98,14 +112,17 @@ pub(super) fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str))
                 } else {
                     RxChecksum::Unknown
                 };
-                match parse(f.data, f.wire_len, csum) {
+                match parse(f.data, f.wire_len, csum, f.vlan_tci) {
+                    Ok(d) if d.vlan != cfg.vlan.unwrap_or(0) => c.other_vlan += 1,
                     Ok(d) => {
                         let payload = &f.data[d.payload_at..d.payload_at + d.payload_len];
-                        c.handle(Some(SocketAddr::new(d.dst.into(), d.dst_port)), payload, false, now);
+                        let dst = SocketAddr::new(d.dst, d.dst_port);
+                        c.saw_dscp(dst, d.tos >> 2);
+                        c.handle(Some(dst), payload, false, now);
                     }
                     // Not ours to judge: the filter lets only UDP in, but
                     // other frames may slip in before it is attached.
-                    Err(WorkerCounter::NotIpv4 | WorkerCounter::NotUdp) => {}
+                    Err(WorkerCounter::NotIp | WorkerCounter::NotUdp) => {}
                     Err(_) => c.bad_frames += 1,
                 }
             });

@@ -101,7 +101,7 @@ impl FramePath {
                 src: SocketAddrV4::new(src_ip, src_port),
                 dst: *dst4,
                 ttl,
-                dscp: 0,
+                dscp: cfg.dscp,
                 ident: 0,
             });
         }

@@ -92,6 +92,8 @@ pub struct SendConfig {
     /// With the frames path: an 802.1Q tag with this VLAN id on every
     /// frame.
     pub vlan: Option<u16>,
+    /// DSCP of every packet (0-63).
+    pub dscp: u8,
 }
 
 /// Why `send` could not run.
@@ -400,6 +402,7 @@ mod tests {
             cpu: None,
             via: Via::Auto,
             vlan: None,
+            dscp: 0,
         }
     }
 

@@ -38,10 +38,13 @@ impl UdpPath {
             sock.set_unicast_hops_v6(cfg.ttl).map_err(setup("IPV6_UNICAST_HOPS"))?;
             sock.set_multicast_loop_v6(false)
                 .map_err(setup("IPV6_MULTICAST_LOOP"))?;
+            sock.set_tclass_v6(u32::from(cfg.dscp) << 2)
+                .map_err(setup("IPV6_TCLASS"))?;
         } else {
             sock.set_multicast_ttl_v4(cfg.ttl).map_err(setup("IP_MULTICAST_TTL"))?;
             sock.set_ttl_v4(cfg.ttl).map_err(setup("IP_TTL"))?;
             sock.set_multicast_loop_v4(false).map_err(setup("IP_MULTICAST_LOOP"))?;
+            sock.set_tos_v4(u32::from(cfg.dscp) << 2).map_err(setup("IP_TOS"))?;
         }
         if let Some(src) = cfg.source {
             sock.bind(&SocketAddr::new(src, 0).into())

@@ -506,6 +506,34 @@ outputs = ["eth1:239.10.1.2:6001,source=keep"]
     }
 
     #[test]
+    fn ipv6_source_lists_dscp_and_vlans_load_and_render_back() {
+        let text = r#"
+[[rule]]
+name = "v6"
+input = "eth0:[ff3e::1]:5001,vlan=100,source=2001:db8::1,source=2001:db8::2"
+outputs = ["eth1:239.10.1.1:6001,vlan=200,ttl=4,dscp=ef", "eth1:[ff3e::10]:6001,dscp=keep"]
+"#;
+        let mut ifs: Vec<InterfaceInfo> = ifaces().iter().cloned().collect();
+        ifs[1].addresses.push("fd00:1::1".parse().expect("literal"));
+        let c = Config::parse(text).expect("parses");
+        c.check(text, &Interfaces::new(ifs)).expect("valid");
+        let r = &c.rules[0];
+        assert_eq!((r.input.vlan, r.input.sources.len()), (Some(100), 2));
+        assert_eq!(r.outputs[0].to_string(), "eth1:239.10.1.1:6001,vlan=200,ttl=4,dscp=46");
+        assert_eq!(r.outputs[1].to_string(), "eth1:[ff3e::10]:6001");
+        let back =
+            Config::parse(&Config::render(&c.settings, &c.rules).expect("renders")).expect("rendered file parses");
+        assert_eq!(back.rules, c.rules);
+        let e = mistake(
+            "[[rule]]\nname = \"a\"\ninput = \"eth0:239.1.1.1:5001,vlan=5000\"\noutputs = [\"eth1:239.10.1.1:6001\"]\n",
+        );
+        assert!(
+            e.to_string().contains("line 3, column 9") && e.to_string().contains("1 to 4094"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn an_empty_file_is_a_daemon_with_defaults_and_no_rules() {
         let c = Config::parse("").expect("empty");
         assert_eq!(c.settings, Settings::default());

@@ -843,6 +843,30 @@ mod tests {
         }
 
         #[test]
+        fn any_family_pair_vlan_and_dscp_rewrite_to_a_valid_frame_of_the_same_payload(
+            payload in proptest::collection::vec(any::<u8>(), 0..1400),
+            in6: bool, to6: bool, dscp in proptest::option::of(0u8..64), vlan in proptest::option::of(1u16..4095),
+            group: u16, port: u16, tag in proptest::option::of(any::<u16>()),
+        ) {
+            let f = if in6 { frame6(&payload, 9, 10) } else { frame(&payload, 9) };
+            let d = parse(&f, f.len(), RxChecksum::Unknown, tag).expect("valid");
+            let base = if to6 { out6() } else { out() };
+            let dst: IpAddr = if to6 {
+                std::net::Ipv6Addr::new(0xff3e, 0, 0, 0, 0, 0, 1, group).into()
+            } else {
+                ip4(239, 10, (group >> 8) as u8, group as u8)
+            };
+            let o = FrameRewrite { dst, dst_port: port, vlan, dscp: dscp.map_or(Dscp::Keep, Dscp::Set), ..base };
+            let mut buf = [0u8; 1600];
+            let n = rewrite(&f, &d, &o, &mut buf).expect("fits");
+            let back = parse(&buf[..n], n, RxChecksum::Unknown, None).expect("checksums valid");
+            prop_assert_eq!((back.dst, back.dst_port, back.vlan), (dst, port, vlan.unwrap_or(0)));
+            prop_assert_eq!(back.tos >> 2, dscp.unwrap_or(d.tos >> 2));
+            prop_assert_eq!(back.ttl, 8);
+            prop_assert_eq!(&buf[back.payload_at..n], &payload[..]);
+        }
+
+        #[test]
         fn a_rewritten_frame_always_parses_back_with_valid_checksums(
             payload in proptest::collection::vec(any::<u8>(), 0..1400),
             src: [u8; 4], ttl in 2u8..=255, dst: [u8; 4], port: u16, new_src: Option<[u8; 4]>, fixed: Option<u8>,

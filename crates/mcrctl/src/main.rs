@@ -42,15 +42,16 @@ enum Command {
     Version,
     /// Add a rule, or replace the rule of the same name.
     #[command(
-        after_help = "Examples:\n  mcrctl add feed-a --input eth0:239.1.1.1:5001 --output eth1:239.10.1.1:6001\n  mcrctl add feed-b --input eth0:239.1.1.2:5001,source=10.0.0.1 \\\n      --output eth1:239.10.1.2:6001,ttl=8 --output eth2:10.0.2.9:7000"
+        after_help = "Examples:\n  mcrctl add feed-a --input eth0:239.1.1.1:5001 --output eth1:239.10.1.1:6001\n  mcrctl add feed-b --input eth0:239.1.1.2:5001,source=10.0.0.1 \\\n      --output eth1:239.10.1.2:6001,ttl=8 --output eth2:10.0.2.9:7000\n  mcrctl add v6 --input eth0:[ff3e::1]:5001,vlan=100 --output eth1:[ff3e::10]:6001,dscp=ef"
     )]
     Add {
         /// The rule's name.
         name: String,
-        /// IFACE:ADDRESS:PORT[,source=ADDRESS]: the stream to take.
+        /// IFACE:ADDRESS:PORT[,vlan=ID][,source=ADDRESS]...: the stream to
+        /// take (IPv6 in brackets; source= once per source).
         #[arg(long, short)]
         input: Input,
-        /// IFACE:ADDRESS:PORT[,ttl=N|decrement][,source=interface|keep|ADDRESS]:
+        /// IFACE:ADDRESS:PORT[,vlan=ID][,ttl=N|decrement][,dscp=D|keep][,source=interface|keep|ADDRESS]:
         /// where to send it; repeat for several outputs.
         #[arg(long = "output", short, required = true)]
         outputs: Vec<Output>,

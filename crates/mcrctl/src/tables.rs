@@ -51,12 +51,13 @@ pub fn render(r: &Reply) -> String {
                 let _ = writeln!(o, "  problem: {p}");
             }
             for j in joins {
+                let from = j.source.map(|s| format!(" from {s}")).unwrap_or_default();
                 match &j.error {
                     None => {
-                        let _ = writeln!(o, "  joined {} on {}", j.group, j.interface);
+                        let _ = writeln!(o, "  joined {}{from} on {}", j.group, j.interface);
                     }
                     Some(e) => {
-                        let _ = writeln!(o, "  NOT joined {} on {}: {e}", j.group, j.interface);
+                        let _ = writeln!(o, "  NOT joined {}{from} on {}: {e}", j.group, j.interface);
                     }
                 }
             }
@@ -75,10 +76,17 @@ pub fn render(r: &Reply) -> String {
                 o.push_str("no rules\n");
             }
             for s in rules {
-                let join = match s.joins.first() {
-                    None => "no join (unicast input)".to_string(),
-                    Some(j) if j.joined => "joined".to_string(),
-                    Some(j) => format!("NOT joined: {}", j.error.as_deref().unwrap_or("?")),
+                let join = match s.joins.iter().find(|j| !j.joined) {
+                    None if s.joins.is_empty() && s.rule.input.destination.ip().is_multicast() => {
+                        "no join (a VLAN of a trunk)".to_string()
+                    }
+                    None if s.joins.is_empty() => "no join (unicast input)".to_string(),
+                    None => "joined".to_string(),
+                    Some(j) => format!(
+                        "NOT joined{}: {}",
+                        j.source.map(|s| format!(" from {s}")).unwrap_or_default(),
+                        j.error.as_deref().unwrap_or("?")
+                    ),
                 };
                 let _ = writeln!(o, "{:<20} {:<40} {join}", s.rule.name, s.rule.input.to_string());
                 for out in &s.rule.outputs {

@@ -47,7 +47,7 @@ fn each_bad_rule_is_refused_with_its_field_and_reason() {
         ),
         (
             &["--input", "veth1:224.0.0.9:5001", "--output", "veth2:239.10.1.2:6001"],
-            "link-local control group",
+            "is a link-local group",
         ),
         (
             &["--input", "veth1:239.1.1.2:0", "--output", "veth2:239.10.1.2:6001"],

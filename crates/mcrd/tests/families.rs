@@ -109,7 +109,7 @@ fn ipv4_goes_out_as_ipv6_and_ipv6_as_ipv4_with_the_payload_unchanged() {
         &relay,
         "four-to-six",
         "veth1:239.1.1.1:5001",
-        &["veth2:[ff3e::20]:6001"],
+        &["veth2:[ff3e::20]:6001", "veth2:[fd00:1::2]:7003,ttl=5"],
     );
     add(
         &relay,
@@ -121,6 +121,20 @@ fn ipv4_goes_out_as_ipv6_and_ipv6_as_ipv4_with_the_payload_unchanged() {
     let to6 = Receiver::start(
         &c.sink,
         &["-s", "[ff3e::20]:6001", "-i", Chain::SINK_IF, "--expect", "5000"],
+    )
+    .expect("recv");
+    let to6_unicast = Receiver::start(
+        &c.sink,
+        &[
+            "-s",
+            "[fd00:1::2]:7003",
+            "-i",
+            Chain::SINK_IF,
+            "--ids",
+            "0",
+            "--expect",
+            "5000",
+        ],
     )
     .expect("recv");
     let to4 = Receiver::start(
@@ -141,7 +155,7 @@ fn ipv4_goes_out_as_ipv6_and_ipv6_as_ipv4_with_the_payload_unchanged() {
     send_from(&c, "[ff3e::2]:5002", 5000, "5k", &["--size", "1200", "--first-id", "7"]);
     // mcrgen checks each payload's bytes against what its sequence number
     // says was sent: byte-identical, or counted corrupted.
-    for rx in [to6, to4] {
+    for rx in [to6, to6_unicast, to4] {
         let got = complete(rx, &relay);
         assert_eq!((got.report.total.received, got.report.total.corrupted), (5000, 0));
     }

@@ -53,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
         };
         // Rewriting updates the checksums incrementally: what the kernel
         // vouched for (Valid) stays as right as it was, and a partial sum
-        // (NotReady) is finished by the NIC. Only a frame whose checksums
+        // (NotReady) is computed in full. Only a frame whose checksums
         // are truly right must come out right.
         if parse(data, data.len(), RxChecksum::Unknown, tag).is_err() {
             continue;

@@ -50,6 +50,8 @@ pub const MAX_VLANS: usize = 200;
 const VLAN_TAG_PRESENT: u32 = 0xffff_f000 + 48;
 /// The ancillary load of that tag's TCI (SKF_AD_OFF + SKF_AD_VLAN_TAG).
 const VLAN_TAG: u32 = 0xffff_f000 + 44;
+/// The ancillary load of that tag's TPID (SKF_AD_OFF + SKF_AD_VLAN_TPID).
+const VLAN_TPID: u32 = 0xffff_f000 + 60;
 
 /// What one input interface's filter lets in besides multicast: the
 /// unicast addresses and the VLANs its rules take.
@@ -128,27 +130,38 @@ impl Asm {
 /// untagged multicast.
 pub fn ingress_filter(spec: &FilterSpec) -> Vec<Insn> {
     let mut a = Asm::default();
-    let (ip, tagged) = (a.label(), a.label());
+    let (ip, tagged, drop_tagged) = (a.label(), a.label(), a.label());
     a.op(LD_W_ABS, VLAN_TAG_PRESENT);
     a.jump(JEQ_K, 0, To::L(ip), To::L(tagged));
-    // A frame the kernel took a tag off (or that was sent tagged by this
-    // host): its VLAN must be one a rule takes (0: priority tagged only).
+    // A frame the kernel took a tag off: an 802.1Q tag (not an 802.1ad
+    // service tag) of a VLAN a rule takes (0: priority tagged only).
     a.bind(tagged);
+    a.op(LD_W_ABS, VLAN_TPID);
     if spec.vlans.len() <= MAX_VLANS {
+        a.jump(JEQ_K, 0x8100, To::Next, To::L(drop_tagged));
         a.op(LD_W_ABS, VLAN_TAG);
         a.op(AND_K, 0x0fff);
         a.jump(JEQ_K, 0, To::L(ip), To::Next);
         for &v in &spec.vlans {
             a.jump(JEQ_K, u32::from(v), To::L(ip), To::Next);
         }
-        a.ret(false);
+    } else {
+        a.jump(JEQ_K, 0x8100, To::L(ip), To::L(drop_tagged));
     }
+    a.bind(drop_tagged);
+    a.ret(false);
     a.bind(ip);
-    let (v4, v6) = (a.label(), a.label());
+    let (v4, v6, inner_tag) = (a.label(), a.label(), a.label());
     a.op(LD_H_ABS, 12);
     a.jump(JEQ_K, 0x0800, To::L(v4), To::Next);
     a.jump(JEQ_K, 0x86dd, To::L(v6), To::Next);
+    // A tag still in the frame (a second one, QinQ, behind the one the
+    // kernel took off): let in for the worker to count as vlan_tagged.
+    a.jump(JEQ_K, 0x8100, To::L(inner_tag), To::Next);
+    a.jump(JEQ_K, 0x88a8, To::L(inner_tag), To::Next);
     a.ret(false);
+    a.bind(inner_tag);
+    a.ret(true);
     let v4_names: Vec<Ipv4Addr> = spec
         .unicast
         .iter()
@@ -247,6 +260,10 @@ mod tests {
     /// would: returns the number of bytes to keep (0: drop). `tag` is the
     /// TCI the kernel took off, if any.
     fn run_tagged(p: &[Insn], frame: &[u8], tag: Option<u16>) -> u32 {
+        run_tpid(p, frame, tag, 0x8100)
+    }
+
+    fn run_tpid(p: &[Insn], frame: &[u8], tag: Option<u16>, tpid: u16) -> u32 {
         let mut a: u32 = 0;
         let mut pc = 0usize;
         loop {
@@ -261,6 +278,7 @@ mod tests {
                 LD_W_LEN => a = frame.len() as u32,
                 LD_W_ABS if i.k == VLAN_TAG_PRESENT => a = u32::from(tag.is_some()),
                 LD_W_ABS if i.k == VLAN_TAG => a = u32::from(tag.unwrap_or(0)),
+                LD_W_ABS if i.k == VLAN_TPID => a = if tag.is_some() { u32::from(tpid) } else { 0 },
                 LD_H_ABS | LD_B_ABS | LD_W_ABS => {
                     let n = match i.code {
                         LD_H_ABS => 2,
@@ -379,6 +397,13 @@ mod tests {
         assert_eq!(run_tagged(&p, &g, Some(300)), 0);
         assert_eq!(run_tagged(&p, &udp_to([10, 0, 0, 9], 17, 0x0800), Some(100)), 0);
         assert_eq!(run_tagged(&filter(&[], &[]), &g, Some(100)), 0, "no VLAN rules");
+        assert_eq!(run_tpid(&p, &g, Some(100), 0x88a8), 0, "an 802.1ad service tag");
+        // A second tag left in the frame behind an outer one of a rule's
+        // VLAN: let in to be counted; behind another VLAN: kept out.
+        let mut qinq = g.clone();
+        qinq[12..14].copy_from_slice(&[0x81, 0x00]);
+        assert_ne!(run_tagged(&p, &qinq, Some(100)), 0);
+        assert_eq!(run_tagged(&p, &qinq, Some(300)), 0);
     }
 
     #[test]
@@ -410,6 +435,7 @@ mod tests {
         assert_ne!(run(&p, &udp_to([10, 9, 9, 9], 17, 0x0800)), 0);
         assert_ne!(run(&p, &udp6_to("2001:db8::1:1", 17)), 0);
         assert_ne!(run_tagged(&p, &udp_to([239, 1, 1, 1], 17, 0x0800), Some(4000)), 0);
+        assert_eq!(run_tpid(&p, &udp_to([239, 1, 1, 1], 17, 0x0800), Some(4000), 0x88a8), 0);
         // Letting in any unicast UDP lets in nothing else.
         assert_eq!(run(&p, &udp_to([10, 9, 9, 9], 6, 0x0800)), 0, "TCP to the host");
         assert_eq!(run(&p, &udp_to([10, 9, 9, 9], 17, 0x0806)), 0, "ARP");

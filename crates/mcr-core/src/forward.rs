@@ -83,7 +83,8 @@ pub fn parse(frame: &[u8], wire_len: usize, checksum: RxChecksum, tag: Option<u1
     let mut ethertype = eth.ethertype.get();
     let mut tci = tag;
     if is_tag(ethertype) {
-        if tci.is_some() {
+        // A second tag (QinQ), or an 802.1ad service tag: no rule's VLAN.
+        if tci.is_some() || ethertype != ETHERTYPE_VLAN {
             return Err(WorkerCounter::VlanTagged);
         }
         let (t, _) = VlanTag::ref_from_prefix(&frame[at..]).map_err(|_| WorkerCounter::BadLength)?;
@@ -108,6 +109,16 @@ pub fn parse(frame: &[u8], wire_len: usize, checksum: RxChecksum, tag: Option<u1
 
 fn is_tag(ethertype: u16) -> bool {
     ethertype == ETHERTYPE_VLAN || ethertype == ethernet::ETHERTYPE_QINQ
+}
+
+/// The 802.1Q tag the kernel took off a frame, as [`parse`] takes it, from
+/// the ring's TCI and TPID: an 802.1ad service tag (TPID 0x88a8) is no
+/// customer VLAN a rule takes, and counts as `vlan_tagged`.
+pub fn kernel_tag(tci: Option<u16>, tpid: Option<u16>) -> Result<Option<u16>, WorkerCounter> {
+    match (tci, tpid) {
+        (Some(_), Some(t)) if t != ETHERTYPE_VLAN => Err(WorkerCounter::VlanTagged),
+        _ => Ok(tci),
+    }
 }
 
 fn parse_v4(frame: &[u8], ip_at: usize, checksum: RxChecksum) -> Result<Datagram, WorkerCounter> {
@@ -582,6 +593,17 @@ mod tests {
             parse(&tt, tt.len(), RxChecksum::Unknown, None),
             Err(WorkerCounter::VlanTagged)
         );
+        // An 802.1ad service tag, in the frame or taken off by the kernel.
+        let mut s_tag = t.clone();
+        s_tag[12..14].copy_from_slice(&[0x88, 0xa8]);
+        assert_eq!(
+            parse(&s_tag, s_tag.len(), RxChecksum::Unknown, None),
+            Err(WorkerCounter::VlanTagged)
+        );
+        assert_eq!(kernel_tag(Some(100), Some(0x88a8)), Err(WorkerCounter::VlanTagged));
+        assert_eq!(kernel_tag(Some(100), Some(0x8100)), Ok(Some(100)));
+        assert_eq!(kernel_tag(Some(100), None), Ok(Some(100)));
+        assert_eq!(kernel_tag(None, None), Ok(None));
         assert_eq!(
             parse(&t[..16], 16, RxChecksum::Unknown, None),
             Err(WorkerCounter::BadLength)

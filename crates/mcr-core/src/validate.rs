@@ -55,9 +55,9 @@ fn is_link_local_multicast(a: IpAddr) -> bool {
 /// a stream can be taken.
 type Place<'a> = (&'a str, u16, SocketAddr);
 
-/// The part of an input two rules must not share: interface, VLAN,
-/// destination (sources aside).
-type InputPlace<'a> = (&'a str, Option<u16>, SocketAddr);
+/// The part of an input two rules must not share: interface, VLAN (0:
+/// untagged), destination (sources aside).
+type InputPlace<'a> = (&'a str, u16, SocketAddr);
 
 /// Where a set of rules takes and sends its streams, to check one rule
 /// against all the others in constant time (a reload checks thousands).
@@ -106,7 +106,20 @@ impl<'a> RuleIndex<'a> {
 }
 
 fn input_place(i: &Input) -> InputPlace<'_> {
-    (&i.interface, i.vlan, i.destination)
+    (&i.interface, i.vlan.unwrap_or(0), i.destination)
+}
+
+/// A VLAN id must be 1 to 4094 (0 means untagged, 4095 is reserved); the
+/// text form checks this too, but a rule may come as JSON.
+fn check_vlan(rule: &Rule, field: &str, vlan: Option<u16>) -> Result<(), RuleError> {
+    match vlan {
+        Some(v) if !(1..=4094).contains(&v) => Err(err(
+            rule,
+            field,
+            format!("VLAN id {v} is outside 1-4094; leave vlan out for untagged frames"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The sources two inputs of the same place would both take: all (any
@@ -258,6 +271,7 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
     let input = &rule.input;
     check_interface(rule, "input.interface", &input.interface, interfaces)?;
     let dst = input.destination.ip();
+    check_vlan(rule, "input.vlan", input.vlan)?;
     check_port(rule, "input.destination", &input.destination)?;
     if dst.is_unspecified() || dst == IpAddr::V4(Ipv4Addr::BROADCAST) {
         return Err(err(
@@ -338,6 +352,7 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
     let f = |name: &str| format!("outputs[{i}].{name}");
     check_interface(rule, &f("interface"), &o.interface, interfaces)?;
     let dst = o.destination.ip();
+    check_vlan(rule, &f("vlan"), o.vlan)?;
     check_port(rule, &f("destination"), &o.destination)?;
     if dst.is_unspecified() || dst == IpAddr::V4(Ipv4Addr::BROADCAST) || dst.is_loopback() {
         return Err(err(
@@ -582,6 +597,18 @@ mod tests {
         );
         let any = rule("any", "veth1:232.1.1.1:5001", &["veth2:239.10.1.6:6001"]);
         check_rule(&any, &[s1, s2], &ifaces()).expect("(*,G) beside (S,G)");
+    }
+
+    #[test]
+    fn vlan_ids_out_of_range_are_refused_even_as_json() {
+        let mut r = rule("j", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]);
+        r.input.vlan = Some(0);
+        assert_eq!(refused(&r, &[]).field, "input.vlan");
+        r.input.vlan = None;
+        r.outputs[0].vlan = Some(4095);
+        let e = refused(&r, &[]);
+        assert_eq!(e.field, "outputs[0].vlan");
+        assert!(e.reason.contains("outside 1-4094"), "{e}");
     }
 
     #[test]

@@ -126,9 +126,10 @@ fn write_int_cmsgs(hdr: &mut libc::msghdr, items: &[(libc::c_int, libc::c_int, l
     // bytes, aligned for cmsghdr), which holds two CMSG_SPACE(4) = 24-byte
     // messages; CMSG_FIRSTHDR returns its start.
     let mut c = unsafe { libc::CMSG_FIRSTHDR(hdr) };
+    let mut written = 0;
     for &(level, kind, value) in items.iter().take(2) {
         if c.is_null() {
-            return;
+            break;
         }
         // SAFETY: `c` is an aligned header position inside the control
         // buffer with room for a header and an int after it (see above);
@@ -148,8 +149,9 @@ fn write_int_cmsgs(hdr: &mut libc::msghdr, items: &[(libc::c_int, libc::c_int, l
         // SAFETY: CMSG_NXTHDR reads the header just written and the
         // buffer's bounds from `hdr`; it returns null past the end.
         c = unsafe { libc::CMSG_NXTHDR(hdr, c) };
+        written += 1;
     }
-    hdr.msg_controllen = items.len().min(2) * space;
+    hdr.msg_controllen = written * space;
 }
 
 /// What the kernel said about one received datagram.

@@ -77,10 +77,13 @@ pub fn render(r: &Reply) -> String {
             }
             for s in rules {
                 let join = match s.joins.iter().find(|j| !j.joined) {
-                    None if s.joins.is_empty() && s.rule.input.destination.ip().is_multicast() => {
+                    None if s.joins.is_empty() && s.rule.input.vlan.is_some() => {
                         "no join (a VLAN of a trunk)".to_string()
                     }
-                    None if s.joins.is_empty() => "no join (unicast input)".to_string(),
+                    None if s.joins.is_empty() && !s.rule.input.destination.ip().is_multicast() => {
+                        "no join (unicast input)".to_string()
+                    }
+                    None if s.joins.is_empty() => "not joined yet".to_string(),
                     None => "joined".to_string(),
                     Some(j) => format!(
                         "NOT joined{}: {}",

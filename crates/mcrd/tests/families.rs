@@ -24,11 +24,51 @@ fn add(relay: &Relay, name: &str, input: &str, outputs: &[&str]) {
     relay.ctl_ok(&args).expect("rule added");
 }
 
-/// A chain with IPv6 as well as IPv4 on every link.
+/// A chain with IPv6 as well as IPv4 on every link. The generator's
+/// kernel computes UDP checksums in full (no transmit offload), so the
+/// relay receives them complete and updates them incrementally, the path
+/// real senders take.
 fn dual_chain(tag: &str) -> Chain {
     let c = Chain::new(tag).expect("chain");
     c.add_ipv6().expect("IPv6 addresses");
+    c.generator
+        .exec("ethtool", ["-K", Chain::GEN_IF, "tx", "off"])
+        .expect("checksums computed by the sender");
     c
+}
+
+/// Checks a frame's UDP checksum independently of MCR's own code: the
+/// ones' complement sum over the pseudo-header, header and payload of an
+/// untagged IPv4 (no options) or IPv6 (no extension headers) frame must
+/// be 0xffff, and an IPv6 one must not be absent.
+fn udp_checksum_verifies(f: &[u8]) -> bool {
+    let sum = |b: &[u8]| -> u32 {
+        b.chunks(2)
+            .map(|c| (u32::from(c[0]) << 8) | u32::from(c.get(1).copied().unwrap_or(0)))
+            .sum()
+    };
+    let (pseudo, udp) = match u16::from_be_bytes([f[12], f[13]]) {
+        0x0800 => {
+            let udp = &f[34..];
+            if udp[6..8] == [0, 0] {
+                return true;
+            }
+            (sum(&f[26..34]) + 17 + udp.len() as u32, udp)
+        }
+        0x86dd => {
+            let udp = &f[54..];
+            if udp[6..8] == [0, 0] {
+                return false;
+            }
+            (sum(&f[22..54]) + 17 + udp.len() as u32, udp)
+        }
+        _ => return false,
+    };
+    let mut s = pseudo + sum(udp);
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s == 0xffff
 }
 
 /// Sends `count` packets to each of `streams` from the generator.
@@ -94,7 +134,7 @@ fn an_ipv6_chain_carries_every_packet_with_its_checksum_and_a_33_33_mac() {
         assert_eq!((d.dst.to_string(), d.dst_port), ("ff3e::10".to_string(), 6001));
         assert_eq!(d.src.to_string(), Chain::RELAY_OUT_ADDR6);
         assert_eq!(d.ttl, 8);
-        assert_ne!(u16::from_be_bytes([f[60], f[61]]), 0, "a UDP checksum is present");
+        assert!(udp_checksum_verifies(f), "the UDP checksum, summed independently");
     }
     let s = relay.stats().expect("stats");
     assert_eq!(s.rules[0].outputs[0].packets, 100_000);
@@ -163,6 +203,7 @@ fn ipv4_goes_out_as_ipv6_and_ipv6_as_ipv4_with_the_payload_unchanged() {
     let (mut six, mut four) = (0, 0);
     for f in &frames {
         let d = parse(f, f.len(), RxChecksum::Unknown, None).expect("valid checksums");
+        assert!(udp_checksum_verifies(f), "the UDP checksum, summed independently");
         assert_eq!(d.payload_len, 1200);
         if d.dst.is_ipv6() {
             assert_eq!(
@@ -484,6 +525,9 @@ fn a_vlan_of_a_trunk_goes_out_untagged_or_retagged_and_other_vlans_stay_out() {
         "veth1:239.1.1.1:5001",
         &["veth2:239.10.1.2:6002,vlan=200"],
     );
+    // The trunk is put in promiscuous mode, past any NIC's VLAN filter.
+    let link = c.relay.ip(&["-d", "link", "show", Chain::RELAY_IN_IF]).expect("link");
+    assert!(link.contains("promiscuity 1"), "{link}");
     let untagged = Receiver::start(
         &c.sink,
         &[

@@ -61,6 +61,9 @@ pub struct RxFrame<'a> {
     pub csum_not_ready: bool,
     /// The VLAN tag the kernel took off the frame, if any.
     pub vlan_tci: Option<u16>,
+    /// That tag's TPID (0x8100 for 802.1Q, 0x88a8 for an 802.1ad service
+    /// tag), when the kernel says.
+    pub vlan_tpid: Option<u16>,
 }
 
 fn frame_flags(status: u32) -> (bool, bool) {
@@ -217,14 +220,16 @@ impl RxRing {
         crate::sockopt::attach_filter(self.fd.as_fd(), filter)
     }
 
-    /// Makes interface `ifindex` pass every multicast frame up
-    /// (`PACKET_MR_ALLMULTI`, for as long as this socket lives): for a
-    /// VLAN of a trunk, whose groups the host joins on no interface, so
-    /// that a NIC filtering multicast MACs still delivers them.
-    pub fn add_allmulti(&self, ifindex: u32) -> io::Result<()> {
+    /// Puts interface `ifindex` in promiscuous mode (`PACKET_MR_PROMISC`,
+    /// for as long as this socket lives): for a VLAN of a trunk, whose
+    /// groups the host joins on no interface and whose VLAN id no
+    /// sub-interface registers, so that a NIC filtering multicast MACs or
+    /// VLAN ids (`rx-vlan-filter`) still delivers them. The ingress filter
+    /// keeps everything else out.
+    pub fn add_promisc(&self, ifindex: u32) -> io::Result<()> {
         let mr = libc::packet_mreq {
             mr_ifindex: ifindex as libc::c_int,
-            mr_type: libc::PACKET_MR_ALLMULTI as libc::c_ushort,
+            mr_type: libc::PACKET_MR_PROMISC as libc::c_ushort,
             mr_alen: 0,
             mr_address: [0; 8],
         };

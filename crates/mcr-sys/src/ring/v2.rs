@@ -52,6 +52,7 @@ impl Cursor {
                 csum_valid,
                 csum_not_ready,
                 vlan_tci: (status & libc::TP_STATUS_VLAN_VALID != 0).then_some(hdr.tp_vlan_tci),
+                vlan_tpid: (status & libc::TP_STATUS_VLAN_TPID_VALID != 0).then_some(hdr.tp_vlan_tpid),
             });
             status_word.store(libc::TP_STATUS_KERNEL, Ordering::Release);
             self.next = (self.next + 1) % self.frames;

@@ -77,6 +77,7 @@ impl Cursor {
                     csum_valid,
                     csum_not_ready,
                     vlan_tci: (hdr.tp_status & libc::TP_STATUS_VLAN_VALID != 0).then_some(hdr.hv1.tp_vlan_tci as u16),
+                    vlan_tpid: (hdr.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0).then_some(hdr.hv1.tp_vlan_tpid),
                 });
                 n += 1;
                 self.pkt += 1;

@@ -16,8 +16,8 @@ struct Input {
     ifindex: u32,
     ring: RxRing,
     spec: FilterSpec,
-    /// `PACKET_MR_ALLMULTI` is set (the rules take a VLAN of it).
-    allmulti: bool,
+    /// `PACKET_MR_PROMISC` is set (the rules take a VLAN of it).
+    promisc: bool,
     registered: bool,
 }
 
@@ -104,11 +104,11 @@ impl Ingress {
                         }),
                     }
                 }
-                if !i.allmulti && !i.spec.vlans.is_empty() {
-                    match i.ring.add_allmulti(ifindex) {
-                        Ok(()) => i.allmulti = true,
+                if !i.promisc && !i.spec.vlans.is_empty() {
+                    match i.ring.add_promisc(ifindex) {
+                        Ok(()) => i.promisc = true,
                         Err(e) => troubles.push(Problem {
-                            error: format!("input interface `{name}`: all-multicast for its VLANs: {e}"),
+                            error: format!("input interface `{name}`: promiscuous mode for its VLANs: {e}"),
                             scope: Scope::Input(name),
                         }),
                     }
@@ -124,12 +124,13 @@ impl Ingress {
                 self.fanout_seed.map(|s| fanout_group(s, ifindex)),
             ) {
                 Ok(ring) => {
-                    // A trunk's VLANs have no membership on the host that
-                    // would open the NIC's multicast filter to their groups.
-                    let allmulti = !spec.vlans.is_empty();
-                    if allmulti && let Err(e) = ring.add_allmulti(ifindex) {
+                    // A trunk's VLANs have no membership or sub-interface
+                    // on the host that would open the NIC's multicast and
+                    // VLAN filters to them.
+                    let promisc = !spec.vlans.is_empty();
+                    if promisc && let Err(e) = ring.add_promisc(ifindex) {
                         troubles.push(Problem {
-                            error: format!("input interface `{name}`: all-multicast for its VLANs: {e}"),
+                            error: format!("input interface `{name}`: promiscuous mode for its VLANs: {e}"),
                             scope: Scope::Input(name.clone()),
                         });
                     }
@@ -137,7 +138,7 @@ impl Ingress {
                         ifindex,
                         ring,
                         spec,
-                        allmulti,
+                        promisc,
                         registered: false,
                     })
                 }

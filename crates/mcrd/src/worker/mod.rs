@@ -339,7 +339,9 @@ impl Worker {
                     } else {
                         RxChecksum::Unknown
                     };
-                    let d = match parse(f.data, f.wire_len, csum, f.vlan_tci) {
+                    let d = match mcr_core::forward::kernel_tag(f.vlan_tci, f.vlan_tpid)
+                        .and_then(|tag| parse(f.data, f.wire_len, csum, tag))
+                    {
                         Ok(d) => d,
                         Err(reason) => {
                             counts.worker(reason, 1);

@@ -112,7 +112,9 @@ pub(super) fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str))
                 } else {
                     RxChecksum::Unknown
                 };
-                match parse(f.data, f.wire_len, csum, f.vlan_tci) {
+                match mcr_core::forward::kernel_tag(f.vlan_tci, f.vlan_tpid)
+                    .and_then(|t| parse(f.data, f.wire_len, csum, t))
+                {
                     Ok(d) if d.vlan != cfg.vlan.unwrap_or(0) => c.other_vlan += 1,
                     Ok(d) => {
                         let payload = &f.data[d.payload_at..d.payload_at + d.payload_len];

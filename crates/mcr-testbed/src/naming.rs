@@ -16,7 +16,7 @@ use crate::command;
 /// Every namespace a test bed creates starts with this.
 pub const PREFIX: &str = "mcrtb_";
 
-const NETNS_DIR: &str = "/run/netns";
+pub(crate) const NETNS_DIR: &str = "/run/netns";
 
 static NEXT_SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -133,7 +133,7 @@ pub(crate) fn kill_processes_in(name: &str) {
 }
 
 /// The inode number of a file (a namespace's identity), if it exists.
-fn inode(path: &str) -> Option<u64> {
+pub(crate) fn inode(path: &str) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     fs::metadata(path).ok().map(|m| m.ino())
 }

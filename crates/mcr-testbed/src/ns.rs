@@ -44,9 +44,22 @@ impl Ns {
     }
 
     /// Spawns `cmd` (made with [`Ns::command`]) with stdout and stderr
-    /// captured.
+    /// captured, and returns once it is inside the namespace (`ip netns
+    /// exec` enters it only after it starts): from then on the test bed
+    /// finds it there and ends it when it is dropped.
     pub fn spawn(&self, cmd: Command) -> Result<Proc> {
-        Proc::spawn(cmd)
+        let p = Proc::spawn(cmd)?;
+        let want = crate::naming::inode(&format!("{}/{}", crate::naming::NETNS_DIR, self.name));
+        let pid = p.pid();
+        for _ in 0..1000 {
+            match crate::naming::inode(&format!("/proc/{pid}/ns/net")) {
+                // Inside, or already gone.
+                Some(i) if Some(i) == want => break,
+                None => break,
+                Some(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+        Ok(p)
     }
 
     /// `ip -n NS ARGS...`

@@ -15,6 +15,17 @@ pub fn monotonic_ns() -> u64 {
     timespec_to_ns(&ts)
 }
 
+/// CPU time this thread has used, user and system, in nanoseconds
+/// (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec that outlives the call; the
+    // calling thread's CPU clock always exists.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    debug_assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    timespec_to_ns(&ts)
+}
+
 fn timespec_to_ns(ts: &libc::timespec) -> u64 {
     // The monotonic clock counts from boot: both fields are non-negative.
     (ts.tv_sec as u64)

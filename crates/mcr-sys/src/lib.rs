@@ -11,7 +11,8 @@
 //! cover ([`sockopt`]), interface lookups ([`iface`]), process helpers
 //! ([`process`]), AF_PACKET receive rings with fanout and filters
 //! ([`ring`]),
-//! counters in shared memory ([`shm`]), users, groups and capabilities
+//! counters in shared memory ([`shm`]), UDP through io_uring ([`uring`]),
+//! users, groups and capabilities
 //! ([`privilege`]) and network namespaces
 //! ([`netns`]).
 
@@ -28,6 +29,7 @@ pub mod privilege;
 pub mod process;
 pub mod ring;
 pub mod shm;
+pub mod uring;
 pub mod sockaddr;
 pub mod sockopt;
 

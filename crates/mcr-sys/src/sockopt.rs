@@ -117,6 +117,67 @@ pub fn force_send_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> 
     get_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF).map(|n| n.max(0) as usize)
 }
 
+/// The receive buffer the kernel granted (`SO_RCVBUF`, as it reports it:
+/// twice what was asked, for its bookkeeping).
+pub fn recv_buffer(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    get_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).map(|n| n.max(0) as usize)
+}
+
+/// Makes every send on this UDP socket a train of datagrams of `size`
+/// bytes each (`UDP_SEGMENT`, generic segmentation offload); 0 turns it
+/// off.
+pub fn set_udp_segment(fd: BorrowedFd<'_>, size: u16) -> io::Result<()> {
+    set_raw(fd, libc::SOL_UDP, libc::UDP_SEGMENT, &libc::c_int::from(size))
+}
+
+/// Lets the kernel hand this UDP socket trains of same-sized datagrams
+/// as one buffer (`UDP_GRO`); [`recv_gro`] says where they split.
+pub fn set_udp_gro(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    set_flag(fd, libc::SOL_UDP, libc::UDP_GRO, on)
+}
+
+/// Receives one buffer into `buf` (without waiting if `dont_wait`):
+/// returns its length and, when the kernel coalesced several datagrams
+/// (`UDP_GRO`), the size of each but the last.
+pub fn recv_gro(fd: BorrowedFd<'_>, buf: &mut [u8], dont_wait: bool) -> io::Result<(usize, Option<usize>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
+    let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+    m.msg_iov = &mut iov;
+    m.msg_iovlen = 1;
+    m.msg_control = control.as_mut_ptr().cast();
+    m.msg_controllen = std::mem::size_of_val(&control);
+    let flags = if dont_wait { libc::MSG_DONTWAIT } else { 0 };
+    // SAFETY: every pointer in `m` (the iovec over `buf`, the control
+    // buffer) is live and writable for the call.
+    let n = unsafe { libc::recvmsg(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut m, flags) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    let mut segment = None;
+    // SAFETY: the kernel filled `m`'s control buffer and set its length.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(&m) };
+    while !c.is_null() {
+        // SAFETY: `c` is a header the kernel wrote inside the buffer.
+        let (level, kind) = unsafe { ((*c).cmsg_level, (*c).cmsg_type) };
+        if level == libc::SOL_UDP && kind == libc::UDP_GRO {
+            // SAFETY: arithmetic on the header the kernel wrote.
+            let data = unsafe { libc::CMSG_DATA(c) };
+            // SAFETY: a UDP_GRO message carries an int after its header.
+            let v = unsafe { std::ptr::read_unaligned(data.cast::<libc::c_int>()) };
+            segment = usize::try_from(v).ok().filter(|&s| s > 0);
+        }
+        // SAFETY: the next header within `m`'s control buffer, or null.
+        c = unsafe { libc::CMSG_NXTHDR(&m, c) };
+    }
+    Ok((n, segment))
+}
+
 /// Attaches a classic BPF program (`SO_ATTACH_FILTER`), replacing any
 /// the socket had, atomically.
 pub fn attach_filter(fd: BorrowedFd<'_>, prog: &[libc::sock_filter]) -> io::Result<()> {

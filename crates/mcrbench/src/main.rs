@@ -5,12 +5,14 @@
 //! - `generator`: how fast and how accurately `mcrgen send` sends on this
 //!   machine; the ceiling every relay measurement here is bounded by.
 //! - `relay`: relays on the chain topology, measured as MEASURING.md says.
+//! - `sockets`: the UDP socket API benchmark (docs/SOCKETS.md).
 
 #![forbid(unsafe_code)]
 
 mod demo;
 mod generator;
 mod relay;
+mod sockets;
 mod soak;
 mod stats;
 
@@ -38,6 +40,10 @@ enum Command {
     /// untouched streams must lose nothing, memory and descriptors must not
     /// grow.
     Soak(soak::Args),
+    /// Compare the ways of sending and receiving UDP on Linux: rates,
+    /// loss, CPU per datagram and latency over a matrix of backends and
+    /// dimensions (`mcrbench sockets compare A.json B.json` for two runs).
+    Sockets(sockets::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +52,7 @@ fn main() -> ExitCode {
         Command::Generator(a) => generator::run(&a),
         Command::Relay(a) => relay::run(&a),
         Command::Soak(a) => soak::run(&a),
+        Command::Sockets(a) => sockets::run(&a),
     };
     match result {
         Ok(code) => code,

@@ -29,9 +29,9 @@ pub mod privilege;
 pub mod process;
 pub mod ring;
 pub mod shm;
-pub mod uring;
 pub mod sockaddr;
 pub mod sockopt;
+pub mod uring;
 
 /// Turns a `-1` return into the thread's `errno` as an [`std::io::Error`].
 fn check(rc: libc::c_int) -> std::io::Result<libc::c_int> {

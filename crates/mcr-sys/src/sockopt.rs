@@ -164,7 +164,8 @@ pub fn recv_gro(fd: BorrowedFd<'_>, buf: &mut [u8], dont_wait: bool) -> io::Resu
     let mut c = unsafe { libc::CMSG_FIRSTHDR(&m) };
     while !c.is_null() {
         // SAFETY: `c` is a header the kernel wrote inside the buffer.
-        let (level, kind) = unsafe { ((*c).cmsg_level, (*c).cmsg_type) };
+        let h = unsafe { &*c };
+        let (level, kind) = (h.cmsg_level, h.cmsg_type);
         if level == libc::SOL_UDP && kind == libc::UDP_GRO {
             // SAFETY: arithmetic on the header the kernel wrote.
             let data = unsafe { libc::CMSG_DATA(c) };

@@ -306,10 +306,12 @@ impl UringMultishot {
         let mask = self.count - 1;
         let at = usize::from(self.tail & mask);
         let addr = self.slab.as_ptr() as u64 + u64::from(bid) * self.buf_size as u64;
-        // SAFETY: `at` < `count`, so the entry lies inside the mapping;
-        // the kernel reads only entries below the tail, which is moved past
+        // SAFETY: `at` < `count`: the pointer stays inside the mapping.
+        let p = unsafe { self.entries.add(at) };
+        // SAFETY: an entry inside the mapping, written only here; the
+        // kernel reads only entries below the tail, which is moved past
         // this one only after it is written.
-        let e = unsafe { &mut *self.entries.add(at) };
+        let e = unsafe { &mut *p };
         e.set_addr(addr);
         e.set_len(self.buf_size as u32);
         e.set_bid(bid);
@@ -324,7 +326,9 @@ impl UringMultishot {
     }
 
     fn arm(&mut self) -> io::Result<()> {
-        let e = opcode::RecvMulti::new(Fd(self.sock.as_raw_fd()), BGID).build().user_data(1);
+        let e = opcode::RecvMulti::new(Fd(self.sock.as_raw_fd()), BGID)
+            .build()
+            .user_data(1);
         // SAFETY: the request takes its buffers from the registered ring,
         // whose memory lives as long as `self`.
         unsafe { self.ring.submission().push(&e) }.map_err(|_| io::Error::from(io::ErrorKind::WouldBlock))?;
@@ -434,9 +438,7 @@ mod tests {
                 }
             }
         }
-        let want: Vec<Vec<u8>> = (0..5u8)
-            .flat_map(|r| (0..3u8).map(move |i| vec![r, i, 0xab]))
-            .collect();
+        let want: Vec<Vec<u8>> = (0..5u8).flat_map(|r| (0..3u8).map(move |i| vec![r, i, 0xab])).collect();
         assert_eq!(got, want);
     }
 }

@@ -12,8 +12,8 @@
 mod demo;
 mod generator;
 mod relay;
-mod sockets;
 mod soak;
+mod sockets;
 mod stats;
 
 use std::process::ExitCode;
@@ -43,7 +43,7 @@ enum Command {
     /// Compare the ways of sending and receiving UDP on Linux: rates,
     /// loss, CPU per datagram and latency over a matrix of backends and
     /// dimensions (`mcrbench sockets compare A.json B.json` for two runs).
-    Sockets(sockets::Args),
+    Sockets(Box<sockets::Args>),
 }
 
 fn main() -> ExitCode {

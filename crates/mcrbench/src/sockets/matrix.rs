@@ -97,7 +97,9 @@ impl Point {
     /// True if the label holds every word of `filter`.
     pub fn matches(&self, filter: &[String]) -> bool {
         let l = self.label();
-        filter.iter().all(|w| l.split('/').any(|part| part == w) || l.contains(w.as_str()))
+        filter
+            .iter()
+            .all(|w| l.split('/').any(|part| part == w) || l.contains(w.as_str()))
     }
 }
 
@@ -132,8 +134,11 @@ impl Spec {
     }
 }
 
+/// A combination left out, by label, and why.
+pub type LeftOut = (String, String);
+
 /// The points of `spec`, and the combinations left out with why.
-pub fn expand(spec: &Spec, all: &[Box<dyn Backend>]) -> anyhow::Result<(Vec<Point>, Vec<(String, String)>)> {
+pub fn expand(spec: &Spec, all: &[Box<dyn Backend>]) -> anyhow::Result<(Vec<Point>, Vec<LeftOut>)> {
     let mut points = Vec::new();
     let mut skipped = Vec::new();
     for name in &spec.backends {
@@ -229,11 +234,26 @@ mod tests {
             ]
         );
         assert_eq!(skipped.len(), 4, "{skipped:?}");
-        assert!(skipped.iter().any(|(l, w)| l.starts_with("std/") && w.contains("at most 1")));
-        assert!(skipped.iter().any(|(l, w)| l.starts_with("packet/connected") && w.contains("no connection")));
+        assert!(
+            skipped
+                .iter()
+                .any(|(l, w)| l.starts_with("std/") && w.contains("at most 1"))
+        );
+        assert!(
+            skipped
+                .iter()
+                .any(|(l, w)| l.starts_with("packet/connected") && w.contains("no connection"))
+        );
         assert!(points[3].matches(&["mmsg".into(), "b32".into()]));
         assert!(!points[3].matches(&["v6".into()]));
-        let e = expand(&Spec { backends: vec!["carrier-pigeon".into()], ..spec.clone() }, &all).expect_err("unknown");
+        let e = expand(
+            &Spec {
+                backends: vec!["carrier-pigeon".into()],
+                ..spec.clone()
+            },
+            &all,
+        )
+        .expect_err("unknown");
         assert!(e.to_string().contains("known: std, socket2"), "{e}");
         let e = expand(&Spec { sizes: vec![8], ..spec }, &all).expect_err("too small");
         assert!(e.to_string().contains("24-byte header"), "{e}");

@@ -30,7 +30,11 @@ pub struct Args {
     #[command(subcommand)]
     command: Option<Cmd>,
     /// Backends, comma separated (`--list` names them).
-    #[arg(long, value_delimiter = ',', default_value = "std,socket2,rustix,mmsg,gso,tokio,tokio-ready,uring,uring-multi,packet")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "std,socket2,rustix,mmsg,gso,tokio,tokio-ready,uring,uring-multi,packet"
+    )]
     backends: Vec<String>,
     /// Connected or unconnected senders.
     #[arg(long, value_delimiter = ',', default_value = "unconnected,connected")]
@@ -126,7 +130,8 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
     if let Some(Cmd::Compare { a: x, b: y }) = &a.command {
         let read = |p: &PathBuf| -> anyhow::Result<report::Results> {
             let text = std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?;
-            serde_json::from_str(&text).with_context(|| format!("{} is not a `mcrbench sockets --json` file", p.display()))
+            serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a `mcrbench sockets --json` file", p.display()))
         };
         print!("{}", report::compare(&read(x)?, &read(y)?));
         return Ok(ExitCode::SUCCESS);
@@ -176,7 +181,12 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("no point of the matrix matches --filter {}", a.filter.join(","));
     }
     let machine = report::Machine::read();
-    eprintln!("mcrbench sockets: {} points × {} runs on {}", points.len(), opts.runs, machine.summary());
+    eprintln!(
+        "mcrbench sockets: {} points × {} runs on {}",
+        points.len(),
+        opts.runs,
+        machine.summary()
+    );
     let mut results = report::Results {
         machine,
         options: opts.describe(),
@@ -193,7 +203,8 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
     }
     print!("{}", report::table(&results));
     if let Some(path) = &a.json {
-        std::fs::write(path, serde_json::to_string_pretty(&results)?).with_context(|| format!("write {}", path.display()))?;
+        std::fs::write(path, serde_json::to_string_pretty(&results)?)
+            .with_context(|| format!("write {}", path.display()))?;
     }
     if let Some(path) = &a.csv {
         std::fs::write(path, report::csv(&results)).with_context(|| format!("write {}", path.display()))?;

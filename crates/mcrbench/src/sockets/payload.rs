@@ -75,7 +75,14 @@ mod tests {
         let mut b = vec![0u8; 64];
         fill(&mut b);
         stamp(&mut b, 3, 1234, 99);
-        assert_eq!(check(&b, 64), Seen::Good { sender: 3, seq: 1234, sent_ns: 99 });
+        assert_eq!(
+            check(&b, 64),
+            Seen::Good {
+                sender: 3,
+                seq: 1234,
+                sent_ns: 99
+            }
+        );
         assert_eq!(check(&b[..63], 64), Seen::Truncated);
         let mut d = b.clone();
         d[63] ^= 1;

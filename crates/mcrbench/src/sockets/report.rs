@@ -319,7 +319,9 @@ pub fn compare(a: &Results, b: &Results) -> String {
     let ratio = |x: f64, y: f64| if x > 0.0 { format!("{:.2}", y / x) } else { "-".into() };
     let mut shared = 0;
     for pa in &a.points {
-        let Some(pb) = b.points.iter().find(|p| p.label == pa.label) else { continue };
+        let Some(pb) = b.points.iter().find(|p| p.label == pa.label) else {
+            continue;
+        };
         if pa.error.is_some() || pb.error.is_some() {
             continue;
         }
@@ -339,7 +341,12 @@ pub fn compare(a: &Results, b: &Results) -> String {
             ratio(pa.rx_cpu_ns.median, pb.rx_cpu_ns.median),
         );
     }
-    let only = |x: &Results, y: &Results| x.points.iter().filter(|p| !y.points.iter().any(|q| q.label == p.label)).count();
+    let only = |x: &Results, y: &Results| {
+        x.points
+            .iter()
+            .filter(|p| !y.points.iter().any(|q| q.label == p.label))
+            .count()
+    };
     let _ = writeln!(
         o,
         "\n{shared} points in both; {} only in A, {} only in B.",
@@ -382,8 +389,22 @@ mod tests {
 
     #[test]
     fn medians_spreads_loss_and_the_comparison() {
-        let p = PointResult::new(&point("std"), Ok(vec![run(100.0, 1000, 12, 10), run(300.0, 1000, 10, 10), run(200.0, 1000, 10, 10)]));
-        assert_eq!(p.rx_pps, Spread { median: 200.0, min: 100.0, max: 300.0 });
+        let p = PointResult::new(
+            &point("std"),
+            Ok(vec![
+                run(100.0, 1000, 12, 10),
+                run(300.0, 1000, 10, 10),
+                run(200.0, 1000, 10, 10),
+            ]),
+        );
+        assert_eq!(
+            p.rx_pps,
+            Spread {
+                median: 200.0,
+                min: 100.0,
+                max: 300.0
+            }
+        );
         assert!((p.loss - 2.0 / 3000.0).abs() < 1e-12);
         let a = Results {
             machine: Machine::default(),
@@ -393,12 +414,19 @@ mod tests {
         let mut b = a.clone();
         b.points[0] = PointResult::new(&point("std"), Ok(vec![run(400.0, 1, 0, 0)]));
         let c = compare(&a, &b);
-        assert!(c.contains("std/unconnected/v4/64B/t1/b1/none/lo") && c.contains("2.00"), "{c}");
+        assert!(
+            c.contains("std/unconnected/v4/64B/t1/b1/none/lo") && c.contains("2.00"),
+            "{c}"
+        );
         assert!(c.contains("1 points in both"), "{c}");
         let back: Results = serde_json::from_str(&serde_json::to_string(&a).expect("json")).expect("parses");
         assert_eq!(back, a);
         assert!(csv(&a).lines().count() == 4, "{}", csv(&a));
         assert!(table(&a).contains("could not run: no"));
-        assert!(plots(&a).iter().all(|(_, s)| s.starts_with("<svg") && s.contains("std/")));
+        assert!(
+            plots(&a)
+                .iter()
+                .all(|(_, s)| s.starts_with("<svg") && s.contains("std/"))
+        );
     }
 }

@@ -57,7 +57,9 @@ impl Options {
                 self.warmup.as_millis()
             ),
         };
-        let pace = self.pace.map_or("as fast as each sender goes".to_string(), |p| format!("paced at {p} per sender a second"));
+        let pace = self.pace.map_or("as fast as each sender goes".to_string(), |p| {
+            format!("paced at {p} per sender a second")
+        });
         format!(
             "{what}, {pace}, {} run(s) per point, receive buffers of {} asked, injected loss {}",
             self.runs, self.rcvbuf, self.inject_loss
@@ -381,7 +383,11 @@ fn once(b: &dyn Backend, p: &Point, o: &Options) -> anyhow::Result<RunResult> {
     // thread its own handle on it.
     let mut rxs: Vec<Box<dyn Rx>> = Vec::with_capacity(p.threads);
     for t in 0..p.threads {
-        let s = if rx_socks.len() == 1 { rx_socks[0].try_clone()? } else { rx_socks[t].try_clone()? };
+        let s = if rx_socks.len() == 1 {
+            rx_socks[0].try_clone()?
+        } else {
+            rx_socks[t].try_clone()?
+        };
         let e = &rx_ends;
         rxs.push(in_ns(&net.rx_ns, move || Ok(b.rx(s, e)?))?);
     }
@@ -567,7 +573,11 @@ fn once(b: &dyn Backend, p: &Point, o: &Options) -> anyhow::Result<RunResult> {
         .into_iter()
         .map(|h| h.join().map_err(|_| anyhow::anyhow!("a receiver panicked")))
         .collect::<anyhow::Result<_>>()?;
-    if let Some(e) = sent.iter().find_map(|s| s.error.clone()).or_else(|| recvd.iter().find_map(|r| r.error.clone())) {
+    if let Some(e) = sent
+        .iter()
+        .find_map(|s| s.error.clone())
+        .or_else(|| recvd.iter().find_map(|r| r.error.clone()))
+    {
         anyhow::bail!(e);
     }
     Ok(account(p, o, &sent, &recvd, granted))

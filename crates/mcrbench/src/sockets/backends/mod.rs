@@ -89,7 +89,10 @@ pub fn all() -> Vec<Box<dyn Backend>> {
 
 /// True for the errors a receive with a timeout gives when nothing came.
 pub(crate) fn is_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
 }
 
 /// Sets a blocking socket's receive timeout, if it changed.

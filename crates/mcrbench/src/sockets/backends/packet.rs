@@ -39,7 +39,11 @@ impl Backend for Packet {
         "AF_PACKET frames built here, a batch per sendmmsg (MCR's egress); recvmmsg in"
     }
     fn tx(&self, sock: Socket, e: &Ends) -> io::Result<Box<dyn Tx>> {
-        let headers = if e.dst.is_ipv4() { UDP_V4_HEADERS } else { UDP_V6_HEADERS };
+        let headers = if e.dst.is_ipv4() {
+            UDP_V4_HEADERS
+        } else {
+            UDP_V6_HEADERS
+        };
         Ok(Box::new(PacketSend {
             tx: PacketTx::open(e.tx_ifindex, false)?,
             _port: sock,

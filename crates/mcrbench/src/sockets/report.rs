@@ -153,7 +153,7 @@ pub fn table(r: &Results) -> String {
     let _ = writeln!(o, "{}\n{}\n", r.machine.summary(), r.options);
     let _ = writeln!(
         o,
-        "{:<48} {:>18} {:>18} {:>9} {:>13} {:>13} {:>8} {:>6} {:>6} {:>8} {:>9}",
+        "{:<56} {:>18} {:>18} {:>9} {:>13} {:>13} {:>8} {:>6} {:>6} {:>8} {:>9}",
         "point",
         "tx pps (min-max)",
         "rx pps (min-max)",
@@ -168,13 +168,13 @@ pub fn table(r: &Results) -> String {
     );
     for p in &r.points {
         if let Some(e) = &p.error {
-            let _ = writeln!(o, "{:<48} could not run: {e}", p.label);
+            let _ = writeln!(o, "{:<56} could not run: {e}", p.label);
             continue;
         }
         let sum = |f: fn(&RunResult) -> u64| p.runs.iter().map(f).sum::<u64>();
         let _ = writeln!(
             o,
-            "{:<48} {:>18} {:>18} {:>9.0} {:>13.0} {:>13.0} {:>8.3} {:>6} {:>6} {:>8} {:>9}",
+            "{:<56} {:>18} {:>18} {:>9.0} {:>13.0} {:>13.0} {:>8.3} {:>6} {:>6} {:>8} {:>9}",
             p.label,
             format!("{} ({}-{})", k(p.tx_pps.median), k(p.tx_pps.min), k(p.tx_pps.max)),
             format!("{} ({}-{})", k(p.rx_pps.median), k(p.rx_pps.min), k(p.rx_pps.max)),
@@ -190,7 +190,7 @@ pub fn table(r: &Results) -> String {
         if let Some(l) = p.runs.iter().find_map(|r| r.latency) {
             let _ = writeln!(
                 o,
-                "{:<48} latency p50 {:.1} µs, p99 {:.1} µs, p99.9 {:.1} µs, max {:.1} µs",
+                "{:<56} latency p50 {:.1} µs, p99 {:.1} µs, p99.9 {:.1} µs, max {:.1} µs",
                 "",
                 l.p50_ns as f64 / 1e3,
                 l.p99_ns as f64 / 1e3,
@@ -313,7 +313,7 @@ pub fn compare(a: &Results, b: &Results) -> String {
     let _ = writeln!(o, "A: {}\nB: {}\n", a.machine.summary(), b.machine.summary());
     let _ = writeln!(
         o,
-        "{:<48} {:>12} {:>12} {:>8} {:>10} {:>10} {:>8} {:>10} {:>10} {:>8}",
+        "{:<56} {:>12} {:>12} {:>8} {:>10} {:>10} {:>8} {:>10} {:>10} {:>8}",
         "point", "rx pps A", "rx pps B", "B/A", "tx ns A", "tx ns B", "B/A", "rx ns A", "rx ns B", "B/A"
     );
     let ratio = |x: f64, y: f64| if x > 0.0 { format!("{:.2}", y / x) } else { "-".into() };
@@ -328,7 +328,7 @@ pub fn compare(a: &Results, b: &Results) -> String {
         shared += 1;
         let _ = writeln!(
             o,
-            "{:<48} {:>12} {:>12} {:>8} {:>10.0} {:>10.0} {:>8} {:>10.0} {:>10.0} {:>8}",
+            "{:<56} {:>12} {:>12} {:>8} {:>10.0} {:>10.0} {:>8} {:>10.0} {:>10.0} {:>8}",
             pa.label,
             k(pa.rx_pps.median),
             k(pb.rx_pps.median),

@@ -73,7 +73,8 @@ impl std::fmt::Debug for UringUdp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UringUdp")
             .field("buffers", &self.bufs.len())
-            .field("armed", &self.armed)
+            .field("armed", &self.armed())
+            .field("sends_in_flight", &self.sends_in_flight)
             .finish()
     }
 }
@@ -94,8 +95,22 @@ pub struct UringUdp {
     sock: OwnedFd,
     /// Receive buffers, each with a request in flight once armed.
     bufs: Vec<Vec<u8>>,
-    armed: usize,
+    /// Receive buffers with no request in flight.
+    idle: Vec<usize>,
+    /// Copies of what is being sent, with the address: the kernel reads
+    /// them until each send completes.
+    out: Vec<Vec<u8>>,
+    /// On the heap, so that it can outlive `self` should the kernel
+    /// still hold it.
+    out_to: Option<Box<RawSockAddr>>,
+    /// Sends still in flight (after a batch timed out), and the batch
+    /// number their user data carries.
+    sends_in_flight: usize,
+    batch: u32,
 }
+
+/// User data of a send: the batch number above, the index below.
+const SEND_TAG: u64 = 1 << 63;
 
 impl UringUdp {
     /// Takes `sock` (a UDP socket) with a ring of `depth` entries; receives
@@ -106,22 +121,37 @@ impl UringUdp {
             ring,
             sock,
             bufs: (0..depth).map(|_| vec![0u8; buf_size]).collect(),
-            armed: 0,
+            idle: (0..depth as usize).rev().collect(),
+            out: Vec::new(),
+            out_to: None,
+            sends_in_flight: 0,
+            batch: 0,
         })
     }
 
     /// Sends each of `datagrams` with its own request (to `to`, or to the
     /// connected peer), submits them with one system call and waits for
-    /// all their completions. Returns how many were sent and the first
-    /// error, if any.
+    /// their completions. Returns how many of the first were sent in a
+    /// row (what follows the first failure is sent again by the caller),
+    /// and the first error, if any.
     pub fn send_batch(&mut self, datagrams: &[&[u8]], to: Option<&RawSockAddr>) -> (usize, Option<io::Error>) {
+        if self.sends_in_flight > 0 {
+            // A batch that timed out still holds the buffers.
+            return (0, Some(io::Error::from(io::ErrorKind::WouldBlock)));
+        }
         let fd = Fd(self.sock.as_raw_fd());
         let n = datagrams.len().min(self.ring.params().sq_entries() as usize);
-        // Kept alive until every completion is in: the kernel reads them.
-        let mut iovs: Vec<libc::iovec> = datagrams[..n]
-            .iter()
+        self.out.resize_with(n.max(self.out.len()), Vec::new);
+        for (o, d) in self.out.iter_mut().zip(&datagrams[..n]) {
+            o.clear();
+            o.extend_from_slice(d);
+        }
+        self.out_to = to.map(|a| Box::new(*a));
+        self.batch = self.batch.wrapping_add(1);
+        let mut iovs: Vec<libc::iovec> = self.out[..n]
+            .iter_mut()
             .map(|d| libc::iovec {
-                iov_base: d.as_ptr().cast_mut().cast(),
+                iov_base: d.as_mut_ptr().cast(),
                 iov_len: d.len(),
             })
             .collect();
@@ -129,7 +159,7 @@ impl UringUdp {
         for iov in &mut iovs {
             // SAFETY: msghdr is plain data; all zeroes is a valid value.
             let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-            if let Some(to) = to {
+            if let Some(to) = &self.out_to {
                 h.msg_name = to.as_ptr().cast_mut().cast();
                 h.msg_namelen = to.len();
             }
@@ -139,41 +169,52 @@ impl UringUdp {
         }
         let mut pushed = 0;
         for (i, h) in hdrs.iter().enumerate() {
-            let e = opcode::SendMsg::new(fd, h).build().user_data(i as u64);
-            // SAFETY: the message header, its iovec, the payload and the
-            // address it points at all outlive the request: this function
-            // waits below for every completion before they are dropped.
+            let ud = SEND_TAG | (u64::from(self.batch) << 32) | i as u64;
+            let e = opcode::SendMsg::new(fd, h).build().user_data(ud);
+            // SAFETY: the header, its iovec, the copied payload and address
+            // (owned by `self`) outlive the request: this function waits for
+            // every completion, and if it cannot, keeps them (leaked) and
+            // refuses to send again.
             if unsafe { self.ring.submission().push(&e) }.is_err() {
                 break;
             }
             pushed += 1;
         }
-        let n = pushed;
-        let mut sent = 0;
-        let mut first_err = None;
+        let mut results: Vec<Option<i32>> = vec![None; pushed];
         let mut done = 0;
+        let mut first_err = None;
         let deadline = crate::clock::monotonic_ns() + 5_000_000_000;
-        while done < n {
+        while done < pushed {
             if let Err(e) = submit_and_wait(&self.ring, Duration::from_millis(100)) {
                 first_err.get_or_insert(e);
             }
             for cqe in self.ring.completion() {
-                done += 1;
-                if cqe.result() >= 0 {
-                    sent += 1;
-                } else if first_err.is_none() {
-                    first_err = Some(io::Error::from_raw_os_error(-cqe.result()));
+                let ud = cqe.user_data();
+                // Only this batch's sends count.
+                if ud & SEND_TAG == 0 || (ud >> 32) as u32 & 0x7fff_ffff != self.batch & 0x7fff_ffff {
+                    continue;
+                }
+                if let Some(r) = results.get_mut((ud & 0xffff_ffff) as usize) {
+                    *r = Some(cqe.result());
+                    done += 1;
                 }
             }
-            if done < n && crate::clock::monotonic_ns() > deadline {
-                // Requests still in flight hold pointers into `hdrs` and
-                // `iovs`: never free what the kernel may still read.
+            if done < pushed && crate::clock::monotonic_ns() > deadline {
+                // The kernel may still read the headers and the copies:
+                // never free them; this socket sends no more.
+                self.sends_in_flight = pushed - done;
                 std::mem::forget(hdrs);
                 std::mem::forget(iovs);
-                return (sent, Some(io::Error::from(io::ErrorKind::TimedOut)));
+                std::mem::forget(std::mem::take(&mut self.out));
+                std::mem::forget(self.out_to.take());
+                return (0, Some(io::Error::from(io::ErrorKind::TimedOut)));
             }
         }
-        (sent, first_err)
+        let ok = results.iter().take_while(|r| r.is_some_and(|v| v >= 0)).count();
+        if let Some(v) = results.iter().flatten().find(|&&v| v < 0) {
+            first_err.get_or_insert(io::Error::from_raw_os_error(-v));
+        }
+        (ok, first_err)
     }
 
     fn arm(&mut self, i: usize) -> bool {
@@ -190,45 +231,54 @@ impl UringUdp {
     /// how many. Every buffer has a receive request in flight between
     /// calls.
     pub fn recv(&mut self, timeout: Duration, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        while self.armed < self.bufs.len() {
-            if !self.arm(self.armed) {
+        while let Some(i) = self.idle.pop() {
+            if !self.arm(i) {
+                self.idle.push(i);
                 break;
             }
-            self.armed += 1;
         }
         submit_and_wait(&self.ring, timeout)?;
-        let done: Vec<(usize, i32)> = self
-            .ring
-            .completion()
-            .map(|c| (c.user_data() as usize, c.result()))
-            .collect();
+        let done: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
         let mut n = 0;
-        for (i, res) in done {
-            if res < 0 {
-                if res != -libc::EINTR && res != -libc::ECANCELED {
-                    return Err(io::Error::from_raw_os_error(-res));
-                }
-            } else if let Some(b) = self.bufs.get(i) {
+        let mut err = None;
+        for (ud, res) in done {
+            let i = ud as usize;
+            if ud & SEND_TAG != 0 || i >= self.bufs.len() {
+                continue;
+            }
+            if res >= 0 {
+                let b = &self.bufs[i];
                 f(&b[..(res as usize).min(b.len())]);
                 n += 1;
+            } else if res != -libc::EINTR && res != -libc::ECANCELED {
+                err.get_or_insert(io::Error::from_raw_os_error(-res));
             }
-            if !self.arm(i) {
-                self.armed -= 1;
-            }
+            self.idle.push(i);
         }
-        Ok(n)
+        match err {
+            Some(e) if n == 0 => Err(e),
+            _ => Ok(n),
+        }
+    }
+
+    /// Receive requests in flight.
+    fn armed(&self) -> usize {
+        self.bufs.len() - self.idle.len()
     }
 }
 
 impl Drop for UringUdp {
     fn drop(&mut self) {
-        if self.armed == 0 {
+        let pending = self.armed() + self.sends_in_flight;
+        if pending == 0 {
             return;
         }
         cancel_all(&mut self.ring);
         shut_down(&self.sock);
-        if !drain(&mut self.ring, self.armed) {
+        if !drain(&mut self.ring, pending) {
             std::mem::forget(std::mem::take(&mut self.bufs));
+            std::mem::forget(std::mem::take(&mut self.out));
+            std::mem::forget(self.out_to.take());
         }
     }
 }
@@ -307,14 +357,24 @@ impl UringMultishot {
         let at = usize::from(self.tail & mask);
         let addr = self.slab.as_ptr() as u64 + u64::from(bid) * self.buf_size as u64;
         // SAFETY: `at` < `count`: the pointer stays inside the mapping.
-        let p = unsafe { self.entries.add(at) };
-        // SAFETY: an entry inside the mapping, written only here; the
-        // kernel reads only entries below the tail, which is moved past
-        // this one only after it is written.
-        let e = unsafe { &mut *p };
-        e.set_addr(addr);
-        e.set_len(self.buf_size as u32);
-        e.set_bid(bid);
+        let p = unsafe { self.entries.add(at) }.cast::<u8>();
+        // The entry's fields (struct io_uring_buf: addr at 0, len at 8, bid
+        // at 12) are written through raw pointers, never through a
+        // reference: entry 0's last two bytes are the tail, which the
+        // kernel reads at any time.
+        // SAFETY: the entry lies inside the mapping; the kernel reads only
+        // entries below the tail, which is moved past this one after.
+        unsafe {
+            p.cast::<u64>().write_unaligned(addr);
+        }
+        // SAFETY: as above, the `len` field.
+        unsafe {
+            p.wrapping_add(8).cast::<u32>().write_unaligned(self.buf_size as u32);
+        }
+        // SAFETY: as above, the `bid` field.
+        unsafe {
+            p.wrapping_add(12).cast::<u16>().write_unaligned(bid);
+        }
         self.tail = self.tail.wrapping_add(1);
         // SAFETY: the tail is the `resv` field of the first entry, inside
         // the mapping; it is written with release ordering as the kernel
@@ -345,22 +405,31 @@ impl UringMultishot {
         submit_and_wait(&self.ring, timeout)?;
         let done: Vec<(i32, u32)> = self.ring.completion().map(|c| (c.result(), c.flags())).collect();
         let mut n = 0;
+        let mut err = None;
         for (res, flags) in done {
             if !cqueue::more(flags) {
                 self.armed = false;
             }
-            if let Some(bid) = cqueue::buffer_select(flags) {
-                if res >= 0 && bid < self.count {
-                    let start = usize::from(bid) * self.buf_size;
-                    f(&self.slab[start..start + (res as usize).min(self.buf_size)]);
-                    n += 1;
+            match cqueue::buffer_select(flags) {
+                Some(bid) if bid < self.count => {
+                    if res >= 0 {
+                        let start = usize::from(bid) * self.buf_size;
+                        f(&self.slab[start..start + (res as usize).min(self.buf_size)]);
+                        n += 1;
+                    }
+                    self.give_back(bid);
                 }
-                self.give_back(bid);
-            } else if res < 0 && !matches!(-res, libc::ENOBUFS | libc::EINTR | libc::ECANCELED) {
-                return Err(io::Error::from_raw_os_error(-res));
+                Some(_) => {}
+                None if res < 0 && !matches!(-res, libc::ENOBUFS | libc::EINTR | libc::ECANCELED) => {
+                    err.get_or_insert(io::Error::from_raw_os_error(-res));
+                }
+                None => {}
             }
         }
-        Ok(n)
+        match err {
+            Some(e) if n == 0 => Err(e),
+            _ => Ok(n),
+        }
     }
 }
 

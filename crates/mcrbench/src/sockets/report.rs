@@ -61,8 +61,13 @@ impl Spread {
             return Spread::default();
         }
         v.sort_by(f64::total_cmp);
+        let n = v.len();
         Spread {
-            median: v[v.len() / 2],
+            median: if n % 2 == 1 {
+                v[n / 2]
+            } else {
+                (v[n / 2 - 1] + v[n / 2]) / 2.0
+            },
             min: v[0],
             max: v[v.len() - 1],
         }

@@ -60,8 +60,11 @@ impl Options {
         let pace = self.pace.map_or("as fast as each sender goes".to_string(), |p| {
             format!("paced at {p} per sender a second")
         });
+        let cpu = self.cpu.map_or("threads not pinned".to_string(), |c| {
+            format!("senders pinned to CPU {c}, receivers to the next")
+        });
         format!(
-            "{what}, {pace}, {} run(s) per point, receive buffers of {} asked, injected loss {}",
+            "{what}, {pace}, {} run(s) per point, receive buffers of {} asked, injected loss {}, {cpu}",
             self.runs, self.rcvbuf, self.inject_loss
         )
     }
@@ -233,6 +236,10 @@ fn sender_socket(p: &Point, src: IpAddr, dst: SocketAddr, tx_if: u32) -> anyhow:
         s.set_only_v6(true)?;
     }
     mcr_sys::sockopt::force_send_buffer(s.as_fd(), 4 << 20)?;
+    // Without it a UDP sender never hears ENOBUFS; with a send timeout, a
+    // blocked send ends (EAGAIN) and every run stays bounded.
+    mcr_sys::sockopt::set_recv_errors(s.as_fd(), p.family == Family::V6)?;
+    s.set_write_timeout(Some(Duration::from_secs(1)))?;
     s.bind(&SockAddr::from(SocketAddr::new(src, 0)))?;
     if p.path.multicast() {
         match p.family {
@@ -335,6 +342,18 @@ impl Window {
     }
 }
 
+/// Sets a flag when dropped: the receivers stop however `once` ends.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The longest a counted run may send.
+const COUNTED_RUN_LIMIT_NS: u64 = 60_000_000_000;
+
 /// Runs every run of point `p`; the first error ends it.
 pub fn point(b: &dyn Backend, p: &Point, o: &Options) -> Result<Vec<RunResult>, String> {
     let mut runs = Vec::with_capacity(o.runs);
@@ -404,21 +423,24 @@ fn once(b: &dyn Backend, p: &Point, o: &Options) -> anyhow::Result<RunResult> {
     let send_end = Arc::new(AtomicU64::new(if measured {
         warm_end + o.duration.as_nanos() as u64
     } else {
-        u64::MAX
+        start_at + COUNTED_RUN_LIMIT_NS
     }));
     let senders_done = Arc::new(AtomicBool::new(false));
+    let _stop = StopOnDrop(senders_done.clone());
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = p.threads;
     let last_rx = Arc::new(AtomicU64::new(0));
     let go = Arc::new(Barrier::new(2 * p.threads + 1));
 
     let receivers: Vec<std::thread::JoinHandle<RecvDone>> = rxs
         .into_iter()
-        .enumerate()
-        .map(|(i, mut rx)| {
+        .map(|mut rx| {
             let (go, done, last_rx, send_end) = (go.clone(), senders_done.clone(), last_rx.clone(), send_end.clone());
-            let (size, paced, cpu) = (p.size, o.pace.is_some(), o.cpu.map(|c| c + 1 + i));
+            // Every receiver on the CPU after the senders'.
+            let (size, paced, cpu) = (p.size, o.pace.is_some(), o.cpu.map(|c| (c + 1) % cpus));
             std::thread::spawn(move || {
                 if let Some(c) = cpu {
-                    let _ = mcr_sys::process::pin_current_thread(c % 2);
+                    let _ = mcr_sys::process::pin_current_thread(c);
                 }
                 let mut r = RecvDone::default();
                 let mut w = Window {
@@ -433,6 +455,11 @@ fn once(b: &dyn Backend, p: &Point, o: &Options) -> anyhow::Result<RunResult> {
                 loop {
                     w.tick(got);
                     let res = rx.recv(Duration::from_millis(20), &mut |d| match payload::check(d, size) {
+                        // A header naming no sender of this run, or an
+                        // impossible sequence number, is damage.
+                        Seen::Good { sender, seq, .. } if sender as usize >= threads || seq >= 1 << 40 => {
+                            r.damaged += 1
+                        }
                         Seen::Good { sender, seq, sent_ns } => {
                             r.note(sender as usize, seq);
                             if paced {
@@ -532,6 +559,7 @@ fn once(b: &dyn Backend, p: &Point, o: &Options) -> anyhow::Result<RunResult> {
                         Err(e) => match e.raw_os_error() {
                             Some(libc::ENOBUFS) => s.enobufs += 1,
                             Some(libc::EAGAIN) => s.eagain += 1,
+                            _ if e.kind() == std::io::ErrorKind::WouldBlock => s.eagain += 1,
                             _ => {
                                 s.other += 1;
                                 if s.other > 1000 {

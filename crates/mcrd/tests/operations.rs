@@ -240,6 +240,7 @@ fn a_broken_file_on_reload_changes_nothing_and_forwarding_goes_on() {
         )
         .expect("send")
     });
+    let softnet_before = std::fs::read_to_string("/proc/net/softnet_stat");
     std::thread::sleep(Duration::from_millis(500));
     // Each kind of mistake, by `mcrctl reload` and by SIGHUP.
     let mistakes = [
@@ -289,7 +290,18 @@ fn a_broken_file_on_reload_changes_nothing_and_forwarding_goes_on() {
     assert_eq!(list_rules(&relay), rules_before);
     assert_eq!(sender.join().expect("sender").packets, 2 * N);
     let got = rx.finish(MINUTES).expect("recv done");
-    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+    assert_eq!(
+        got.code,
+        Some(0),
+        "{:?}\nstats: {:?}\nworkers: {:?}\n{}\n{:?}\n{:?}\n{:?}",
+        got.report.problems,
+        relay.stats().map(|s| s.workers),
+        relay.workers(),
+        relay.log(),
+        c.relay.ip(&["-s", "link", "show", Chain::RELAY_IN_IF]),
+        c.generator.ip(&["-s", "link", "show", Chain::GEN_IF]),
+        (softnet_before, std::fs::read_to_string("/proc/net/softnet_stat")),
+    );
     for s in &got.report.streams {
         assert!(s.problems(Some(N)).is_empty(), "{:?}", s.problems(Some(N)));
     }

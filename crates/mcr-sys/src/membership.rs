@@ -41,6 +41,29 @@ fn set<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, v: &T) -> i
     crate::check(rc).map(|_| ())
 }
 
+/// A UDP socket that holds group memberships and never receives a
+/// stream's datagram: bound to the loopback address (with freebind, so
+/// this works even when `lo` is down) on a port of the kernel's choosing,
+/// with `IP_MULTICAST_ALL` off so that only what it joined could reach it,
+/// and nothing sent to a group is sent to the loopback address.
+pub fn quiet_socket(ipv6: bool) -> io::Result<socket2::Socket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let (domain, lo): (Domain, IpAddr) = if ipv6 {
+        (Domain::IPV6, std::net::Ipv6Addr::LOCALHOST.into())
+    } else {
+        (Domain::IPV4, std::net::Ipv4Addr::LOCALHOST.into())
+    };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    if ipv6 {
+        s.set_freebind_v6(true)?;
+    } else {
+        s.set_freebind_v4(true)?;
+    }
+    crate::sockopt::set_multicast_all(std::os::fd::AsFd::as_fd(&s), ipv6, false)?;
+    s.bind(&SocketAddr::new(lo, 0).into())?;
+    Ok(s)
+}
+
 /// Joins `group` on interface `ifindex`, from any source or, with
 /// `source`, from that one only (IGMPv3/MLDv2 source-specific).
 pub fn join(fd: BorrowedFd<'_>, ifindex: u32, group: IpAddr, source: Option<IpAddr>) -> io::Result<()> {

@@ -125,6 +125,17 @@ impl Relay {
         Ok(out.stdout)
     }
 
+    /// `mcrctl add NAME --input INPUT --output OUTPUT...`, which must
+    /// succeed; returns its stdout.
+    pub fn add_rule(&self, name: &str, input: &str, outputs: &[&str]) -> Result<String> {
+        let mut args = vec!["add", name, "--input", input];
+        for o in outputs {
+            args.push("--output");
+            args.push(o);
+        }
+        self.ctl_ok(&args)
+    }
+
     /// Runs `mcrctl --json ARGS...`, which must succeed, and returns the
     /// daemon's reply.
     pub fn ask(&self, args: &[&str]) -> Result<Reply> {

@@ -18,14 +18,7 @@ fn each_bad_rule_is_refused_with_its_field_and_reason() {
     let c = Chain::new("control-rejects").expect("chain");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
     relay
-        .ctl_ok(&[
-            "add",
-            "good",
-            "--input",
-            "veth1:239.1.1.1:5001",
-            "--output",
-            "veth2:239.10.1.1:6001",
-        ])
+        .add_rule("good", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("a valid rule");
     let cases: [(&[&str], &str); 9] = [
         (
@@ -211,14 +204,7 @@ fn hostile_clients_get_errors_or_are_disconnected_while_forwarding_goes_on() {
     let c = Chain::new("control-hostile").expect("chain");
     let relay = Relay::start(&c.relay, &["--control-timeout", "2"]).expect("mcrd");
     relay
-        .ctl_ok(&[
-            "add",
-            "feed",
-            "--input",
-            "veth1:239.1.1.1:5001",
-            "--output",
-            "veth2:239.10.1.1:6001",
-        ])
+        .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("add");
     let rx = mcr_testbed::traffic::Receiver::start(
         &c.sink,

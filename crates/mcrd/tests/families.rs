@@ -15,15 +15,6 @@ use mcr_testbed::{Ns, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
 
-fn add(relay: &Relay, name: &str, input: &str, outputs: &[&str]) {
-    let mut args = vec!["add", name, "--input", input];
-    for o in outputs {
-        args.push("--output");
-        args.push(o);
-    }
-    relay.ctl_ok(&args).expect("rule added");
-}
-
 /// A chain with IPv6 as well as IPv4 on every link. The generator's
 /// kernel computes UDP checksums in full (no transmit offload), so the
 /// relay receives them complete and updates them incrementally, the path
@@ -94,6 +85,16 @@ fn complete(rx: Receiver, relay: &Relay) -> Received {
     got
 }
 
+/// Starts `mcrgen recv` on the sink: each of `streams` must deliver
+/// `expect` packets carrying stream ids `ids` (`--ids`), each once, in
+/// order, intact; `extra` are more options.
+fn expect_at(c: &Chain, streams: &str, ids: &str, expect: u64, extra: &[&str]) -> Receiver {
+    let n = expect.to_string();
+    let mut args = vec!["-s", streams, "-i", Chain::SINK_IF, "--ids", ids, "--expect", &n];
+    args.extend_from_slice(extra);
+    Receiver::start(&c.sink, &args).expect("recv")
+}
+
 fn worker_drops(relay: &Relay, reason: &str) -> u64 {
     let s = relay.stats().expect("stats");
     s.workers
@@ -107,13 +108,11 @@ fn an_ipv6_chain_carries_every_packet_with_its_checksum_and_a_33_33_mac() {
     let _lock = traffic_lock().expect("lock");
     let c = dual_chain("v6-chain");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
-    add(&relay, "v6", "veth1:[ff3e::1]:5001", &["veth2:[ff3e::10]:6001"]);
+    relay
+        .add_rule("v6", "veth1:[ff3e::1]:5001", &["veth2:[ff3e::10]:6001"])
+        .expect("rule added");
     let cap = Capture::start_limited(&c.sink, Chain::SINK_IF, "ip6 and udp", Some(2000)).expect("capture");
-    let rx = Receiver::start(
-        &c.sink,
-        &["-s", "[ff3e::10]:6001", "-i", Chain::SINK_IF, "--expect", "100000"],
-    )
-    .expect("recv");
+    let rx = expect_at(&c, "[ff3e::10]:6001", "0+", 100000, &[]);
     send_from(&c, "[ff3e::1]:5001", 100_000, "40k", &["--ttl", "9", "--size", "512"]);
     let got = complete(rx, &relay);
     assert_eq!(got.report.total.received, 100_000);
@@ -145,52 +144,20 @@ fn ipv4_goes_out_as_ipv6_and_ipv6_as_ipv4_with_the_payload_unchanged() {
     let _lock = traffic_lock().expect("lock");
     let c = dual_chain("v4v6");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
-    add(
-        &relay,
-        "four-to-six",
-        "veth1:239.1.1.1:5001",
-        &["veth2:[ff3e::20]:6001", "veth2:[fd00:1::2]:7003,ttl=5"],
-    );
-    add(
-        &relay,
-        "six-to-four",
-        "veth1:[ff3e::2]:5002",
-        &["veth2:239.10.1.2:6002"],
-    );
+    relay
+        .add_rule(
+            "four-to-six",
+            "veth1:239.1.1.1:5001",
+            &["veth2:[ff3e::20]:6001", "veth2:[fd00:1::2]:7003,ttl=5"],
+        )
+        .expect("rule added");
+    relay
+        .add_rule("six-to-four", "veth1:[ff3e::2]:5002", &["veth2:239.10.1.2:6002"])
+        .expect("rule added");
     let cap = Capture::start(&c.sink, Chain::SINK_IF, "udp port 6001 or udp port 6002").expect("capture");
-    let to6 = Receiver::start(
-        &c.sink,
-        &["-s", "[ff3e::20]:6001", "-i", Chain::SINK_IF, "--expect", "5000"],
-    )
-    .expect("recv");
-    let to6_unicast = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "[fd00:1::2]:7003",
-            "-i",
-            Chain::SINK_IF,
-            "--ids",
-            "0",
-            "--expect",
-            "5000",
-        ],
-    )
-    .expect("recv");
-    let to4 = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.2:6002",
-            "-i",
-            Chain::SINK_IF,
-            "--ids",
-            "7",
-            "--expect",
-            "5000",
-        ],
-    )
-    .expect("recv");
+    let to6 = expect_at(&c, "[ff3e::20]:6001", "0+", 5000, &[]);
+    let to6_unicast = expect_at(&c, "[fd00:1::2]:7003", "0", 5000, &[]);
+    let to4 = expect_at(&c, "239.10.1.2:6002", "7", 5000, &[]);
     send_from(&c, "239.1.1.1:5001", 5000, "5k", &["--size", "1200"]);
     send_from(&c, "[ff3e::2]:5002", 5000, "5k", &["--size", "1200", "--first-id", "7"]);
     // mcrgen checks each payload's bytes against what its sequence number
@@ -253,12 +220,13 @@ fn fifty_ipv6_streams_are_joined_with_mld_beyond_what_one_socket_holds() {
     c.relay.sysctl("net.core.optmem_max", "2048").expect("sysctl");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
     for i in 1..=50 {
-        add(
-            &relay,
-            &format!("s{i}"),
-            &format!("veth1:[ff3e::1:{i:x}]:{}", 5000 + i),
-            &[&format!("veth2:[ff3e::2:{i:x}]:{}", 6000 + i)],
-        );
+        relay
+            .add_rule(
+                &format!("s{i}"),
+                &format!("veth1:[ff3e::1:{i:x}]:{}", 5000 + i),
+                &[&format!("veth2:[ff3e::2:{i:x}]:{}", 6000 + i)],
+            )
+            .expect("rule added");
     }
     let Reply::Rules { rules } = relay.ask(&["list"]).expect("list") else {
         panic!("rules reply")
@@ -273,11 +241,7 @@ fn fifty_ipv6_streams_are_joined_with_mld_beyond_what_one_socket_holds() {
         loopback_v6_sockets(&c.relay) >= 2,
         "the joins did not need a second socket: the test does not test the limit"
     );
-    let rx = Receiver::start(
-        &c.sink,
-        &["-s", "[ff3e::2:1]+50:6001+", "-i", Chain::SINK_IF, "--expect", "400"],
-    )
-    .expect("recv");
+    let rx = expect_at(&c, "[ff3e::2:1]+50:6001+", "0+", 400, &[]);
     send_from(&c, "[ff3e::1:1]+50:5001+", 400, "10k", &[]);
     let got = complete(rx, &relay);
     assert_eq!(got.report.total.received, 50 * 400);
@@ -290,24 +254,23 @@ fn a_source_specific_input_takes_only_its_sources_and_counts_the_others() {
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
     // Two rules for one group, each for its own sources, to their own
     // outputs; a third sender to the group is no rule's.
-    add(
-        &relay,
-        "from-a",
-        "veth1:232.1.1.1:5001,source=10.0.0.1,source=10.0.0.5",
-        &["veth2:239.10.1.1:6001"],
-    );
-    add(
-        &relay,
-        "from-b",
-        "veth1:232.1.1.1:5001,source=10.0.0.3",
-        &["veth2:239.10.1.2:6002"],
-    );
-    add(
-        &relay,
-        "v6",
-        "veth1:[ff3e::5]:5005,source=fd00::1",
-        &["veth2:[ff3e::50]:6005"],
-    );
+    relay
+        .add_rule(
+            "from-a",
+            "veth1:232.1.1.1:5001,source=10.0.0.1,source=10.0.0.5",
+            &["veth2:239.10.1.1:6001"],
+        )
+        .expect("rule added");
+    relay
+        .add_rule(
+            "from-b",
+            "veth1:232.1.1.1:5001,source=10.0.0.3",
+            &["veth2:239.10.1.2:6002"],
+        )
+        .expect("rule added");
+    relay
+        .add_rule("v6", "veth1:[ff3e::5]:5005,source=fd00::1", &["veth2:[ff3e::50]:6005"])
+        .expect("rule added");
     // The joins are source-specific (IGMPv3 / MLDv2 INCLUDE lists).
     let Reply::Rules { rules } = relay.ask(&["list"]).expect("list") else {
         panic!("rules reply")
@@ -337,48 +300,9 @@ fn a_source_specific_input_takes_only_its_sources_and_counts_the_others() {
         filters6.contains("ff3e0000000000000000000000000005 fd000000000000000000000000000001"),
         "{filters6}"
     );
-    let a = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1:6001",
-            "-i",
-            Chain::SINK_IF,
-            "--ids",
-            "1",
-            "--expect",
-            "3000",
-        ],
-    )
-    .expect("recv");
-    let b = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.2:6002",
-            "-i",
-            Chain::SINK_IF,
-            "--ids",
-            "3",
-            "--expect",
-            "3000",
-        ],
-    )
-    .expect("recv");
-    let six = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "[ff3e::50]:6005",
-            "-i",
-            Chain::SINK_IF,
-            "--ids",
-            "0",
-            "--expect",
-            "3000",
-        ],
-    )
-    .expect("recv");
+    let a = expect_at(&c, "239.10.1.1:6001", "1", 3000, &[]);
+    let b = expect_at(&c, "239.10.1.2:6002", "3", 3000, &[]);
+    let six = expect_at(&c, "[ff3e::50]:6005", "0", 3000, &[]);
     for a in ["10.0.0.3/24", "10.0.0.4/24"] {
         c.generator.addr(Chain::GEN_IF, a).expect("sender address");
     }
@@ -428,48 +352,27 @@ fn dscp_is_set_on_one_output_and_kept_on_another_on_the_wire() {
     let _lock = traffic_lock().expect("lock");
     let c = dual_chain("dscp");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
-    add(
-        &relay,
-        "marked",
-        "veth1:239.1.1.1:5001",
-        &[
-            "veth2:239.10.1.1:6001,dscp=ef",
-            "veth2:239.10.1.2:6002",
-            "veth2:[ff3e::30]:6003,dscp=af41",
-            "veth2:10.0.1.2:7000,dscp=cs5",
-        ],
-    );
+    relay
+        .add_rule(
+            "marked",
+            "veth1:239.1.1.1:5001",
+            &[
+                "veth2:239.10.1.1:6001,dscp=ef",
+                "veth2:239.10.1.2:6002",
+                "veth2:[ff3e::30]:6003,dscp=af41",
+                "veth2:10.0.1.2:7000,dscp=cs5",
+            ],
+        )
+        .expect("rule added");
     // A ring sees each frame's DSCP as it was on the wire.
-    let rx = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1:6001,239.10.1.2:6002,[ff3e::30]:6003",
-            "-i",
-            Chain::SINK_IF,
-            "--via",
-            "ring",
-            "--ids",
-            "0",
-            "--expect",
-            "4000",
-        ],
-    )
-    .expect("recv");
-    let unicast = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "10.0.1.2:7000",
-            "-i",
-            Chain::SINK_IF,
-            "--ids",
-            "0",
-            "--expect",
-            "4000",
-        ],
-    )
-    .expect("recv");
+    let rx = expect_at(
+        &c,
+        "239.10.1.1:6001,239.10.1.2:6002,[ff3e::30]:6003",
+        "0",
+        4000,
+        &["--via", "ring"],
+    );
+    let unicast = expect_at(&c, "10.0.1.2:7000", "0", 4000, &[]);
     let cap = Capture::start(&c.sink, Chain::SINK_IF, "udp port 7000").expect("capture");
     // Sent as af11 (10).
     send_from(&c, "239.1.1.1:5001", 4000, "4k", &["--dscp", "10"]);
@@ -507,59 +410,30 @@ fn a_vlan_of_a_trunk_goes_out_untagged_or_retagged_and_other_vlans_stay_out() {
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
     // veth1 is a trunk: VLAN 100 carries two streams, VLAN 300 a third to
     // the same group and port, and untagged frames a fourth.
-    add(
-        &relay,
-        "strip",
-        "veth1:239.1.1.1:5001,vlan=100",
-        &["veth2:239.10.1.1:6001"],
-    );
-    add(
-        &relay,
-        "retag",
-        "veth1:239.1.1.3:5003,vlan=100",
-        &["veth2:239.10.1.3:6003,vlan=200"],
-    );
-    add(
-        &relay,
-        "tag",
-        "veth1:239.1.1.1:5001",
-        &["veth2:239.10.1.2:6002,vlan=200"],
-    );
+    relay
+        .add_rule("strip", "veth1:239.1.1.1:5001,vlan=100", &["veth2:239.10.1.1:6001"])
+        .expect("rule added");
+    relay
+        .add_rule(
+            "retag",
+            "veth1:239.1.1.3:5003,vlan=100",
+            &["veth2:239.10.1.3:6003,vlan=200"],
+        )
+        .expect("rule added");
+    relay
+        .add_rule("tag", "veth1:239.1.1.1:5001", &["veth2:239.10.1.2:6002,vlan=200"])
+        .expect("rule added");
     // The trunk is put in promiscuous mode, past any NIC's VLAN filter.
     let link = c.relay.ip(&["-d", "link", "show", Chain::RELAY_IN_IF]).expect("link");
     assert!(link.contains("promiscuity 1"), "{link}");
-    let untagged = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1:6001",
-            "-i",
-            Chain::SINK_IF,
-            "--ids",
-            "0",
-            "--expect",
-            "3000",
-        ],
-    )
-    .expect("recv");
-    let tagged = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.3:6003,239.10.1.2:6002",
-            "-i",
-            Chain::SINK_IF,
-            "--via",
-            "ring",
-            "--vlan",
-            "200",
-            "--ids",
-            "1+",
-            "--expect",
-            "3000",
-        ],
-    )
-    .expect("recv");
+    let untagged = expect_at(&c, "239.10.1.1:6001", "0", 3000, &[]);
+    let tagged = expect_at(
+        &c,
+        "239.10.1.3:6003,239.10.1.2:6002",
+        "1+",
+        3000,
+        &["--via", "ring", "--vlan", "200"],
+    );
     let cap = Capture::start(&c.sink, Chain::SINK_IF, "vlan and udp").expect("capture");
     // VLAN 300 first: had it been forwarded, it would show as a wrong
     // stream id before the right packets arrive.
@@ -604,36 +478,14 @@ fn unicast_streams_of_both_families_go_out_as_multicast() {
     let _lock = traffic_lock().expect("lock");
     let c = dual_chain("unicast-in");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
-    add(&relay, "u4", "veth1:10.0.0.2:7001", &["veth2:239.10.7.1:7001"]);
-    add(&relay, "u6", "veth1:[fd00::2]:7002", &["veth2:[ff3e::7]:7002"]);
-    let rx = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.7.1:7001",
-            "-i",
-            Chain::SINK_IF,
-            "--ids",
-            "0",
-            "--expect",
-            "5000",
-        ],
-    )
-    .expect("recv");
-    let rx6 = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "[ff3e::7]:7002",
-            "-i",
-            Chain::SINK_IF,
-            "--ids",
-            "6",
-            "--expect",
-            "5000",
-        ],
-    )
-    .expect("recv");
+    relay
+        .add_rule("u4", "veth1:10.0.0.2:7001", &["veth2:239.10.7.1:7001"])
+        .expect("rule added");
+    relay
+        .add_rule("u6", "veth1:[fd00::2]:7002", &["veth2:[ff3e::7]:7002"])
+        .expect("rule added");
+    let rx = expect_at(&c, "239.10.7.1:7001", "0", 5000, &[]);
+    let rx6 = expect_at(&c, "[ff3e::7]:7002", "6", 5000, &[]);
     send_from(&c, "10.0.0.2:7001", 5000, "5k", &["--via", "udp"]);
     send_from(&c, "[fd00::2]:7002", 5000, "5k", &["--via", "udp", "--first-id", "6"]);
     for rx in [rx, rx6] {

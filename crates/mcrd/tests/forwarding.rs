@@ -13,26 +13,14 @@ use mcr_testbed::traffic_lock;
 
 const MINUTES: Duration = Duration::from_secs(180);
 
-fn add(relay: &Relay, name: &str, input: &str, outputs: &[&str]) {
-    let mut args = vec!["add", name, "--input", input];
-    for o in outputs {
-        args.push("--output");
-        args.push(o);
-    }
-    relay.ctl_ok(&args).expect("rule added");
-}
-
 #[test]
 fn a_chain_translates_every_packet_and_puts_valid_frames_on_the_wire() {
     let _lock = traffic_lock().expect("lock");
     let c = Chain::new("relay-chain").expect("chain");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
-    add(
-        &relay,
-        "feed-a",
-        "veth1:239.1.1.1:5001",
-        &["veth2:239.10.1.1:6001,ttl=7"],
-    );
+    relay
+        .add_rule("feed-a", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001,ttl=7"])
+        .expect("rule added");
     let cap = Capture::start_limited(&c.sink, Chain::SINK_IF, "udp", Some(2000)).expect("capture");
     let rx = Receiver::start(
         &c.sink,
@@ -92,16 +80,17 @@ fn one_input_fans_out_to_three_groups() {
     let _lock = traffic_lock().expect("lock");
     let c = Chain::new("relay-fanout3").expect("chain");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
-    add(
-        &relay,
-        "fan",
-        "veth1:239.1.1.1:5001",
-        &[
-            "veth2:239.10.1.1:6001",
-            "veth2:239.10.1.2:6001",
-            "veth2:239.10.1.3:6001",
-        ],
-    );
+    relay
+        .add_rule(
+            "fan",
+            "veth1:239.1.1.1:5001",
+            &[
+                "veth2:239.10.1.1:6001",
+                "veth2:239.10.1.2:6001",
+                "veth2:239.10.1.3:6001",
+            ],
+        )
+        .expect("rule added");
     // Every output carries stream 0.
     let rx = Receiver::start(
         &c.sink,
@@ -146,7 +135,9 @@ fn one_input_fans_out_to_fifty_interfaces_beyond_the_kernels_32() {
         .map(|k| format!("{}:239.10.1.1:6001", Star::relay_out_if(k)))
         .collect();
     let refs: Vec<&str> = outputs.iter().map(String::as_str).collect();
-    add(&relay, "fan50", "veth1:239.1.1.1:5001", &refs);
+    relay
+        .add_rule("fan50", "veth1:239.1.1.1:5001", &refs)
+        .expect("rule added");
     let receivers: Vec<Receiver> = s
         .sinks
         .iter()
@@ -180,7 +171,9 @@ fn multicast_in_unicast_out() {
     let _lock = traffic_lock().expect("lock");
     let c = Chain::new("relay-unicast").expect("chain");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
-    add(&relay, "to-host", "veth1:239.1.1.1:5001", &["veth2:10.0.1.2:7000"]);
+    relay
+        .add_rule("to-host", "veth1:239.1.1.1:5001", &["veth2:10.0.1.2:7000"])
+        .expect("rule added");
     let rx = Receiver::start(
         &c.sink,
         &["-s", "10.0.1.2:7000", "-i", Chain::SINK_IF, "--expect", "10000"],
@@ -216,18 +209,20 @@ fn source_specific_rules_split_one_group_by_sender() {
         .addr(Chain::GEN_IF, "10.0.0.4/24")
         .expect("third sender address");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
-    add(
-        &relay,
-        "from-1",
-        "veth1:239.1.1.1:5001,source=10.0.0.1",
-        &["veth2:239.10.1.1:6001"],
-    );
-    add(
-        &relay,
-        "from-3",
-        "veth1:239.1.1.1:5001,source=10.0.0.3",
-        &["veth2:239.10.1.2:6001"],
-    );
+    relay
+        .add_rule(
+            "from-1",
+            "veth1:239.1.1.1:5001,source=10.0.0.1",
+            &["veth2:239.10.1.1:6001"],
+        )
+        .expect("rule added");
+    relay
+        .add_rule(
+            "from-3",
+            "veth1:239.1.1.1:5001,source=10.0.0.3",
+            &["veth2:239.10.1.2:6001"],
+        )
+        .expect("rule added");
     // Stream 0 comes from 10.0.0.1, stream 1 from 10.0.0.3, each must land
     // on its own output; 10.0.0.4 has no rule.
     let rx = Receiver::start(
@@ -288,12 +283,13 @@ fn four_workers_neither_duplicate_nor_reorder() {
     let c = Chain::new("relay-4workers").expect("chain");
     let relay = Relay::start(&c.relay, &["--workers", "4"]).expect("mcrd");
     for i in 1..=20 {
-        add(
-            &relay,
-            &format!("s{i}"),
-            &format!("veth1:239.1.1.{i}:{}", 5000 + i),
-            &[&format!("veth2:239.10.1.{i}:{}", 6000 + i)],
-        );
+        relay
+            .add_rule(
+                &format!("s{i}"),
+                &format!("veth1:239.1.1.{i}:{}", 5000 + i),
+                &[&format!("veth2:239.10.1.{i}:{}", 6000 + i)],
+            )
+            .expect("rule added");
     }
     let rx = Receiver::start(
         &c.sink,
@@ -346,7 +342,9 @@ fn jumbo_frames_of_9000_bytes_cross_the_relay() {
         ns.mtu(ifname, 9000).expect("mtu 9000");
     }
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
-    add(&relay, "jumbo", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]);
+    relay
+        .add_rule("jumbo", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
+        .expect("rule added");
     let rx = Receiver::start(
         &c.sink,
         &["-s", "239.10.1.1:6001", "-i", Chain::SINK_IF, "--expect", "5000"],

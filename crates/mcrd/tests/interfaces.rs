@@ -104,24 +104,10 @@ fn an_input_deleted_and_created_again_comes_back_by_itself_and_others_are_untouc
     let bed = Bed::new("if-recreate");
     let relay = Relay::start(&bed.relay, &[]).expect("mcrd");
     relay
-        .ctl_ok(&[
-            "add",
-            "a",
-            "--input",
-            "i1:239.1.1.1:5001",
-            "--output",
-            "o1:239.10.1.1:6001",
-        ])
+        .add_rule("a", "i1:239.1.1.1:5001", &["o1:239.10.1.1:6001"])
         .expect("a");
     relay
-        .ctl_ok(&[
-            "add",
-            "b",
-            "--input",
-            "i2:239.1.1.2:5002",
-            "--output",
-            "o1:239.10.1.2:6002",
-        ])
+        .add_rule("b", "i2:239.1.1.2:5002", &["o1:239.10.1.2:6002"])
         .expect("b");
     // b's stream flows throughout (6 s), every packet checked.
     let rx_b = Receiver::start(
@@ -246,14 +232,7 @@ fn a_new_address_on_the_output_is_the_source_of_what_leaves() {
     let bed = Bed::new("if-readdr");
     let relay = Relay::start(&bed.relay, &[]).expect("mcrd");
     relay
-        .ctl_ok(&[
-            "add",
-            "a",
-            "--input",
-            "i1:239.1.1.1:5001",
-            "--output",
-            "o1:239.10.1.1:6001",
-        ])
+        .add_rule("a", "i1:239.1.1.1:5001", &["o1:239.10.1.1:6001"])
         .expect("a");
     // One capture across both halves (the relay's frames on the sink's
     // link, in order).

@@ -97,14 +97,7 @@ fn a_killed_worker_comes_back_with_the_table_and_its_counters() {
     let c = Chain::new("relay-kill-worker").expect("chain");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
     relay
-        .ctl_ok(&[
-            "add",
-            "feed",
-            "--input",
-            "veth1:239.1.1.1:5001",
-            "--output",
-            "veth2:239.10.1.1:6001",
-        ])
+        .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("add");
     let list_before = relay.ctl_ok(&["--json", "list"]).expect("list");
     let rx = Receiver::start(

@@ -61,14 +61,7 @@ fn rules_that_feed_their_own_inputs_are_refused_with_the_loop_named() {
     );
     // Across two rules, directly and through the bridge.
     relay
-        .ctl_ok(&[
-            "add",
-            "a",
-            "--input",
-            "eth9:239.1.1.1:5001",
-            "--output",
-            "p2:239.2.2.2:6001",
-        ])
+        .add_rule("a", "eth9:239.1.1.1:5001", &["p2:239.2.2.2:6001"])
         .expect("a");
     let e = refused(&[
         "add",
@@ -149,14 +142,7 @@ fn a_loop_outside_mcrs_knowledge_is_bounded_by_the_ttl_and_counted() {
     // Same group and port out as in, on another interface: MCR sees no
     // loop, the switch makes one.
     relay
-        .ctl_ok(&[
-            "add",
-            "echo",
-            "--input",
-            "veth1:239.1.1.1:5001",
-            "--output",
-            "veth2:239.1.1.1:5001",
-        ])
+        .add_rule("echo", "veth1:239.1.1.1:5001", &["veth2:239.1.1.1:5001"])
         .expect("add");
     let sent = send(
         &generator,

@@ -72,14 +72,7 @@ fn a_stream_reaches_the_relay_only_while_it_is_joined() {
     }
 
     relay
-        .ctl_ok(&[
-            "add",
-            "feed",
-            "--input",
-            "in0:239.1.1.1:5001",
-            "--output",
-            "out0:239.10.1.1:6001",
-        ])
+        .add_rule("feed", "in0:239.1.1.1:5001", &["out0:239.10.1.1:6001"])
         .expect("add");
     let rx = Receiver::start(
         &d.sinks[0],
@@ -205,14 +198,7 @@ fn the_dual_bridge_is_crossed_with_no_route_between_its_segments() {
     );
     let relay = Relay::start(&d.relay, &[]).expect("mcrd");
     relay
-        .ctl_ok(&[
-            "add",
-            "cross",
-            "--input",
-            "in0:239.1.1.1:5001",
-            "--output",
-            "out0:239.10.1.1:6001",
-        ])
+        .add_rule("cross", "in0:239.1.1.1:5001", &["out0:239.10.1.1:6001"])
         .expect("add");
     let rx = Receiver::start(
         &d.sinks[0],

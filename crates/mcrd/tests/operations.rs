@@ -490,14 +490,7 @@ fn metrics_pass_promtool_and_match_stats_and_what_was_received() {
     let c = Chain::new("ops-metrics").expect("chain");
     let relay = Relay::start(&c.relay, &["--metrics-listen", "127.0.0.1:9808"]).expect("mcrd");
     relay
-        .ctl_ok(&[
-            "add",
-            "feed",
-            "--input",
-            "veth1:239.1.1.1:5001",
-            "--output",
-            "veth2:239.10.1.1:6001",
-        ])
+        .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("add");
     let rx = Receiver::start(
         &c.sink,
@@ -602,14 +595,7 @@ fn watch_shows_every_rule_with_its_state_and_stats_json_is_one_object() {
     let c = Chain::new("ops-watch").expect("chain");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
     relay
-        .ctl_ok(&[
-            "add",
-            "feed",
-            "--input",
-            "veth1:239.1.1.1:5001",
-            "--output",
-            "veth2:239.10.1.1:6001",
-        ])
+        .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("add");
     let out = relay
         .ctl_ok(&["watch", "--count", "2", "--interval", "0.2"])

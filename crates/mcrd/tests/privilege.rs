@@ -25,14 +25,7 @@ fn uids(pid: u32) -> (u32, u32) {
 /// A rule, 3,000 packets through it, every one checked.
 fn forwards(c: &Chain, relay: &Relay) {
     relay
-        .ctl_ok(&[
-            "add",
-            "feed",
-            "--input",
-            "veth1:239.1.1.1:5001",
-            "--output",
-            "veth2:239.10.1.1:6001",
-        ])
+        .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("add");
     every_packet_crosses(
         &c.generator,

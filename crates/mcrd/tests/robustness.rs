@@ -46,14 +46,7 @@ fn an_input_that_goes_down_and_up_is_waited_out_and_then_forwarded_again() {
     let c = Chain::new("relay-link-flap").expect("chain");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
     relay
-        .ctl_ok(&[
-            "add",
-            "feed",
-            "--input",
-            "veth1:239.1.1.1:5001",
-            "--output",
-            "veth2:239.10.1.1:6001",
-        ])
+        .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("add");
     every_packet_crosses(&c, &relay, "239.1.1.1:5001", Chain::GEN_IF, "239.10.1.1:6001", 2000);
 
@@ -97,24 +90,10 @@ fn a_rule_whose_output_interface_vanished_is_reported_and_the_others_go_on() {
     c.relay.link_up("spare1").expect("up");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
     relay
-        .ctl_ok(&[
-            "add",
-            "lost",
-            "--input",
-            "veth1:239.1.1.1:5001",
-            "--output",
-            "spare0:239.20.1.1:6001",
-        ])
+        .add_rule("lost", "veth1:239.1.1.1:5001", &["spare0:239.20.1.1:6001"])
         .expect("add");
     relay
-        .ctl_ok(&[
-            "add",
-            "kept",
-            "--input",
-            "veth1:239.1.1.3:5001",
-            "--output",
-            "veth2:239.10.1.3:6001",
-        ])
+        .add_rule("kept", "veth1:239.1.1.3:5001", &["veth2:239.10.1.3:6001"])
         .expect("add");
     c.relay.link_del("spare0").expect("delete spare0");
 
@@ -122,14 +101,7 @@ fn a_rule_whose_output_interface_vanished_is_reported_and_the_others_go_on() {
     // set up. It is reported on that rule; every other rule, old and new,
     // runs.
     relay
-        .ctl_ok(&[
-            "add",
-            "fresh",
-            "--input",
-            "veth1:239.1.1.2:5001",
-            "--output",
-            "veth2:239.10.1.2:6001",
-        ])
+        .add_rule("fresh", "veth1:239.1.1.2:5001", &["veth2:239.10.1.2:6001"])
         .expect("a rule that can run is added cleanly");
     let listed = relay.rules().expect("list");
     let problems = |name: &str| {
@@ -175,14 +147,7 @@ fn frames_with_a_vlan_tag_are_not_the_untagged_interfaces_stream() {
     let c = Chain::new("relay-vlan").expect("chain");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
     relay
-        .ctl_ok(&[
-            "add",
-            "feed",
-            "--input",
-            "veth1:239.1.1.1:5001",
-            "--output",
-            "veth2:239.10.1.1:6001",
-        ])
+        .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("add");
     let rx = Receiver::start(
         &c.sink,

@@ -81,7 +81,7 @@ pub struct Args {
     pace: Option<f64>,
     /// Leave out this share of sequence numbers at the sender (0-0.5), to
     /// check the loss accounting: they must be reported lost, exactly.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = parse_share)]
     inject_loss: f64,
     /// Receive buffer asked for per receiver socket, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
@@ -100,7 +100,13 @@ pub struct Args {
     /// A small matrix at a modest paced rate, every backend, with loss
     /// injected: what CI runs. Checks that everything sends and receives;
     /// never a timing.
-    #[arg(long)]
+    #[arg(
+        long,
+        conflicts_with_all = [
+            "backends", "conn", "family", "sizes", "threads", "batch", "reuse", "path", "duration", "warmup",
+            "count", "runs", "pace", "inject_loss", "rcvbuf"
+        ]
+    )]
     quick: bool,
     /// Write the results as JSON here.
     #[arg(long)]
@@ -123,6 +129,16 @@ enum Cmd {
         /// The later run.
         b: PathBuf,
     },
+}
+
+/// A share of sequence numbers to leave out: 0 to 0.5.
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=0.5).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "`{s}`: give a share from 0 to 0.5 (0.02 leaves out 2 % of sequence numbers)"
+        )),
+    }
 }
 
 /// Runs `mcrbench sockets`.
@@ -153,7 +169,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         count: a.count,
         runs: a.runs.max(1),
         pace: a.pace,
-        inject_loss: a.inject_loss.clamp(0.0, 0.5),
+        inject_loss: a.inject_loss,
         rcvbuf: a.rcvbuf,
         cpu: a.cpu,
     };

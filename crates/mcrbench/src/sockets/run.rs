@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
+use anyhow::Context;
 use mcr_sys::clock::{monotonic_ns, sleep_until_ns, thread_cpu_ns};
 use mcr_testbed::{Ns, Testbed};
 use mcrgen::histogram::Histogram;
@@ -378,12 +379,16 @@ fn once(b: &dyn Backend, p: &Point, o: &Options) -> anyhow::Result<RunResult> {
     let (rx_socks, granted) = {
         let p2 = p.clone();
         let rcvbuf = o.rcvbuf;
-        in_ns(&net.rx_ns, move || receiver_sockets(&p2, dst, rx_if, rcvbuf))?
+        in_ns(&net.rx_ns, move || receiver_sockets(&p2, dst, rx_if, rcvbuf))
+            .with_context(|| format!("receiver socket for {dst} on {} ({})", net.rx_if, p.reuse.word()))?
     };
     let mut tx_socks = Vec::with_capacity(p.threads);
     for _ in 0..p.threads {
         let p2 = p.clone();
-        tx_socks.push(in_ns(&net.tx_ns, move || sender_socket(&p2, src_ip, dst, tx_if))?);
+        tx_socks.push(
+            in_ns(&net.tx_ns, move || sender_socket(&p2, src_ip, dst, tx_if))
+                .with_context(|| format!("sender socket from {src_ip} to {dst} on {}", net.tx_if))?,
+        );
     }
     let ends_for = |s: &Socket| -> anyhow::Result<Ends> {
         let src = s.local_addr()?.as_socket().unwrap_or(SocketAddr::new(src_ip, 0));
@@ -408,13 +413,13 @@ fn once(b: &dyn Backend, p: &Point, o: &Options) -> anyhow::Result<RunResult> {
             rx_socks[t].try_clone()?
         };
         let e = &rx_ends;
-        rxs.push(in_ns(&net.rx_ns, move || Ok(b.rx(s, e)?))?);
+        rxs.push(in_ns(&net.rx_ns, move || Ok(b.rx(s, e)?)).with_context(|| format!("{} receiver", b.name()))?);
     }
     drop(rx_socks);
     let mut txs: Vec<Box<dyn Tx>> = Vec::with_capacity(p.threads);
     for s in tx_socks {
         let e = ends_for(&s)?;
-        txs.push(in_ns(&net.tx_ns, move || Ok(b.tx(s, &e)?))?);
+        txs.push(in_ns(&net.tx_ns, move || Ok(b.tx(s, &e)?)).with_context(|| format!("{} sender", b.name()))?);
     }
 
     let measured = o.count.is_none();

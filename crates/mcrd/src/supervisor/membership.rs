@@ -17,11 +17,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::IpAddr;
 use std::os::fd::AsFd;
 
 use mcr_core::control::JoinState;
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::Socket;
 
 /// One membership: a group (and source) on an interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -63,23 +63,6 @@ impl std::fmt::Debug for Memberships {
             .field("joins", &self.joins.len())
             .finish()
     }
-}
-
-fn open_socket(ipv6: bool) -> io::Result<Socket> {
-    let (domain, lo): (Domain, IpAddr) = if ipv6 {
-        (Domain::IPV6, Ipv6Addr::LOCALHOST.into())
-    } else {
-        (Domain::IPV4, Ipv4Addr::LOCALHOST.into())
-    };
-    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
-    if ipv6 {
-        s.set_freebind_v6(true)?;
-    } else {
-        s.set_freebind_v4(true)?;
-    }
-    mcr_sys::sockopt::set_multicast_all(s.as_fd(), ipv6, false)?;
-    s.bind(&SocketAddr::new(lo, 0).into())?;
-    Ok(s)
 }
 
 /// The kernel's "this socket holds all the memberships it may".
@@ -135,7 +118,7 @@ impl Memberships {
                 Err(e) => return Err(e.to_string()),
             }
         }
-        let s = open_socket(ipv6).map_err(|e| format!("open a membership socket: {e}"))?;
+        let s = mcr_sys::membership::quiet_socket(ipv6).map_err(|e| format!("open a membership socket: {e}"))?;
         let r = mcr_sys::membership::join(s.as_fd(), key.ifindex, key.group, key.source);
         let mut js = JoinSocket {
             sock: s,

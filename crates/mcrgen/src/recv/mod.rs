@@ -225,21 +225,18 @@ impl Counters {
         }
     }
 
-    /// Notes the DSCP a packet to `dst` arrived with.
-    fn saw_dscp(&mut self, dst: SocketAddr, dscp: u8) {
-        if let Some(&i) = self.index.get(&dst) {
-            self.dests[i].dscp_seen |= 1u64 << (dscp & 63);
-        }
-    }
-
     /// Accounts for one payload that arrived at `now` for `dst` (`None`
     /// when the destination is unknown); `truncated` if it was cut.
-    fn handle(&mut self, dst: Option<SocketAddr>, data: &[u8], truncated: bool, now: u64) {
+    /// `dscp` is the DSCP it arrived with, when known (from a ring).
+    fn handle(&mut self, dst: Option<SocketAddr>, data: &[u8], truncated: bool, now: u64, dscp: Option<u8>) {
         let Some(i) = dst.and_then(|a| self.index.get(&a).copied()) else {
             self.stray += 1;
             return;
         };
         let d = &mut self.dests[i];
+        if let Some(v) = dscp {
+            d.dscp_seen |= 1u64 << (v & 63);
+        }
         let (header, damaged) = match payload::check(data) {
             _ if truncated => {
                 d.corrupted += 1;

@@ -4,7 +4,7 @@
 //! verified as they were on the wire. Groups are joined with sockets bound
 //! to the loopback address, which never receive a datagram themselves.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::atomic::AtomicBool;
 
@@ -13,29 +13,14 @@ use mcr_core::stats::WorkerCounter;
 use mcr_sys::clock::monotonic_ns;
 use mcr_sys::epoll::Epoll;
 use mcr_sys::ring::{FilterInsn, RingConfig, RingVersion, RxRing};
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::Socket;
 
 use super::{Counters, Outcome, RecvConfig, RecvError, Timing, is_limit, join_error, setup};
 
 /// Joins every group on `ifindex` from sockets that receive nothing (one
 /// family to a socket).
 fn join_quietly(cfg: &RecvConfig, ifindex: u32) -> Result<Vec<Socket>, RecvError> {
-    let open = |ipv6: bool| -> std::io::Result<Socket> {
-        let (domain, lo): (Domain, IpAddr) = if ipv6 {
-            (Domain::IPV6, Ipv6Addr::LOCALHOST.into())
-        } else {
-            (Domain::IPV4, Ipv4Addr::LOCALHOST.into())
-        };
-        let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
-        if ipv6 {
-            s.set_freebind_v6(true)?;
-        } else {
-            s.set_freebind_v4(true)?;
-        }
-        mcr_sys::sockopt::set_multicast_all(s.as_fd(), ipv6, false)?;
-        s.bind(&SocketAddr::new(lo, 0).into())?;
-        Ok(s)
-    };
+    let open = mcr_sys::membership::quiet_socket;
     let mut socks: Vec<(bool, Socket)> = Vec::new();
     for d in &cfg.streams {
         let g = d.ip();
@@ -119,8 +104,7 @@ pub(super) fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str))
                     Ok(d) => {
                         let payload = &f.data[d.payload_at..d.payload_at + d.payload_len];
                         let dst = SocketAddr::new(d.dst, d.dst_port);
-                        c.saw_dscp(dst, d.tos >> 2);
-                        c.handle(Some(dst), payload, false, now);
+                        c.handle(Some(dst), payload, false, now, Some(d.tos >> 2));
                     }
                     // Not ours to judge: the filter lets only UDP in, but
                     // other frames may slip in before it is attached.

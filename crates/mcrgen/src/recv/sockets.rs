@@ -136,7 +136,7 @@ pub(super) fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str))
                 for i in 0..n {
                     let (data, meta) = batch.get(i);
                     let dst = meta.destination.map(|ip| SocketAddr::new(ip, s.port));
-                    c.handle(dst, data, meta.truncated, now);
+                    c.handle(dst, data, meta.truncated, now, None);
                 }
                 if n < MAX_BATCH {
                     break;

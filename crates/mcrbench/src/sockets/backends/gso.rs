@@ -7,10 +7,9 @@ use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use mcr_sys::epoll::Epoll;
 use socket2::Socket;
 
-use super::{Backend, Ends, Rx, Tx};
+use super::{Backend, Ends, Readable, Rx, Tx};
 
 pub struct Gso;
 
@@ -28,7 +27,7 @@ struct GsoTx {
 
 struct GsoRx {
     sock: Socket,
-    epoll: Epoll,
+    readable: Readable,
     buf: Vec<u8>,
 }
 
@@ -54,12 +53,9 @@ impl Backend for Gso {
     }
     fn rx(&self, sock: Socket, _e: &Ends) -> io::Result<Box<dyn Rx>> {
         mcr_sys::sockopt::set_udp_gro(sock.as_fd(), true)?;
-        sock.set_nonblocking(true)?;
-        let epoll = Epoll::new(1)?;
-        epoll.add_readable(sock.as_fd(), 0)?;
         Ok(Box::new(GsoRx {
+            readable: Readable::new(&sock)?,
             sock,
-            epoll,
             buf: vec![0; 65_536],
         }))
     }
@@ -84,8 +80,7 @@ impl Rx for GsoRx {
     fn recv(&mut self, timeout: Duration, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
         let mut got = mcr_sys::sockopt::recv_gro(self.sock.as_fd(), &mut self.buf, true);
         if matches!(&got, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
-            let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
-            self.epoll.wait(ms)?.for_each(drop);
+            self.readable.wait(timeout)?;
             got = mcr_sys::sockopt::recv_gro(self.sock.as_fd(), &mut self.buf, true);
         }
         let (len, segment) = match got {

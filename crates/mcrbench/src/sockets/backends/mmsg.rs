@@ -5,12 +5,11 @@ use std::io;
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use mcr_sys::epoll::Epoll;
 use mcr_sys::mmsg::{MAX_BATCH, Outgoing, RecvBatch, send_batch};
 use mcr_sys::sockaddr::RawSockAddr;
 use socket2::Socket;
 
-use super::{Backend, Ends, Rx, Tx};
+use super::{Backend, Ends, Readable, Rx, Tx};
 
 pub struct Mmsg;
 
@@ -22,18 +21,15 @@ struct MmsgTx {
 /// A receiver of batches: epoll for the wait, `recvmmsg` for the batch.
 pub(super) struct MmsgRx {
     sock: Socket,
-    epoll: Epoll,
+    readable: Readable,
     batch: RecvBatch,
 }
 
 impl MmsgRx {
     pub(super) fn new(sock: Socket, e: &Ends) -> io::Result<MmsgRx> {
-        sock.set_nonblocking(true)?;
-        let epoll = Epoll::new(1)?;
-        epoll.add_readable(sock.as_fd(), 0)?;
         Ok(MmsgRx {
+            readable: Readable::new(&sock)?,
             sock,
-            epoll,
             batch: RecvBatch::new(MAX_BATCH, e.size + 1),
         })
     }
@@ -76,8 +72,7 @@ impl Rx for MmsgRx {
     fn recv(&mut self, timeout: Duration, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
         let mut n = self.batch.recv(self.sock.as_fd())?;
         if n == 0 {
-            let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
-            self.epoll.wait(ms)?.for_each(drop);
+            self.readable.wait(timeout)?;
             n = self.batch.recv(self.sock.as_fd())?;
         }
         for i in 0..n {

@@ -105,8 +105,28 @@ pub(crate) fn set_timeout(sock: &Socket, last: &mut Option<Duration>, t: Duratio
     Ok(())
 }
 
+/// Waiting, with a timeout, for a non-blocking socket to be readable:
+/// the receivers that drain a socket without blocking.
+pub(crate) struct Readable(mcr_sys::epoll::Epoll);
+
+impl Readable {
+    /// Makes `sock` non-blocking and watches it.
+    pub(crate) fn new(sock: &Socket) -> io::Result<Readable> {
+        sock.set_nonblocking(true)?;
+        let epoll = mcr_sys::epoll::Epoll::new(1)?;
+        epoll.add_readable(std::os::fd::AsFd::as_fd(sock), 0)?;
+        Ok(Readable(epoll))
+    }
+
+    /// Waits up to `timeout` for it to be readable.
+    pub(crate) fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        self.0.wait(ms)?.for_each(drop);
+        Ok(())
+    }
+}
+
 /// An unspecified address of `dst`'s family.
-#[allow(dead_code)]
 pub(crate) fn any_like(dst: SocketAddr) -> IpAddr {
     if dst.is_ipv4() {
         IpAddr::from([0u8; 4])

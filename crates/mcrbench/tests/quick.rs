@@ -16,19 +16,22 @@ fn every_scenario_runs_against_every_relay_and_the_report_is_complete() {
         .finish(Duration::from_secs(1200))
         .expect("finished");
     assert!(f.status.success(), "mcrbench failed: {}\n{}", f.stdout, f.stderr);
-    let outcomes: Vec<serde_json::Value> = f
+    let lines: Vec<serde_json::Value> = f
         .stdout
         .lines()
         .map(|l| serde_json::from_str(l).expect("JSON line"))
         .collect();
+    let (idles, outcomes): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) =
+        lines.iter().partition(|l| l.get("idle").is_some());
     let mut seen = HashSet::new();
     for o in &outcomes {
-        let (sc, relay, status) = (
+        let (sc, relay, status, arrivals) = (
             o["scenario"].as_str().unwrap_or(""),
             o["relay"].as_str().unwrap_or(""),
             o["status"].as_str().unwrap_or(""),
+            o["arrivals"].as_str().unwrap_or(""),
         );
-        seen.insert((sc.to_string(), relay.to_string()));
+        seen.insert((sc.to_string(), relay.to_string(), arrivals.to_string()));
         assert_eq!(status, "ok", "{sc} {relay}: {status}");
         let runs = o["runs"].as_array().expect("runs");
         assert_eq!(runs.len(), 1);
@@ -51,14 +54,29 @@ fn every_scenario_runs_against_every_relay_and_the_report_is_complete() {
         "pipeline",
     ] {
         for relay in ["mcr", "socat", "kernel"] {
-            assert!(
-                seen.contains(&(sc.to_string(), relay.to_string())),
-                "no result for {sc} / {relay}"
-            );
+            for arrivals in ["spaced", "burst"] {
+                assert!(
+                    seen.contains(&(sc.to_string(), relay.to_string(), arrivals.to_string())),
+                    "no result for {sc} / {relay} / {arrivals}"
+                );
+            }
+            // Each relay's cost without traffic, once per scenario.
+            let idle = idles
+                .iter()
+                .find(|i| i["idle"]["scenario"] == sc && i["idle"]["relay"] == relay)
+                .unwrap_or_else(|| panic!("no idle measurement for {sc} / {relay}"));
+            let pct = idle["idle"]["busy_pct"].as_f64().expect("busy_pct");
+            assert!((0.0..=100.0).contains(&pct), "{idle}");
         }
     }
     let report = std::fs::read_to_string(dir.join("report.md")).expect("report.md");
-    for sc in ["## chain-rate", "## streams", "## pipeline"] {
+    for sc in [
+        "## chain-rate",
+        "## streams",
+        "## pipeline",
+        "## Without traffic",
+        "## Fan-out: the cost of each extra copy",
+    ] {
         assert!(report.contains(sc), "{report}");
     }
     assert!(

@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cpu;
 pub mod histogram;
 pub mod hostile;
 pub mod impair;

@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use mcrgen::impair::{Faults, ImpairConfig};
 use mcrgen::recv::{IdPolicy, RecvConfig, RecvVia};
-use mcrgen::send::{Rate, SendConfig, Via};
+use mcrgen::send::{Pace, Rate, SendConfig, Via};
 use mcrgen::units::{parse_duration, parse_rate};
 use mcrgen::{payload, spec};
 
@@ -226,6 +226,16 @@ struct SendArgs {
     /// DSCP of every packet (0-63).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=63))]
     dscp: u8,
+    /// How due packets are handed to the kernel: `batch` (every packet
+    /// that is due, up to 64, in one call: they arrive in bursts) or `each`
+    /// (one packet per call at its own due time: they arrive spaced, as an
+    /// encoder sends them).
+    #[arg(long, default_value = "batch")]
+    pace: Pace,
+    /// Report the busy time of this CPU over the sending window (comma
+    /// separated for several): what a relay pinned there spent.
+    #[arg(long, value_delimiter = ',')]
+    watch_cpu: Vec<usize>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -327,6 +337,8 @@ fn send(a: SendArgs) -> anyhow::Result<ExitCode> {
         via: a.via,
         vlan: a.vlan,
         dscp: a.dscp,
+        pace: a.pace,
+        watch_cpus: a.watch_cpu,
     };
     let report = mcrgen::send::run(&cfg, &*stop_flag()?)?;
     if a.json {

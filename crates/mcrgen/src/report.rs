@@ -151,6 +151,25 @@ pub struct SendReport {
     pub icmp_errors: u64,
     /// Why it stopped: `count`, `duration` or `signal`.
     pub stopped_by: String,
+    /// How due packets were handed to the kernel: `batch` or `each`.
+    #[serde(default)]
+    pub pace: String,
+    /// The busy time of each CPU asked for (`--watch-cpu`) over the sending
+    /// window, from just before the first send to just after the last.
+    #[serde(default)]
+    pub cpu_busy: Vec<CpuBusy>,
+}
+
+/// One CPU's busy time over a window: wall time minus its idle and iowait
+/// time (`/proc/stat`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CpuBusy {
+    /// The CPU.
+    pub cpu: usize,
+    /// The window's wall time, seconds.
+    pub wall_s: f64,
+    /// Its busy time in that window, seconds.
+    pub busy_s: f64,
 }
 
 /// Formats nanoseconds for people: `850ns`, `12.3µs`, `4.56ms`, `1.20s`.
@@ -241,8 +260,8 @@ impl SendReport {
     /// The human-readable summary.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "sent {} packets ({} streams x {} bytes, via {}) in {:.3} s: {:.0} pps",
-            self.packets, self.streams, self.payload_bytes, self.path, self.duration_s, self.achieved_pps
+            "sent {} packets ({} streams x {} bytes, via {}, pace {}) in {:.3} s: {:.0} pps",
+            self.packets, self.streams, self.payload_bytes, self.path, self.pace, self.duration_s, self.achieved_pps
         );
         match self.target_pps {
             Some(t) => {
@@ -256,6 +275,21 @@ impl SendReport {
         }
         let _ = write!(out, ", {} retries, stopped by {}", self.retries, self.stopped_by);
         out.push('\n');
+        for c in &self.cpu_busy {
+            let _ = writeln!(
+                out,
+                "CPU {} busy {:.3} s of {:.3} s ({:.1} %){}",
+                c.cpu,
+                c.busy_s,
+                c.wall_s,
+                c.busy_s * 100.0 / c.wall_s.max(1e-9),
+                if self.packets > 0 {
+                    format!(", {:.2} µs per packet sent", c.busy_s * 1e6 / self.packets as f64)
+                } else {
+                    String::new()
+                }
+            );
+        }
         if self.reached_target == Some(false) {
             let _ = writeln!(
                 out,

@@ -5,19 +5,8 @@
 
 use std::collections::HashMap;
 
-/// Clock ticks per second of `/proc/stat` and `/proc/PID/stat` (USER_HZ,
-/// 100 on every Linux build that matters).
-const HZ: f64 = 100.0;
-
-/// Idle plus iowait of one CPU, in ticks.
-pub fn cpu_idle_ticks(cpu: usize) -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let name = format!("cpu{cpu} ");
-    let line = stat.lines().find(|l| l.starts_with(&name))?;
-    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    // user nice system idle iowait irq softirq steal ...
-    Some(f.get(3)? + f.get(4)?)
-}
+use mcrgen::cpu::USER_HZ as HZ;
+pub use mcrgen::cpu::idle_ticks as cpu_idle_ticks;
 
 /// Busy seconds of a CPU over `wall_s` seconds, given idle ticks before and
 /// after.

@@ -64,6 +64,15 @@ pub struct Args {
     /// Counted runs per point.
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// How packets arrive at the relay, comma separated: `spaced` (one at a
+    /// time through the kernel's UDP send path, as encoders send) and
+    /// `burst` (frames handed over in batches). Every point runs under each.
+    #[arg(long, value_delimiter = ',', default_values = ["spaced", "burst"])]
+    arrivals: Vec<scenario::Arrivals>,
+    /// Seconds without traffic over which each relay's idle cost (the busy
+    /// share of the relay CPU) is measured, once per scenario; 0 skips it.
+    #[arg(long)]
+    idle_seconds: Option<u64>,
     /// Every scenario at a small scale, one counted run each: for CI.
     /// Checks only that each relay delivered and the report is complete.
     #[arg(long)]
@@ -91,6 +100,8 @@ pub struct Args {
 pub struct Outcome {
     scenario: String,
     point: String,
+    /// How the packets arrived: `spaced` or `burst`.
+    arrivals: scenario::Arrivals,
     relay: String,
     kind: String,
     /// `ok`, or why there are no runs (`cannot: ...`, `skipped: ...`,
@@ -115,6 +126,7 @@ impl Outcome {
         Outcome {
             scenario: p.scenario.into(),
             point: p.label.clone(),
+            arrivals: p.arrivals,
             relay: label.into(),
             kind: relay.kind().into(),
             status,
@@ -127,6 +139,18 @@ impl Outcome {
             runs,
         }
     }
+}
+
+/// A relay's cost with rules in place and no traffic at all.
+#[derive(Debug, Clone, Serialize)]
+pub struct Idle {
+    scenario: String,
+    relay: String,
+    /// The topology it ran on (the scenario's first).
+    topology: String,
+    seconds: f64,
+    /// Busy share of the relay CPU over those seconds, percent.
+    busy_pct: f64,
 }
 
 /// Set by SIGINT or SIGTERM: finish no further run, clean up, report what
@@ -201,18 +225,25 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         relay_cpu: a.relay_cpu,
         sink_via: a.sink.clone(),
     };
+    let idle_s = a.idle_seconds.unwrap_or(if a.quick { 1 } else { 10 });
     let mut all: Vec<Outcome> = Vec::new();
+    let mut idles: Vec<Idle> = Vec::new();
     let mut out = report::Printer::new(a.json);
     for sc in &scenarios {
         if interrupted() {
             break;
         }
-        let points = scenario::points(sc, &params)?;
+        let points = scenario::points(sc, &params, &a.arrivals)?;
         out.scenario(sc);
-        // Points on the same topology share it, per relay.
-        let mut shapes: Vec<scenario::Shape> = points.iter().map(|p| p.shape).collect();
-        shapes.dedup();
-        for shape in shapes {
+        // Points on the same topology share it, per relay, whatever their
+        // arrivals.
+        let mut shapes: Vec<scenario::Shape> = Vec::new();
+        for p in &points {
+            if !shapes.contains(&p.shape) {
+                shapes.push(p.shape);
+            }
+        }
+        for (nth, shape) in shapes.into_iter().enumerate() {
             let here: Vec<&Point> = points.iter().filter(|p| p.shape == shape).collect();
             for (label, relay) in &mut relays {
                 if interrupted() {
@@ -233,8 +264,15 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
                     );
                     skip(relay.as_ref(), why)
                 } else {
-                    match run_shape(shape, &here, relay.as_mut(), label, a, &layout) {
-                        Ok(o) => o,
+                    let idle_for = (nth == 0 && idle_s > 0).then_some(idle_s);
+                    match run_shape(shape, &here, relay.as_mut(), label, a, &layout, idle_for) {
+                        Ok((o, idle)) => {
+                            if let Some(i) = idle {
+                                out.idle(&i)?;
+                                idles.push(i);
+                            }
+                            o
+                        }
                         Err(e) => {
                             relay.stop();
                             skip(relay.as_ref(), format!("failed: {e:#}"))
@@ -249,9 +287,10 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(dir) = &a.report {
-        report::write(dir, &all, &std::env::args().collect::<Vec<_>>().join(" "))?;
+        report::write(dir, &all, &idles, &std::env::args().collect::<Vec<_>>().join(" "))?;
         eprintln!("mcrbench: report written to {}", dir.display());
     }
+    out.summary(&all, &idles);
     if interrupted() {
         eprintln!("mcrbench: interrupted; the results above are all that was measured");
         return Ok(ExitCode::from(130));
@@ -288,10 +327,22 @@ fn run_shape(
     label: &str,
     a: &Args,
     layout: &Layout,
-) -> anyhow::Result<Vec<Outcome>> {
+    idle_s: Option<u64>,
+) -> anyhow::Result<(Vec<Outcome>, Option<Idle>)> {
     let topo = shape.build(relay.can_rewrite())?;
     topo.steer(a.relay_cpu, a.load_cpu)?;
     relay.start(&topo.sites, a.relay_cpu)?;
+    let idle = idle_s.map(|secs| {
+        run::settle(layout);
+        let busy_s = run::idle_busy_s(layout, std::time::Duration::from_secs(secs));
+        Idle {
+            scenario: points.first().map_or_else(String::new, |p| p.scenario.to_string()),
+            relay: label.to_string(),
+            topology: shape.describe(),
+            seconds: secs as f64,
+            busy_pct: busy_s * 100.0 / secs as f64,
+        }
+    });
     let mut outcomes = Vec::new();
     for p in points {
         let o = match measure(&topo, relay, p, a, layout) {
@@ -301,5 +352,5 @@ fn run_shape(
         outcomes.push(o);
     }
     relay.stop();
-    Ok(outcomes)
+    Ok((outcomes, idle))
 }

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::Outcome;
+use super::{Idle, Outcome};
 use crate::stats::Spread;
 
 /// Prints outcomes as they come.
@@ -28,13 +28,14 @@ fn losses(o: &Outcome) -> String {
         .map_or("-".into(), |r| r.losses.describe(r.lost))
 }
 
-fn row(o: &Outcome) -> [String; 9] {
+fn row(o: &Outcome) -> [String; 10] {
     let procs = o
         .runs
         .first()
         .map_or("-".into(), |r| format!("{} / {:.0} MB", r.relay_procs, r.relay_rss_mb));
     [
         o.relay.clone(),
+        o.arrivals.name().to_string(),
         o.point.clone(),
         s(o.achieved_pps, 0),
         s(o.delivered_pct, 2),
@@ -46,8 +47,9 @@ fn row(o: &Outcome) -> [String; 9] {
     ]
 }
 
-const HEADER: [&str; 9] = [
+const HEADER: [&str; 10] = [
     "relay",
+    "arrivals",
     "point",
     "achieved pps",
     "delivered %",
@@ -67,8 +69,17 @@ impl Printer {
         if !self.json {
             println!("\n== {name}");
             println!(
-                "{:<8} {:<22} {:>24} {:>22} {:>22} {:>20} {:>18} {:>12}  {}",
-                HEADER[0], HEADER[1], HEADER[2], HEADER[3], HEADER[4], HEADER[5], HEADER[6], HEADER[7], HEADER[8]
+                "{:<8} {:<8} {:<22} {:>24} {:>22} {:>22} {:>20} {:>18} {:>12}  {}",
+                HEADER[0],
+                HEADER[1],
+                HEADER[2],
+                HEADER[3],
+                HEADER[4],
+                HEADER[5],
+                HEADER[6],
+                HEADER[7],
+                HEADER[8],
+                HEADER[9]
             );
         }
     }
@@ -79,12 +90,103 @@ impl Printer {
         } else {
             let r = row(o);
             println!(
-                "{:<8} {:<22} {:>24} {:>22} {:>22} {:>20} {:>18} {:>12}  {}",
-                r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]
+                "{:<8} {:<8} {:<22} {:>24} {:>22} {:>22} {:>20} {:>18} {:>12}  {}",
+                r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9]
             );
         }
         Ok(())
     }
+
+    /// A relay's cost without traffic.
+    pub fn idle(&mut self, i: &Idle) -> anyhow::Result<()> {
+        if self.json {
+            println!("{}", serde_json::to_string(&serde_json::json!({ "idle": i }))?);
+        } else {
+            println!(
+                "{:<8} idle: relay CPU {:.2} % busy over {:.0} s with rules in place and no traffic ({})",
+                i.relay, i.busy_pct, i.seconds, i.topology
+            );
+        }
+        Ok(())
+    }
+
+    /// What is derived from several points: the cost of each extra copy of
+    /// a fan-out.
+    pub fn summary(&mut self, all: &[Outcome], _idles: &[Idle]) {
+        let copies = extra_copies(all);
+        if self.json || copies.is_empty() {
+            return;
+        }
+        println!("\n== fan-out: relay core µs per extra copy (against 1 output, same input rate)");
+        for c in copies {
+            println!(
+                "{:<8} {:<8} {:<22} {:>8.2} µs per extra copy ({:.2} µs per input packet against {:.2})",
+                c.relay, c.arrivals, c.point, c.per_copy_us, c.per_input_us, c.base_per_input_us
+            );
+        }
+    }
+}
+
+/// The cost of one more copy of a fan-out.
+pub struct ExtraCopy {
+    pub relay: String,
+    pub arrivals: &'static str,
+    pub point: String,
+    /// Relay core µs per input packet with K outputs, and with one.
+    pub per_input_us: f64,
+    pub base_per_input_us: f64,
+    /// (K - 1) more copies: the difference divided by K - 1.
+    pub per_copy_us: f64,
+}
+
+/// The relay core time per input packet of a run: busy time over the
+/// packets sent.
+fn per_input_us(o: &Outcome) -> Option<f64> {
+    let mut v: Vec<f64> = o
+        .runs
+        .iter()
+        .filter(|r| r.sent > 0)
+        .map(|r| r.relay_core_busy_s * 1e6 / r.sent as f64)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+/// For every fan-out point of K > 1 outputs whose relay also ran 1 output
+/// at the same input rate and arrivals: what each extra copy cost.
+pub fn extra_copies(all: &[Outcome]) -> Vec<ExtraCopy> {
+    let outputs_and_rate = |p: &str| -> Option<(usize, String)> {
+        let rest = p.strip_prefix("1 to ")?;
+        let (k, rate) = rest.split_once(" at ")?;
+        Some((k.parse().ok()?, rate.to_string()))
+    };
+    let mut out = Vec::new();
+    for o in all.iter().filter(|o| o.scenario == "fanout" && o.status == "ok") {
+        let Some((k, rate)) = outputs_and_rate(&o.point) else {
+            continue;
+        };
+        if k < 2 {
+            continue;
+        }
+        let base = all.iter().find(|b| {
+            b.scenario == "fanout"
+                && b.status == "ok"
+                && b.relay == o.relay
+                && b.arrivals == o.arrivals
+                && outputs_and_rate(&b.point) == Some((1, rate.clone()))
+        });
+        if let (Some(b), Some(per)) = (base.and_then(per_input_us), per_input_us(o)) {
+            out.push(ExtraCopy {
+                relay: o.relay.clone(),
+                arrivals: o.arrivals.name(),
+                point: o.point.clone(),
+                per_input_us: per,
+                base_per_input_us: b,
+                per_copy_us: (per - b) / (k - 1) as f64,
+            });
+        }
+    }
+    out
 }
 
 fn machine() -> String {
@@ -102,11 +204,15 @@ fn machine() -> String {
 }
 
 /// Writes `report.md`, `results.jsonl` and one SVG per plot into `dir`.
-pub fn write(dir: &Path, all: &[Outcome], command: &str) -> anyhow::Result<()> {
+pub fn write(dir: &Path, all: &[Outcome], idles: &[Idle], command: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut jsonl = String::new();
     for o in all {
         jsonl.push_str(&serde_json::to_string(o)?);
+        jsonl.push('\n');
+    }
+    for i in idles {
+        jsonl.push_str(&serde_json::to_string(&serde_json::json!({ "idle": i }))?);
         jsonl.push('\n');
     }
     std::fs::write(dir.join("results.jsonl"), jsonl)?;
@@ -155,6 +261,45 @@ pub fn write(dir: &Path, all: &[Outcome], command: &str) -> anyhow::Result<()> {
             let _ = writeln!(md, "![{sc}: {what}]({name})\n");
         }
     }
+    if !idles.is_empty() {
+        let _ = writeln!(md, "## Without traffic\n");
+        let _ = writeln!(
+            md,
+            "Busy share of the relay CPU with the scenario's rules in place and no traffic.\n"
+        );
+        let _ = writeln!(md, "| relay | scenario | topology | seconds | relay CPU busy % |");
+        let _ = writeln!(md, "|---|---|---|---|---|");
+        for i in idles {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.0} | {:.2} |",
+                i.relay, i.scenario, i.topology, i.seconds, i.busy_pct
+            );
+        }
+        md.push('\n');
+    }
+    let copies = extra_copies(all);
+    if !copies.is_empty() {
+        let _ = writeln!(md, "## Fan-out: the cost of each extra copy\n");
+        let _ = writeln!(
+            md,
+            "Relay core µs per input packet with K outputs, against one output at the same input rate \
+             and arrivals; the difference divided by K − 1 (medians of the runs).\n"
+        );
+        let _ = writeln!(
+            md,
+            "| relay | arrivals | point | µs per input packet | with 1 output | µs per extra copy |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|");
+        for c in copies {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.2} | {:.2} | {:.2} |",
+                c.relay, c.arrivals, c.point, c.per_input_us, c.base_per_input_us, c.per_copy_us
+            );
+        }
+        md.push('\n');
+    }
     std::fs::write(dir.join("report.md"), md)?;
     Ok(())
 }
@@ -162,13 +307,14 @@ pub fn write(dir: &Path, all: &[Outcome], command: &str) -> anyhow::Result<()> {
 /// A line chart: points along x, one line per relay.
 fn chart(title: &str, outcomes: &[&Outcome], y: fn(&Outcome) -> Option<f64>) -> String {
     let mut xs: Vec<&str> = Vec::new();
-    let mut relays: Vec<&str> = Vec::new();
+    let mut relays: Vec<String> = Vec::new();
+    let series = |o: &Outcome| format!("{} {}", o.relay, o.arrivals.name());
     for o in outcomes {
         if !xs.contains(&o.point.as_str()) {
             xs.push(&o.point);
         }
-        if !relays.contains(&o.relay.as_str()) {
-            relays.push(&o.relay);
+        if !relays.contains(&series(o)) {
+            relays.push(series(o));
         }
     }
     let values: Vec<f64> = outcomes.iter().filter_map(|o| y(o)).filter(|v| v.is_finite()).collect();
@@ -222,7 +368,7 @@ fn chart(title: &str, outcomes: &[&Outcome], y: fn(&Outcome) -> Option<f64>) -> 
             .iter()
             .enumerate()
             .filter_map(|(i, x)| {
-                let o = outcomes.iter().find(|o| o.relay == *r && o.point == *x)?;
+                let o = outcomes.iter().find(|o| series(o) == *r && o.point == *x)?;
                 y(o).filter(|v| v.is_finite()).map(|v| (px(i), py(v)))
             })
             .collect();

@@ -39,8 +39,12 @@ pub struct Run {
     pub p50_us: f64,
     pub p99_us: f64,
     pub p999_us: f64,
-    /// Busy time of the relay CPU per delivered packet, µs.
+    /// Busy time of the relay CPU per delivered packet, µs, over the
+    /// generator's sending window (first send to last).
     pub relay_core_us_per_pkt: f64,
+    /// That busy time, seconds, and the window's length.
+    pub relay_core_busy_s: f64,
+    pub window_s: f64,
     /// The relay processes' own CPU time per delivered packet, µs.
     pub relay_proc_us_per_pkt: f64,
     /// The relay's processes and their resident memory.
@@ -65,6 +69,18 @@ pub fn settle(l: &Layout) {
         {
             return;
         }
+    }
+}
+
+/// The busy time of the relay CPU over `d` with no traffic, seconds.
+pub fn idle_busy_s(l: &Layout, d: Duration) -> f64 {
+    let a = cpu::cpu_idle_ticks(l.relay_cpu);
+    let t = Instant::now();
+    std::thread::sleep(d);
+    let b = cpu::cpu_idle_ticks(l.relay_cpu);
+    match (a, b) {
+        (Some(a), Some(b)) => cpu::busy_s(t.elapsed().as_secs_f64(), a, b),
+        _ => f64::NAN,
     }
 }
 
@@ -124,30 +140,44 @@ pub fn once(topo: &Topology, relay: &dyn Relay, point: &Point, count: u64, l: &L
         Rate::Total(r) => ("--rate", r.as_str()),
         Rate::PerStream(r) => ("--rate-per-stream", r.as_str()),
     };
-    let sent = send(
-        &topo.generator.0,
-        &[
-            "-s",
-            &streams,
-            "-i",
-            &topo.generator.1,
-            "--count",
-            &count_s,
-            rate_flag,
-            rate,
-            "--size",
-            &size,
-            "--cpu",
-            &load,
-        ],
-        Duration::from_secs(7200),
-    )?;
+    let relay_cpu = l.relay_cpu.to_string();
+    let mut args = vec![
+        "-s",
+        &streams,
+        "-i",
+        &topo.generator.1,
+        "--count",
+        &count_s,
+        rate_flag,
+        rate,
+        "--size",
+        &size,
+        "--cpu",
+        &load,
+        "--watch-cpu",
+        &relay_cpu,
+    ];
+    args.extend(point.arrivals.sender_args());
+    let sent = send(&topo.generator.0, &args, Duration::from_secs(7200))?;
     let mut got = Vec::new();
     for r in receivers {
         got.push(r.finish(Duration::from_secs(7200))?);
     }
     let wall = t0.elapsed().as_secs_f64();
     let idle1 = cpu::cpu_idle_ticks(l.relay_cpu).unwrap_or(idle0);
+    // The relay's core is charged over the sending window only, as the
+    // generator measured it: not the receivers' start, not the idle
+    // timeout at the end, not this process's own work around the run.
+    let core = sent
+        .cpu_busy
+        .iter()
+        .find(|c| c.cpu == l.relay_cpu)
+        .copied()
+        .unwrap_or(mcrgen::report::CpuBusy {
+            cpu: l.relay_cpu,
+            wall_s: wall,
+            busy_s: cpu::busy_s(wall, idle0, idle1),
+        });
     let proc1: f64 = pids.iter().filter_map(|&p| cpu::process_cpu_s(p, true)).sum();
     let mut ours = pids.clone();
     ours.push(std::process::id());
@@ -180,7 +210,9 @@ pub fn once(topo: &Topology, relay: &dyn Relay, point: &Point, count: u64, l: &L
         p50_us: worst(|l| l.p50_ns),
         p99_us: worst(|l| l.p99_ns),
         p999_us: worst(|l| l.p999_ns),
-        relay_core_us_per_pkt: per(cpu::busy_s(wall, idle0, idle1)),
+        relay_core_us_per_pkt: per(core.busy_s),
+        relay_core_busy_s: core.busy_s,
+        window_s: core.wall_s,
         relay_proc_us_per_pkt: per(proc1 - proc0),
         relay_procs: pids.len(),
         relay_rss_mb: pids.iter().map(|&p| rss_mb(p)).sum(),

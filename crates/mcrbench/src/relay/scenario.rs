@@ -27,12 +27,69 @@ impl Shape {
         }
     }
 
+    /// For tables: `chain, 1 stream`, `star, 50 outputs`.
+    pub fn describe(self) -> String {
+        let n = |k: usize, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
+        match self {
+            Shape::Chain(k) => format!("chain, {}", n(k, "stream", "streams")),
+            Shape::DualBridge(k) => format!("dual bridge, {}", n(k, "stream", "streams")),
+            Shape::Star(k) => format!("star, {}", n(k, "output", "outputs")),
+            Shape::Pipeline(h) => format!("pipeline, {}", n(h, "relay", "relays")),
+        }
+    }
+
     /// Outputs one input has.
     pub fn outputs(self) -> usize {
         match self {
             Shape::Star(k) => k,
             _ => 1,
         }
+    }
+}
+
+/// How packets arrive at the relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arrivals {
+    /// One at a time, each through the kernel's UDP send path at its own
+    /// due time (`mcrgen send --via udp --pace each`): spaced by at least
+    /// the sender's cost per datagram, as encoders and software senders
+    /// send them.
+    Spaced,
+    /// In bursts: every packet that is due built here and handed to an
+    /// AF_PACKET socket in one `sendmmsg` (`mcrgen send --via frames --pace
+    /// batch`), so that the relay's ring fills a dozen frames at a time.
+    Burst,
+}
+
+impl Arrivals {
+    /// Both, the one that decides the cost first.
+    pub const ALL: [Arrivals; 2] = [Arrivals::Spaced, Arrivals::Burst];
+
+    /// Its name in tables and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arrivals::Spaced => "spaced",
+            Arrivals::Burst => "burst",
+        }
+    }
+
+    /// The `mcrgen send` options that produce it.
+    pub fn sender_args(self) -> [&'static str; 4] {
+        match self {
+            Arrivals::Spaced => ["--via", "udp", "--pace", "each"],
+            Arrivals::Burst => ["--via", "frames", "--pace", "batch"],
+        }
+    }
+}
+
+impl std::str::FromStr for Arrivals {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Arrivals::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| format!("`{s}`: write spaced or burst"))
     }
 }
 
@@ -60,6 +117,8 @@ pub struct Point {
     pub count: u64,
     /// UDP payload bytes.
     pub size: usize,
+    /// How the packets arrive.
+    pub arrivals: Arrivals,
 }
 
 /// The scenarios, in order.
@@ -92,12 +151,12 @@ impl Params {
     /// The sizes the scenarios were specified with.
     pub fn full() -> Self {
         Params {
-            rates: vec!["50k".into(), "200k".into(), "400k".into(), "max".into()],
+            rates: vec!["50k".into(), "100k".into(), "200k".into(), "max".into()],
             count: 1_000_000,
             stream_counts: vec![1, 2, 5, 10, 20, 50, 100, 150, 500, 1000],
             per_stream_pps: 2000,
             seconds: 5,
-            fanouts: vec![3, 50, 200],
+            fanouts: vec![1, 3, 50, 200],
             fanout_rates: vec![1000, 20_000],
             dense_streams: 50,
             dense_pps: 3000,
@@ -114,7 +173,7 @@ impl Params {
             stream_counts: vec![1, 5],
             per_stream_pps: 500,
             seconds: 2,
-            fanouts: vec![3],
+            fanouts: vec![1, 3],
             fanout_rates: vec![1000],
             dense_streams: 5,
             dense_pps: 1000,
@@ -124,8 +183,19 @@ impl Params {
     }
 }
 
-/// The points of `scenario`.
-pub fn points(scenario: &str, p: &Params) -> anyhow::Result<Vec<Point>> {
+/// The points of `scenario`, under each of `arrivals` in turn.
+pub fn points(scenario: &str, p: &Params, arrivals: &[Arrivals]) -> anyhow::Result<Vec<Point>> {
+    let mut all = Vec::new();
+    for &a in arrivals {
+        all.extend(points_of(scenario, p)?.into_iter().map(|mut pt| {
+            pt.arrivals = a;
+            pt
+        }));
+    }
+    Ok(all)
+}
+
+fn points_of(scenario: &str, p: &Params) -> anyhow::Result<Vec<Point>> {
     let per_stream_count = p.per_stream_pps * p.seconds;
     let pts = match scenario {
         "chain-rate" | "dual-bridge" => {
@@ -143,6 +213,7 @@ pub fn points(scenario: &str, p: &Params) -> anyhow::Result<Vec<Point>> {
                     rate: Rate::Total(r.clone()),
                     count: p.count,
                     size: 1024,
+                    arrivals: Arrivals::Spaced,
                 })
                 .collect()
         }
@@ -156,6 +227,7 @@ pub fn points(scenario: &str, p: &Params) -> anyhow::Result<Vec<Point>> {
                 rate: Rate::PerStream(p.per_stream_pps.to_string()),
                 count: per_stream_count,
                 size: 1024,
+                arrivals: Arrivals::Spaced,
             })
             .collect(),
         "high-density" => vec![Point {
@@ -165,6 +237,7 @@ pub fn points(scenario: &str, p: &Params) -> anyhow::Result<Vec<Point>> {
             rate: Rate::PerStream(p.dense_pps.to_string()),
             count: p.dense_pps * p.seconds,
             size: 1024,
+            arrivals: Arrivals::Spaced,
         }],
         "fanout" => p
             .fanouts
@@ -177,6 +250,7 @@ pub fn points(scenario: &str, p: &Params) -> anyhow::Result<Vec<Point>> {
                     rate: Rate::Total(r.to_string()),
                     count: r * p.seconds,
                     size: 1024,
+                    arrivals: Arrivals::Spaced,
                 })
             })
             .collect(),
@@ -194,6 +268,7 @@ pub fn points(scenario: &str, p: &Params) -> anyhow::Result<Vec<Point>> {
                 rate: Rate::Total(r.clone()),
                 count: p.count,
                 size: p.pipeline_size,
+                arrivals: Arrivals::Spaced,
             })
             .collect(),
         other => anyhow::bail!("unknown scenario `{other}` (known: {})", ALL.join(", ")),

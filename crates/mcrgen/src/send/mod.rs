@@ -1,9 +1,12 @@
 //! `mcrgen send`: paced streams from one process, in batches.
 //!
-//! Packet `k` of the run is due at `start + k / rate`; each wake-up sends
-//! every packet that is due (up to a batch at a time), so the average rate
-//! holds even when the scheduler is late, and bursts stay small when it is
-//! not. Streams take turns: packet `k` belongs to stream `k mod S` and
+//! Packet `k` of the run is due at `start + k / rate`. With [`Pace::Batch`]
+//! each wake-up sends every packet that is due (up to a batch at a time) in
+//! one call, so the average rate holds even when the scheduler is late, and
+//! bursts stay small when it is not. With [`Pace::Each`] every packet is
+//! sent on its own, at its own due time, one call per packet: packets leave
+//! spaced as an encoder or a software sender spaces them, never several in
+//! one call. Streams take turns: packet `k` belongs to stream `k mod S` and
 //! carries sequence number `k div S`.
 //!
 //! Two paths put packets on the wire ([`Via`]): the kernel's UDP sockets
@@ -26,7 +29,7 @@ use mcr_sys::clock::{monotonic_ns, set_timer_slack_ns, sleep_until_ns};
 use mcr_sys::mmsg::{MAX_BATCH, is_queue_full};
 
 use crate::payload::{MAX_PAYLOAD, MIN_PAYLOAD};
-use crate::report::SendReport;
+use crate::report::{CpuBusy, SendReport};
 use crate::units::as_ns;
 
 /// How fast to send.
@@ -64,6 +67,37 @@ impl std::str::FromStr for Via {
     }
 }
 
+/// How due packets are handed to the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pace {
+    /// Every packet that is due, up to a batch, in one call.
+    #[default]
+    Batch,
+    /// One packet per call, each at its own due time: when the sender is
+    /// behind, packets still leave one by one, spaced by the cost of a send.
+    Each,
+}
+
+impl std::str::FromStr for Pace {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "batch" => Ok(Pace::Batch),
+            "each" => Ok(Pace::Each),
+            _ => Err(format!("`{s}`: write batch or each")),
+        }
+    }
+}
+
+impl std::fmt::Display for Pace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Pace::Batch => "batch",
+            Pace::Each => "each",
+        })
+    }
+}
+
 /// Everything `send` needs.
 #[derive(Debug, Clone)]
 pub struct SendConfig {
@@ -94,6 +128,11 @@ pub struct SendConfig {
     pub vlan: Option<u16>,
     /// DSCP of every packet (0-63).
     pub dscp: u8,
+    /// One packet per call, or every due packet in one.
+    pub pace: Pace,
+    /// CPUs whose busy time over the sending window (first send to last)
+    /// the report gives.
+    pub watch_cpus: Vec<usize>,
 }
 
 /// Why `send` could not run.
@@ -290,6 +329,11 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
     let mut icmp_errors: u64 = 0;
     let mut first_send: Option<u64> = None;
     let mut last_send = start;
+    let per_call = match cfg.pace {
+        Pace::Batch => MAX_BATCH as u64,
+        Pace::Each => 1,
+    };
+    let mut cpu_window: Option<CpuWindow> = None;
     let stopped_by = loop {
         if stop.load(Ordering::Relaxed) {
             break "signal";
@@ -313,9 +357,10 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
             sleep_until_ns(deadline.map_or(wake, |d| wake.min(d)));
             continue;
         }
-        let n = (due - sent)
-            .min(MAX_BATCH as u64)
-            .min(limit.map_or(u64::MAX, |l| l - sent)) as usize;
+        if cpu_window.is_none() {
+            cpu_window = Some(CpuWindow::open(&cfg.watch_cpus));
+        }
+        let n = (due - sent).min(per_call).min(limit.map_or(u64::MAX, |l| l - sent)) as usize;
         let r = path.send(sent, n, now, &stopping)?;
         retries += r.retries;
         icmp_errors += r.icmp_errors;
@@ -323,6 +368,7 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
         last_send = monotonic_ns();
         first_send.get_or_insert(now);
     };
+    let cpu_busy = cpu_window.map(CpuWindow::close).unwrap_or_default();
     let first = first_send.unwrap_or(start);
     let achieved_pps = if sent > 1 && last_send > first {
         (sent - 1) as f64 * 1e9 / (last_send - first) as f64
@@ -342,7 +388,40 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
         retries,
         icmp_errors,
         stopped_by: stopped_by.to_string(),
+        pace: cfg.pace.to_string(),
+        cpu_busy,
     })
+}
+
+/// The idle time of some CPUs at the start of the sending window, to give
+/// their busy time over it at the end.
+struct CpuWindow {
+    started: std::time::Instant,
+    idle: Vec<(usize, Option<f64>)>,
+}
+
+impl CpuWindow {
+    fn open(cpus: &[usize]) -> CpuWindow {
+        CpuWindow {
+            idle: cpus.iter().map(|&c| (c, crate::cpu::idle_s(c))).collect(),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    fn close(self) -> Vec<CpuBusy> {
+        let wall_s = self.started.elapsed().as_secs_f64();
+        self.idle
+            .into_iter()
+            .filter_map(|(cpu, before)| {
+                let idle = crate::cpu::idle_s(cpu)? - before?;
+                Some(CpuBusy {
+                    cpu,
+                    wall_s,
+                    busy_s: (wall_s - idle).max(0.0),
+                })
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -403,6 +482,8 @@ mod tests {
             via: Via::Auto,
             vlan: None,
             dscp: 0,
+            pace: Pace::Batch,
+            watch_cpus: Vec::new(),
         }
     }
 

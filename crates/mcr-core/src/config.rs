@@ -90,6 +90,9 @@ pub struct Settings {
     /// With `ring = "v3"`: how long a part-filled block waits, in ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_timeout_ms: Option<u32>,
+    /// Which data path forwards the rules it can carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datapath: Option<Datapath>,
 }
 
 /// Log levels.
@@ -132,6 +135,28 @@ pub enum LogFormat {
     /// Lines for journald: a `<N>` priority prefix, no time (the journal
     /// keeps it).
     Journal,
+}
+
+/// Which data path forwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Datapath {
+    /// MCR's eBPF program at each input interface's tc ingress hook, for
+    /// every rule it can carry (the default); the workers for the rest.
+    #[default]
+    Ebpf,
+    /// The workers, from their AF_PACKET rings, for every rule.
+    Packet,
+}
+
+impl Datapath {
+    /// Its name in the config file and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Datapath::Ebpf => "ebpf",
+            Datapath::Packet => "packet",
+        }
+    }
 }
 
 /// Receive ring formats.

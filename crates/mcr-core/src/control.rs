@@ -299,6 +299,29 @@ pub struct RuleStats {
     /// empty when it forwards.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
+    /// Which data path forwards it: `ebpf` (MCR's program in the kernel)
+    /// or `packet` (the workers, from their rings).
+    #[serde(default)]
+    pub datapath: String,
+    /// Why the workers forward it when the eBPF data path runs (a unicast
+    /// output, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datapath_reason: Option<String>,
+}
+
+/// The in-kernel data path: where it runs and what it forwarded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatapathStats {
+    /// The input interfaces its program is attached to.
+    pub interfaces: Vec<String>,
+    /// Frames it took and forwarded (every output's copies from one).
+    pub rx_frames: u64,
+    /// Their bytes.
+    pub rx_bytes: u64,
+    /// Copies it sent, all outputs together.
+    pub tx_packets: u64,
+    /// Frames per second taken over the last interval.
+    pub rx_pps: f64,
 }
 
 /// Counters of one worker.
@@ -341,6 +364,12 @@ pub struct StatsReport {
     pub rules: Vec<RuleStats>,
     /// Per worker.
     pub workers: Vec<WorkerStats>,
+    /// The eBPF data path, when it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datapath: Option<DatapathStats>,
+    /// Why it does not, when it was chosen but could not be loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datapath_missing: Option<String>,
 }
 
 /// A worker process.

@@ -19,6 +19,7 @@
 pub mod bpf;
 pub mod config;
 pub mod control;
+pub mod datapath;
 pub mod forward;
 pub mod interfaces;
 pub mod metrics;

@@ -129,6 +129,15 @@ pub fn render(version: &str, stats: &StatsReport, rules: &[RuleStatus], workers:
     }
     let mut f = family(
         &mut out,
+        "mcr_rule_datapath_ebpf",
+        "gauge",
+        "1 when MCR's eBPF program in the kernel forwards the rule, 0 when the workers do.",
+    );
+    for r in &stats.rules {
+        f.sample(&[("rule", &r.name)], u8::from(r.datapath == "ebpf"));
+    }
+    let mut f = family(
+        &mut out,
         "mcr_membership_joined",
         "gauge",
         "1 when the kernel holds the group membership a rule needs, 0 when it could not be taken.",
@@ -146,6 +155,42 @@ pub fn render(version: &str, stats: &StatsReport, rules: &[RuleStatus], workers:
                 ],
                 u8::from(j.joined),
             );
+        }
+    }
+
+    family(
+        &mut out,
+        "mcr_datapath_ebpf_up",
+        "gauge",
+        "1 while MCR's eBPF data path is loaded.",
+    )
+    .sample(&[], u8::from(stats.datapath.is_some()));
+    if let Some(d) = &stats.datapath {
+        type DpCounter = fn(&crate::control::DatapathStats) -> u64;
+        let counters: [(&'static str, &str, DpCounter); 3] = [
+            (
+                "mcr_datapath_rx_frames_total",
+                "Frames MCR's eBPF program took and forwarded.",
+                |d| d.rx_frames,
+            ),
+            ("mcr_datapath_rx_bytes_total", "Bytes of those frames.", |d| d.rx_bytes),
+            (
+                "mcr_datapath_tx_packets_total",
+                "Copies MCR's eBPF program sent, all outputs together.",
+                |d| d.tx_packets,
+            ),
+        ];
+        for (name, help, get) in counters {
+            family(&mut out, name, "counter", help).sample(&[], get(d));
+        }
+        let mut f = family(
+            &mut out,
+            "mcr_datapath_interface_attached",
+            "gauge",
+            "1 for each input interface MCR's eBPF program is attached to.",
+        );
+        for i in &d.interfaces {
+            f.sample(&[("interface", i)], 1);
         }
     }
 
@@ -256,6 +301,8 @@ mod tests {
                     drops: drops.clone(),
                 }],
                 problems: Vec::new(),
+                datapath: "ebpf".into(),
+                datapath_reason: None,
             }],
             workers: vec![WorkerStats {
                 index: 0,
@@ -269,6 +316,14 @@ mod tests {
                 cpu_s: 1.25,
                 busy: 0.5,
             }],
+            datapath: Some(crate::control::DatapathStats {
+                interfaces: vec!["eth0".into()],
+                rx_frames: 100,
+                rx_bytes: 106_000,
+                tx_packets: 97,
+                rx_pps: 10.0,
+            }),
+            datapath_missing: None,
         };
         let rules = vec![RuleStatus {
             rule,
@@ -332,6 +387,11 @@ mod tests {
             "mcr_worker_up{worker=\"0\"} 1",
             "mcr_worker_restarts_total{worker=\"0\"} 2",
             "mcr_rule_up{rule=\"feed-a\"} 1",
+            "mcr_rule_datapath_ebpf{rule=\"feed-a\"} 1",
+            "mcr_datapath_ebpf_up 1",
+            "mcr_datapath_rx_frames_total 100",
+            "mcr_datapath_tx_packets_total 97",
+            "mcr_datapath_interface_attached{interface=\"eth0\"} 1",
         ] {
             assert!(text.lines().any(|l| l == want), "missing `{want}` in\n{text}");
         }

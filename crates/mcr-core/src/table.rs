@@ -72,6 +72,23 @@ pub enum Lookup<'a> {
     NoRule,
 }
 
+/// A destination rules take, and those rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination<'a> {
+    /// The input interface.
+    pub ifindex: u32,
+    /// The VLAN id (0: untagged).
+    pub vlan: u16,
+    /// The destination address.
+    pub dst: IpAddr,
+    /// The destination port.
+    pub port: u16,
+    /// The rule for any other source, if any.
+    pub any_source: Option<&'a CompiledRule>,
+    /// The rules for given sources.
+    pub by_source: Vec<(IpAddr, &'a CompiledRule)>,
+}
+
 /// The compiled rule table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MatchTable {
@@ -220,6 +237,19 @@ impl MatchTable {
     /// Every compiled rule.
     pub fn rules(&self) -> &[CompiledRule] {
         &self.rules
+    }
+
+    /// Every destination rules take, with the rules that take it: the
+    /// any-source rule, if there is one, and the source-specific ones.
+    pub fn destinations(&self) -> impl Iterator<Item = Destination<'_>> {
+        self.entries.iter().map(|(&(ifindex, vlan, dst, port), e)| Destination {
+            ifindex,
+            vlan,
+            dst,
+            port,
+            any_source: e.any_source.map(|i| &self.rules[i]),
+            by_source: e.by_source.iter().map(|&(s, i)| (s, &self.rules[i])).collect(),
+        })
     }
 
     /// The unicast destinations rules take on interface `ifindex` (the

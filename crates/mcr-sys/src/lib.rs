@@ -16,6 +16,7 @@
 //! ([`privilege`]) and network namespaces
 //! ([`netns`]).
 
+pub mod bpf;
 pub mod clock;
 pub mod epoll;
 pub mod iface;

@@ -4,7 +4,7 @@ use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-fn set_raw<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+pub(crate) fn set_raw<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
     // SAFETY: `value` points to a live `T` of `size_of::<T>()` bytes for the
     // duration of the call; the kernel only reads it.
     let rc = unsafe {

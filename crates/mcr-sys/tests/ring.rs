@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use mcr_core::bpf::ingress_filter;
 use mcr_core::wire::{UDP_V4_HEADERS, UdpFrameSpec, ethernet, write_udp_v4_frame};
 use mcr_sys::packet::PacketTx;
-use mcr_sys::ring::{FilterInsn, RingConfig, RingVersion, RxRing};
+use mcr_sys::ring::{Filter, FilterInsn, RingConfig, RingVersion, RxRing};
 use mcr_testbed::presets::Pipeline;
 
 fn filter_all() -> Vec<FilterInsn> {
@@ -131,7 +131,7 @@ fn both_ring_formats_deliver_every_frame_in_order_and_intact() {
     for version in [RingVersion::V2, RingVersion::V3] {
         let p = Pipeline::new("ring-formats", 0).expect("link");
         let mut rings = in_sink(&p, move |idx| {
-            vec![RxRing::open(idx, &cfg(version, 4 << 20), &filter_all(), None).expect("ring")]
+            vec![RxRing::open(idx, &cfg(version, 4 << 20), Filter::Classic(&filter_all()), None).expect("ring")]
         });
         let dst: SocketAddrV4 = "239.1.1.1:5001".parse().expect("literal");
         send_from(&p, (0..1000).map(|s| frame(dst, s)).collect());
@@ -150,7 +150,15 @@ fn fanout_gives_each_frame_to_exactly_one_socket_and_keeps_flows_together() {
     let p = Pipeline::new("ring-fanout", 0).expect("link");
     let mut rings = in_sink(&p, |idx| {
         (0..2)
-            .map(|_| RxRing::open(idx, &cfg(RingVersion::V2, 16 << 20), &filter_core(), Some(0x4d43)).expect("ring"))
+            .map(|_| {
+                RxRing::open(
+                    idx,
+                    &cfg(RingVersion::V2, 16 << 20),
+                    Filter::Classic(&filter_core()),
+                    Some(0x4d43),
+                )
+                .expect("ring")
+            })
             .collect::<Vec<_>>()
     });
     let flows: Vec<SocketAddrV4> = (0..50)
@@ -185,7 +193,15 @@ fn the_filter_keeps_out_what_no_rule_could_take() {
     let _lock = mcr_testbed::traffic_lock().expect("lock");
     let p = Pipeline::new("ring-filter", 0).expect("link");
     let mut rings = in_sink(&p, |idx| {
-        vec![RxRing::open(idx, &cfg(RingVersion::V2, 1 << 20), &filter_core(), None).expect("ring")]
+        vec![
+            RxRing::open(
+                idx,
+                &cfg(RingVersion::V2, 1 << 20),
+                Filter::Classic(&filter_core()),
+                None,
+            )
+            .expect("ring"),
+        ]
     });
     let group: SocketAddrV4 = "239.1.1.1:5001".parse().expect("literal");
     let unicast: SocketAddrV4 = "10.0.0.2:5001".parse().expect("literal");
@@ -204,7 +220,7 @@ fn a_full_ring_counts_its_drops() {
     for version in [RingVersion::V2, RingVersion::V3] {
         let p = Pipeline::new("ring-drops", 0).expect("link");
         let mut rings = in_sink(&p, move |idx| {
-            vec![RxRing::open(idx, &cfg(version, 1 << 18), &filter_core(), None).expect("ring")]
+            vec![RxRing::open(idx, &cfg(version, 1 << 18), Filter::Classic(&filter_core()), None).expect("ring")]
         });
         let dst: SocketAddrV4 = "239.1.1.1:5001".parse().expect("literal");
         send_from(&p, (0..5000).map(|s| frame(dst, s)).collect());

@@ -163,10 +163,15 @@ pub fn render(r: &Reply) -> String {
 /// A rule at a glance: what keeps it from forwarding, or whether packets
 /// came in over the last interval.
 fn state(r: &RuleStats) -> String {
+    let by = match (r.datapath.as_str(), &r.datapath_reason) {
+        ("ebpf", _) => " (ebpf)".to_string(),
+        (_, Some(why)) => format!(" (workers: {why})"),
+        _ => String::new(),
+    };
     match r.problems.first() {
         Some(p) => format!("PROBLEM: {p}"),
-        None if r.pps > 0.0 => "forwarding".into(),
-        None => "idle (no packets)".into(),
+        None if r.pps > 0.0 => format!("forwarding{by}"),
+        None => format!("idle (no packets){by}"),
     }
 }
 
@@ -249,6 +254,26 @@ fn stats(o: &mut String, s: &StatsReport) {
             w.cpu_s,
             if why.is_empty() { "-".into() } else { why.join(", ") }
         );
+    }
+    match (&s.datapath, &s.datapath_missing) {
+        (Some(d), _) => {
+            let on = if d.interfaces.is_empty() {
+                "no interface yet".to_string()
+            } else {
+                d.interfaces.join(", ")
+            };
+            let _ = writeln!(
+                o,
+                "ebpf   {:>12} {:>8} {:>12}  (the kernel data path, on {on})",
+                d.rx_frames,
+                rate(d.rx_pps),
+                d.tx_packets
+            );
+        }
+        (None, Some(why)) => {
+            let _ = writeln!(o, "ebpf   not loaded: {why}; the workers forward every rule");
+        }
+        (None, None) => {}
     }
     let _ = writeln!(o, "(rates over the last {:.1} s; up {:.0} s)", s.interval_s, s.uptime_s);
 }

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 pub const WORKER_CHANNEL_FD: i32 = 3;
 /// The statistics memory is this descriptor number in the worker.
 pub const WORKER_STATS_FD: i32 = 4;
+/// With `--ring-filter`, the eBPF socket filter of the rings (the kernel
+/// data path's counterpart) is this descriptor number in the worker.
+pub const WORKER_FILTER_FD: i32 = 5;
 
 /// Supervisor to worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]

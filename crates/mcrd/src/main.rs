@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
-use mcr_core::config::{self, Config, LogFormat, LogLevel, RingFormat};
+use mcr_core::config::{self, Config, Datapath, LogFormat, LogLevel, RingFormat};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -90,6 +90,12 @@ struct RunArgs {
     /// With --ring v3: how long a part-filled block waits, in ms [default: 1].
     #[arg(long)]
     block_timeout_ms: Option<u32>,
+    /// Which data path forwards: ebpf (MCR's eBPF program at each input
+    /// interface's tc ingress hook, for every rule it can carry; the
+    /// workers forward the rest) or packet (the workers, from their
+    /// AF_PACKET rings, forward every rule) [default: ebpf].
+    #[arg(long, value_enum)]
+    datapath: Option<DatapathArg>,
     /// Log level [default: info].
     #[arg(long, value_enum)]
     log_level: Option<LevelArg>,
@@ -104,6 +110,22 @@ struct RunArgs {
 enum RingArg {
     V2,
     V3,
+}
+
+/// Data paths on the command line.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum DatapathArg {
+    Ebpf,
+    Packet,
+}
+
+impl DatapathArg {
+    fn datapath(self) -> Datapath {
+        match self {
+            DatapathArg::Ebpf => Datapath::Ebpf,
+            DatapathArg::Packet => Datapath::Packet,
+        }
+    }
 }
 
 /// Log levels on the command line.
@@ -264,6 +286,7 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         control_timeout: std::time::Duration::from_secs(u64::from(
             a.control_timeout.or(f.control_timeout_s).unwrap_or(60),
         )),
+        datapath: a.datapath.map(DatapathArg::datapath).or(f.datapath).unwrap_or_default(),
         file_settings: config.settings,
         rules: config.rules,
         config_path,

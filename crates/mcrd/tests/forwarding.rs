@@ -57,7 +57,11 @@ fn a_chain_translates_every_packet_and_puts_valid_frames_on_the_wire() {
     assert_eq!(frames.len(), 2000, "the capture sees the relay's frames");
     let egress_mac = c.relay.mac(Chain::RELAY_OUT_IF).expect("mac");
     for f in &frames {
-        let d = parse(f, f.len(), RxChecksum::Unknown, None).expect("valid IPv4 and UDP checksums");
+        let d = parse(f, f.len(), RxChecksum::Unknown, None).expect("a valid IPv4 header");
+        assert!(
+            mcr_core::forward::udp_checksum_ok(f, &d, RxChecksum::Unknown),
+            "a valid UDP checksum"
+        );
         assert_eq!(d.ttl, 7);
         assert_eq!((d.dst.to_string(), d.dst_port), ("239.10.1.1".to_string(), 6001));
         assert_eq!(d.src, Chain::RELAY_OUT_ADDR);
@@ -281,7 +285,8 @@ fn source_specific_rules_split_one_group_by_sender() {
 fn four_workers_neither_duplicate_nor_reorder() {
     let _lock = traffic_lock().expect("lock");
     let c = Chain::new("relay-4workers").expect("chain");
-    let relay = Relay::start(&c.relay, &["--workers", "4"]).expect("mcrd");
+    // The workers' fanout is what is tested: they forward every rule.
+    let relay = Relay::start(&c.relay, &["--workers", "4", "--datapath", "packet"]).expect("mcrd");
     for i in 1..=20 {
         relay
             .add_rule(

@@ -47,6 +47,15 @@ pub struct RingConfig {
 /// One classic BPF instruction, as the kernel takes it.
 pub type FilterInsn = libc::sock_filter;
 
+/// What a ring lets in.
+#[derive(Debug, Clone, Copy)]
+pub enum Filter<'a> {
+    /// A classic BPF program.
+    Classic(&'a [FilterInsn]),
+    /// A loaded eBPF socket filter program (`SO_ATTACH_BPF`).
+    Program(BorrowedFd<'a>),
+}
+
 /// A received frame.
 #[derive(Debug, Clone, Copy)]
 pub struct RxFrame<'a> {
@@ -135,7 +144,7 @@ impl RxRing {
     /// lets through. With `fanout`, the socket joins that fanout group in
     /// hash mode with defragmentation: each frame reaches exactly one
     /// member, and a flow always the same one.
-    pub fn open(ifindex: u32, cfg: &RingConfig, filter: &[FilterInsn], fanout: Option<u16>) -> io::Result<RxRing> {
+    pub fn open(ifindex: u32, cfg: &RingConfig, filter: Filter<'_>, fanout: Option<u16>) -> io::Result<RxRing> {
         // SAFETY: socket(2) takes plain integers; protocol 0 means nothing
         // is queued before bind names a protocol.
         let raw = crate::check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
@@ -216,8 +225,11 @@ impl RxRing {
     }
 
     /// Replaces the filter (atomically: no frame passes unfiltered).
-    pub fn set_filter(&self, filter: &[FilterInsn]) -> io::Result<()> {
-        crate::sockopt::attach_filter(self.fd.as_fd(), filter)
+    pub fn set_filter(&self, filter: Filter<'_>) -> io::Result<()> {
+        match filter {
+            Filter::Classic(p) => crate::sockopt::attach_filter(self.fd.as_fd(), p),
+            Filter::Program(p) => crate::bpf::attach_socket_filter(self.fd.as_fd(), p),
+        }
     }
 
     /// Puts interface `ifindex` in promiscuous mode (`PACKET_MR_PROMISC`,

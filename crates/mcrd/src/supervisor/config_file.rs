@@ -104,8 +104,7 @@ impl Supervisor {
                     ),
                 ),
             })?;
-        self.stats
-            .zero(&self.counters, &done.reused.rules, &done.reused.outputs);
+        self.stats.zero(self.counts(), &done.reused.rules, &done.reused.outputs);
         // Every new membership is taken before the table changes and every
         // old one left after, so a group that a changed rule keeps, or that
         // moves from one rule to another, is never left.

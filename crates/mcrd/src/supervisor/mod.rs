@@ -5,6 +5,7 @@
 
 mod config_file;
 mod control;
+mod datapath;
 mod links;
 mod membership;
 mod metrics;
@@ -22,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mcr_core::config::Settings;
+use mcr_core::config::{Datapath, Settings};
 use mcr_core::control::{ControlError, ErrorKind, JoinState, PROTOCOL, Reply, Request, Response, RuleStatus};
 use mcr_core::interfaces::{InterfaceInfo, Interfaces};
 use mcr_core::rule::Rule;
@@ -63,6 +64,8 @@ pub struct Options {
     pub user: Option<String>,
     /// The group whose members may use the control socket.
     pub control_group: Option<String>,
+    /// Which data path forwards.
+    pub datapath: Datapath,
 }
 
 pub use config_file::load as load_config;
@@ -117,6 +120,10 @@ struct Supervisor {
     workers: Vec<Worker>,
     recipe: Recipe,
     counters: SharedCounters,
+    /// The in-kernel data path, when it is chosen and could be loaded.
+    kernel: Option<datapath::Datapath>,
+    /// Why it is not there, when it was chosen.
+    kernel_missing: Option<String>,
     stats: Stats,
     table: watch::Sender<Arc<Vec<u8>>>,
     events: mpsc::UnboundedSender<WorkerEvent>,
@@ -187,6 +194,17 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
 async fn run_async(mut opts: Options) -> anyhow::Result<()> {
     let layout = StatsLayout::new(opts.workers);
     let counters = SharedCounters::create("mcrd-stats", layout.len()).context("create the statistics memory")?;
+    let (kernel, kernel_missing) = match opts.datapath {
+        Datapath::Packet => (None, None),
+        Datapath::Ebpf => match datapath::Datapath::load(&layout) {
+            Ok(d) => (Some(d), None),
+            Err(e) => {
+                let why = format!("{e:#}");
+                tracing::warn!("the eBPF data path could not be loaded ({why}); the workers forward every rule");
+                (None, Some(why))
+            }
+        },
+    };
     let listener = control::listen(&opts.control_socket)?;
     let exe = std::env::current_exe().context("find this executable to start workers")?;
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
@@ -204,6 +222,8 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
             common_args: opts.worker_args.clone(),
         },
         counters,
+        kernel,
+        kernel_missing,
         stats: Stats::new(layout),
         table: table_tx,
         events: events_tx,
@@ -251,7 +271,7 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
             Some(ev) = events_rx.recv() => sup.on_worker(ev),
             Some(()) = links_rx.recv() => sup.on_links_changed(),
             _ = tick.tick() => {
-                sup.stats.sample(&sup.counters, sup.rules.rules());
+                sup.sample_stats();
                 for w in &mut sup.workers {
                     w.sample_cpu();
                 }
@@ -281,6 +301,23 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
 }
 
 impl Supervisor {
+    /// Where every counter is.
+    fn counts(&self) -> stats::Counters<'_> {
+        stats::Counters {
+            shm: &self.counters,
+            kernel: self.kernel.as_ref().map(datapath::Datapath::counters),
+        }
+    }
+
+    /// Samples the counters for rates.
+    fn sample_stats(&mut self) {
+        let c = stats::Counters {
+            shm: &self.counters,
+            kernel: self.kernel.as_ref().map(datapath::Datapath::counters),
+        };
+        self.stats.sample(c, self.rules.rules());
+    }
+
     /// Sends the current table to every worker (each gets the newest),
     /// with the interfaces read afresh.
     fn publish(&mut self) {
@@ -291,6 +328,13 @@ impl Supervisor {
     fn publish_with(&mut self, ifs: Interfaces) {
         self.ifs = ifs;
         let snap = self.rules.snapshot(&self.ifs);
+        // The kernel's maps first: a worker that gets the table before they
+        // are written still has every rule, and a frame is forwarded by
+        // whichever side the maps say, never by both.
+        if let Some(k) = &mut self.kernel {
+            let (table, _) = mcr_core::table::MatchTable::compile(&snap);
+            k.reconcile(&table, &self.ifs, &self.stats.layout());
+        }
         match serde_json::to_vec(&ToWorker::Table(snap)) {
             Ok(mut line) => {
                 line.push(b'\n');
@@ -302,7 +346,8 @@ impl Supervisor {
 
     fn start_worker(&mut self, i: usize) {
         let w = &mut self.workers[i];
-        match w.spawn(&self.recipe, &self.counters, &self.table, &self.events) {
+        let filter = self.kernel.as_ref().and_then(datapath::Datapath::ring_filter);
+        match w.spawn(&self.recipe, &self.counters, filter, &self.table, &self.events) {
             Ok(()) => tracing::info!("worker {i} started (pid {:?}, CPU {})", w.pid, w.cpu),
             Err(e) => {
                 let delay = w.died(format!("could not start: {e}"));
@@ -581,7 +626,7 @@ impl Supervisor {
             }
             Ok(added) => {
                 self.stats
-                    .zero(&self.counters, &added.reused.rules, &added.reused.outputs);
+                    .zero(self.counts(), &added.reused.rules, &added.reused.outputs);
                 let (joins, old) = self.claim(&rule, &ifs);
                 for j in joins.iter().filter(|j| !j.joined) {
                     tracing::warn!(
@@ -645,7 +690,7 @@ impl Supervisor {
                 _ => break,
             }
         }
-        self.stats.sample(&self.counters, self.rules.rules());
+        self.sample_stats();
         print!("{}", self.final_totals());
     }
 
@@ -674,7 +719,7 @@ impl Supervisor {
     /// The answer to `stats`: the counters, each rule's problems and each
     /// worker's CPU.
     fn stats_report(&self) -> mcr_core::control::StatsReport {
-        let mut report = self.stats.report(&self.counters, self.rules.rules());
+        let mut report = self.stats.report(self.counts(), self.rules.rules());
         for (r, s) in self.rules.rules().iter().zip(&mut report.rules) {
             let status = self.status(r);
             s.problems = status
@@ -696,11 +741,31 @@ impl Supervisor {
             s.cpu_s = w.cpu_s();
             s.busy = w.busy;
         }
+        self.fill_datapath(&mut report);
         report
     }
 
+    /// Which data path forwards each rule, and where the eBPF one runs.
+    fn fill_datapath(&self, report: &mut mcr_core::control::StatsReport) {
+        report.datapath_missing = self.kernel_missing.clone();
+        let Some(k) = &self.kernel else { return };
+        for (r, s) in self.rules.rules().iter().zip(&mut report.rules) {
+            match k.why_not(r.slot) {
+                None => s.datapath = "ebpf".into(),
+                Some(why) => s.datapath_reason = Some(why.to_string()),
+            }
+        }
+        if let Some(d) = &mut report.datapath {
+            d.interfaces = k
+                .attached()
+                .into_iter()
+                .map(|i| self.ifs.by_index(i).map_or_else(|| format!("#{i}"), |f| f.name.clone()))
+                .collect();
+        }
+    }
+
     fn final_totals(&self) -> String {
-        let report = self.stats.report(&self.counters, self.rules.rules());
+        let report = self.stats.report(self.counts(), self.rules.rules());
         let mut out = String::from("mcrd final totals\n");
         for r in &report.rules {
             out.push_str(&format!(
@@ -731,6 +796,12 @@ impl Supervisor {
                 } else {
                     format!(" ({})", why.join(", "))
                 }
+            ));
+        }
+        if let Some(d) = &report.datapath {
+            out.push_str(&format!(
+                "  ebpf data path rx {} frames, tx {} packets\n",
+                d.rx_frames, d.tx_packets
             ));
         }
         out

@@ -40,6 +40,12 @@ fn hold(addr: SocketAddr) -> Result<Option<Socket>, String> {
         .map_err(|e| format!("open a UDP socket: {e}"))?;
     // The filter first, so not one datagram is queued in between.
     mcr_sys::sockopt::drop_everything(s.as_fd()).map_err(|e| format!("filter: {e}"))?;
+    // Marked as MCR's own, so the eBPF data path does not take it for a
+    // local program that wants the datagrams (without the mark they still
+    // reach it, and its filter drops them, as before).
+    if let Err(e) = s.set_mark(mcr_core::datapath::SOCKET_MARK) {
+        tracing::debug!("SO_MARK on the socket holding {addr}: {e}");
+    }
     match s.bind(&addr.into()) {
         Ok(()) => Ok(Some(s)),
         Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => Ok(None),

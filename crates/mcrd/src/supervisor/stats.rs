@@ -4,10 +4,21 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
-use mcr_core::control::{OutputStats, RuleStats, StatsReport, WorkerStats};
+use mcr_core::control::{DatapathStats, OutputStats, RuleStats, StatsReport, WorkerStats};
 use mcr_core::snapshot::SlottedRule;
 use mcr_core::stats::{OutputCounter, RuleCounter, StatsLayout, WorkerCounter};
+use mcr_sys::bpf::MappedCounters;
 use mcr_sys::shm::SharedCounters;
+
+/// Where the counters are: the workers' blocks in shared memory, and the
+/// eBPF data path's one block (laid out as a worker's) in its map.
+#[derive(Debug, Clone, Copy)]
+pub struct Counters<'a> {
+    /// The workers'.
+    pub shm: &'a SharedCounters,
+    /// The eBPF program's, when it runs.
+    pub kernel: Option<&'a MappedCounters>,
+}
 
 /// What is sampled for rates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -15,6 +26,7 @@ enum Key {
     Rule(u32),
     Output(u32),
     Worker(usize),
+    Kernel,
 }
 
 /// Packets and bytes per sampled thing.
@@ -42,29 +54,52 @@ impl Stats {
         }
     }
 
-    fn sum_rule(&self, c: &SharedCounters, slot: u32, k: RuleCounter) -> u64 {
-        (0..self.layout.workers)
-            .map(|w| c.get(self.layout.rule(w, slot, k)))
-            .sum()
+    /// The layout of the workers' statistics memory.
+    pub fn layout(&self) -> StatsLayout {
+        self.layout
     }
 
-    fn sum_output(&self, c: &SharedCounters, slot: u32, k: OutputCounter) -> u64 {
-        (0..self.layout.workers)
-            .map(|w| c.get(self.layout.output(w, slot, k)))
-            .sum()
+    fn sum_rule(&self, c: Counters<'_>, slot: u32, k: RuleCounter) -> u64 {
+        let workers: u64 = (0..self.layout.workers)
+            .map(|w| c.shm.get(self.layout.rule(w, slot, k)))
+            .sum();
+        workers + c.kernel.map_or(0, |m| m.get(self.layout.rule(0, slot, k)))
+    }
+
+    fn sum_output(&self, c: Counters<'_>, slot: u32, k: OutputCounter) -> u64 {
+        let workers: u64 = (0..self.layout.workers)
+            .map(|w| c.shm.get(self.layout.output(w, slot, k)))
+            .sum();
+        workers + c.kernel.map_or(0, |m| m.get(self.layout.output(0, slot, k)))
     }
 
     /// A worker's counter.
-    pub fn worker(&self, c: &SharedCounters, w: usize, k: WorkerCounter) -> u64 {
-        c.get(self.layout.worker(w, k))
+    pub fn worker(&self, c: Counters<'_>, w: usize, k: WorkerCounter) -> u64 {
+        c.shm.get(self.layout.worker(w, k))
+    }
+
+    /// The eBPF data path's own counter.
+    fn kernel(&self, c: Counters<'_>, k: WorkerCounter) -> u64 {
+        c.kernel.map_or(0, |m| m.get(self.layout.worker(0, k)))
     }
 
     /// Zeroes slots before they are given to a new rule or output.
-    pub fn zero(&self, c: &SharedCounters, rules: &[u32], outputs: &[u32]) {
-        for w in 0..self.layout.workers {
+    pub fn zero(&self, c: Counters<'_>, rules: &[u32], outputs: &[u32]) {
+        let blocks = (0..self.layout.workers)
+            .map(|w| (w, Some(c.shm), None))
+            .chain(c.kernel.map(|m| (0, None, Some(m))));
+        for (w, shm, kernel) in blocks {
+            let set = |i: usize| {
+                if let Some(s) = shm {
+                    s.set(i, 0);
+                }
+                if let Some(m) = kernel {
+                    m.set(i, 0);
+                }
+            };
             for &s in rules {
                 for k in [RuleCounter::Packets, RuleCounter::Bytes] {
-                    c.set(self.layout.rule(w, s, k), 0);
+                    set(self.layout.rule(w, s, k));
                 }
             }
             for &s in outputs {
@@ -72,13 +107,13 @@ impl Stats {
                     .into_iter()
                     .chain(OutputCounter::DROPS.iter().map(|d| d.0))
                 {
-                    c.set(self.layout.output(w, s, k), 0);
+                    set(self.layout.output(w, s, k));
                 }
             }
         }
     }
 
-    fn read(&self, c: &SharedCounters, rules: &[SlottedRule]) -> Sample {
+    fn read(&self, c: Counters<'_>, rules: &[SlottedRule]) -> Sample {
         let mut m = HashMap::new();
         for r in rules {
             m.insert(
@@ -101,11 +136,12 @@ impl Stats {
         for w in 0..self.layout.workers {
             m.insert(Key::Worker(w), (self.worker(c, w, WorkerCounter::RxFrames), 0));
         }
+        m.insert(Key::Kernel, (self.kernel(c, WorkerCounter::RxFrames), 0));
         m
     }
 
     /// Takes a sample; rates are over the time since the previous one.
-    pub fn sample(&mut self, c: &SharedCounters, rules: &[SlottedRule]) {
+    pub fn sample(&mut self, c: Counters<'_>, rules: &[SlottedRule]) {
         let now = Instant::now();
         let cur = self.read(c, rules);
         if let Some((then, prev)) = &self.last {
@@ -125,8 +161,9 @@ impl Stats {
         self.last = Some((now, cur));
     }
 
-    /// The answer to `stats`.
-    pub fn report(&self, c: &SharedCounters, rules: &[SlottedRule]) -> StatsReport {
+    /// The answer to `stats` (the data path's interfaces and which rules it
+    /// carries are the caller's to fill in).
+    pub fn report(&self, c: Counters<'_>, rules: &[SlottedRule]) -> StatsReport {
         let rate = |k: Key| self.rates.get(&k).copied().unwrap_or((0.0, 0.0));
         let rules = rules
             .iter()
@@ -160,6 +197,8 @@ impl Stats {
                         })
                         .collect(),
                     problems: Vec::new(),
+                    datapath: "packet".into(),
+                    datapath_reason: None,
                 }
             })
             .collect();
@@ -185,6 +224,14 @@ impl Stats {
             interval_s: self.interval_s,
             rules,
             workers,
+            datapath: c.kernel.map(|_| DatapathStats {
+                interfaces: Vec::new(),
+                rx_frames: self.kernel(c, WorkerCounter::RxFrames),
+                rx_bytes: self.kernel(c, WorkerCounter::RxBytes),
+                tx_packets: self.kernel(c, WorkerCounter::TxPackets),
+                rx_pps: rate(Key::Kernel).0,
+            }),
+            datapath_missing: None,
         }
     }
 }

@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::channel::{FromWorker, Problem, ToWorker, WORKER_CHANNEL_FD, WORKER_STATS_FD};
+use crate::channel::{FromWorker, Problem, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_STATS_FD};
 
 /// What the supervisor hears about a worker.
 #[derive(Debug)]
@@ -137,6 +137,7 @@ impl Worker {
         &mut self,
         recipe: &Recipe,
         counters: &SharedCounters,
+        ring_filter: Option<std::os::fd::BorrowedFd<'_>>,
         table: &watch::Sender<Arc<Vec<u8>>>,
         events: &mpsc::UnboundedSender<WorkerEvent>,
     ) -> std::io::Result<()> {
@@ -146,10 +147,12 @@ impl Worker {
             .args(&recipe.common_args)
             .args(["--index", &self.index.to_string(), "--cpu", &self.cpu.to_string()])
             .stdin(Stdio::null());
-        mcr_sys::process::pass_fds(
-            &mut cmd,
-            &[(theirs.as_fd(), WORKER_CHANNEL_FD), (counters.as_fd(), WORKER_STATS_FD)],
-        );
+        let mut fds = vec![(theirs.as_fd(), WORKER_CHANNEL_FD), (counters.as_fd(), WORKER_STATS_FD)];
+        if let Some(f) = ring_filter {
+            fds.push((f, WORKER_FILTER_FD));
+            cmd.arg("--ring-filter");
+        }
+        mcr_sys::process::pass_fds(&mut cmd, &fds);
         // A worker dies with its supervisor.
         mcr_sys::process::kill_with_parent(&mut cmd);
         let mut child = tokio::process::Command::from(cmd).kill_on_drop(true).spawn()?;

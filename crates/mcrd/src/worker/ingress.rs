@@ -1,14 +1,17 @@
 //! Receiving: one AF_PACKET ring per input interface, in the fanout group
 //! of that interface when there are several workers, with the ingress
-//! filter of the current table.
+//! filter of the current table: the eBPF data path's ring filter when it
+//! runs (it keeps out what the kernel forwards, and reads the VLANs and
+//! unicast inputs from the data path's maps), else a classic filter built
+//! from the table.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 
 use mcr_core::bpf::{FilterSpec, ingress_filter};
 use mcr_core::interfaces::Interfaces;
 use mcr_core::table::MatchTable;
 use mcr_sys::epoll::Epoll;
-use mcr_sys::ring::{FilterInsn, RingConfig, RxRing};
+use mcr_sys::ring::{Filter, FilterInsn, RingConfig, RxRing};
 
 use crate::channel::{Problem, Scope};
 
@@ -26,6 +29,8 @@ pub struct Ingress {
     cfg: RingConfig,
     fanout_seed: Option<u16>,
     inputs: Vec<Input>,
+    /// The eBPF data path's ring filter, when it runs.
+    program: Option<OwnedFd>,
 }
 
 fn filter(spec: &FilterSpec) -> Vec<FilterInsn> {
@@ -47,12 +52,14 @@ fn fanout_group(seed: u16, ifindex: u32) -> u16 {
 }
 
 impl Ingress {
-    /// No rings yet; `fanout_seed` set means join fanout groups.
-    pub fn new(cfg: RingConfig, fanout_seed: Option<u16>) -> Self {
+    /// No rings yet; `fanout_seed` set means join fanout groups;
+    /// `program` is the eBPF ring filter to use instead of a classic one.
+    pub fn new(cfg: RingConfig, fanout_seed: Option<u16>, program: Option<OwnedFd>) -> Self {
         Ingress {
             cfg,
             fanout_seed,
             inputs: Vec::new(),
+            program,
         }
     }
 
@@ -95,8 +102,12 @@ impl Ingress {
                 vlans: table.vlans(ifindex),
             };
             if let Some(i) = self.inputs.iter_mut().find(|i| i.ifindex == ifindex) {
+                // The eBPF filter reads what it needs from its maps.
+                if i.spec != spec && self.program.is_some() {
+                    i.spec = spec.clone();
+                }
                 if i.spec != spec {
-                    match i.ring.set_filter(&filter(&spec)) {
+                    match i.ring.set_filter(Filter::Classic(&filter(&spec))) {
                         Ok(()) => i.spec = spec,
                         Err(e) => troubles.push(Problem {
                             error: format!("input interface `{name}`: filter: {e}"),
@@ -117,12 +128,12 @@ impl Ingress {
             }
             let mut cfg = self.cfg;
             cfg.max_frame = iface.map_or(1500, |i| i.mtu as usize) + 14 + 4;
-            match RxRing::open(
-                ifindex,
-                &cfg,
-                &filter(&spec),
-                self.fanout_seed.map(|s| fanout_group(s, ifindex)),
-            ) {
+            let classic = filter(&spec);
+            let f = match &self.program {
+                Some(p) => Filter::Program(p.as_fd()),
+                None => Filter::Classic(&classic),
+            };
+            match RxRing::open(ifindex, &cfg, f, self.fanout_seed.map(|s| fanout_group(s, ifindex))) {
                 Ok(ring) => {
                     // A trunk's VLANs have no membership or sub-interface
                     // on the host that would open the NIC's multicast and

@@ -19,7 +19,7 @@ use mcr_sys::ring::{RingConfig, RingVersion};
 use mcr_sys::shm::SharedCounters;
 use rustc_hash::FxHashMap;
 
-use crate::channel::{FromWorker, Problem, Scope, ToWorker, WORKER_CHANNEL_FD, WORKER_STATS_FD};
+use crate::channel::{FromWorker, Problem, Scope, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_STATS_FD};
 use egress::{Counts, FrameBatch, UdpSender, UdpSlab};
 use ingress::Ingress;
 
@@ -50,6 +50,10 @@ pub struct WorkerArgs {
     /// How to write logs (the supervisor's format).
     #[arg(long, value_parser = crate::logging::parse_format)]
     pub log_format: Option<mcr_core::config::LogFormat>,
+    /// The supervisor passed the eBPF data path's ring filter (the rings
+    /// use it instead of a classic filter).
+    #[arg(long)]
+    pub ring_filter: bool,
 }
 
 /// Parses `v2` or `v3`.
@@ -95,6 +99,11 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let stats_fd = take_fd(WORKER_STATS_FD)?;
     let chan_fd = take_fd(WORKER_CHANNEL_FD)?;
     let counters = SharedCounters::open(stats_fd, layout.len()).context("map the statistics memory")?;
+    let ring_filter = if args.ring_filter {
+        Some(take_fd(WORKER_FILTER_FD)?)
+    } else {
+        None
+    };
     let channel = UnixStream::from(chan_fd);
     channel.set_nonblocking(true).context("channel O_NONBLOCK")?;
     let mut w = Worker {
@@ -106,6 +115,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
                 block_timeout_ms: args.block_timeout_ms,
             },
             (args.workers > 1).then_some(args.fanout_seed),
+            ring_filter,
         ),
         args,
         layout,

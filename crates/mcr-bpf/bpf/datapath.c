@@ -1,0 +1,587 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// MCR's in-kernel data path: two programs over one set of maps.
+//
+// `mcr_ingress` runs at the tc ingress hook (tcx) of every input
+// interface. A frame that is a clean UDP datagram (no IP options, not a
+// fragment, lengths and the IPv4 header checksum right, UDP straight after
+// the fixed IPv6 header) and that a fast rule takes is forwarded here: for
+// each output the headers are rewritten in place (MACs, addresses, port,
+// TTL or hop limit, DSCP, VLAN tag, checksums updated incrementally) and a
+// clone is handed to the output interface. The frame itself is then
+// consumed, unless a local socket listens on its port (then its headers are
+// put back and it goes on up the stack as if MCR were not there).
+// Everything else goes on untouched (TCX_NEXT).
+//
+// `mcr_ring_filter` is the socket filter of the workers' AF_PACKET rings,
+// which see every frame before tc does: it keeps out exactly the frames
+// `mcr_ingress` forwards (the same parse and the same lookup decide), and
+// lets in what the workers take: frames to groups beyond link-local scope,
+// UDP to the unicast addresses rules take, untagged or on the VLANs rules
+// take. So every frame is forwarded, or counted by reason, by exactly one
+// of the two paths.
+//
+// The layouts below are mirrored in mcr-core's `datapath` module; the
+// Rust side checks their sizes and the counter indices against this file.
+
+#include <linux/bpf.h>
+
+#define SEC(name) __attribute__((section(name), used))
+#define INLINE static inline __attribute__((always_inline))
+
+#define BE16(x) ((__u16)__builtin_bswap16((__u16)(x)))
+#define BE32(x) ((__u32)__builtin_bswap32((__u32)(x)))
+
+// tcx verdicts: go on to the next program (and the stack), or the frame
+// was consumed here (its copies went out; it is not counted as a drop).
+#define TCX_NEXT -1
+#define TC_ACT_STOLEN 4
+
+// ---- helpers (ids from linux/bpf.h) ----------------------------------
+
+static void *(*map_lookup)(void *map, const void *key) = (void *)BPF_FUNC_map_lookup_elem;
+static long (*load_bytes)(const void *skb, __u32 off, void *to, __u32 len) = (void *)BPF_FUNC_skb_load_bytes;
+static long (*store_bytes)(void *skb, __u32 off, const void *from, __u32 len, __u64 flags) =
+    (void *)BPF_FUNC_skb_store_bytes;
+static long (*l4_csum_replace)(void *skb, __u32 off, __u64 from, __u64 to, __u64 flags) =
+    (void *)BPF_FUNC_l4_csum_replace;
+static __s64 (*csum_diff)(__be32 *from, __u32 from_size, __be32 *to, __u32 to_size, __wsum seed) =
+    (void *)BPF_FUNC_csum_diff;
+static long (*clone_redirect)(void *skb, __u32 ifindex, __u64 flags) = (void *)BPF_FUNC_clone_redirect;
+static long (*vlan_push)(void *skb, __be16 proto, __u16 tci) = (void *)BPF_FUNC_skb_vlan_push;
+static long (*vlan_pop)(void *skb) = (void *)BPF_FUNC_skb_vlan_pop;
+static struct bpf_sock *(*sk_lookup_udp)(void *ctx, struct bpf_sock_tuple *tuple, __u32 size, __u64 netns,
+                                         __u64 flags) = (void *)BPF_FUNC_sk_lookup_udp;
+static long (*sk_release)(void *sock) = (void *)BPF_FUNC_sk_release;
+
+// ---- maps ---------------------------------------------------------------
+
+// A map as the loader creates it (the loader may set max_entries).
+struct map_def {
+    __u32 type;
+    __u32 key_size;
+    __u32 value_size;
+    __u32 max_entries;
+    __u32 flags;
+};
+
+// What a frame is looked up by: the interface it arrived on, its VLAN (0:
+// untagged), destination port, family and addresses. `src` is all zeroes
+// for the any-source entry. IPv4 addresses take the first 4 bytes.
+struct rule_key {
+    __u32 ifindex;
+    __u16 vlan;
+    __u16 port;
+    __u8 family;
+    __u8 pad[3];
+    __u8 src[16];
+    __u8 dst[16];
+};
+
+// This data path forwards the rule's frames (else the workers do).
+#define RULE_FAST 1
+// An any-source entry with no any-source rule: only the (S,G) entries of
+// other sources take the destination (a frame from anyone else is a
+// `wrong_source` for the workers to count).
+#define RULE_SSM_ONLY 2
+// An any-source entry of a destination that also has (S,G) entries: look
+// for the source's own entry first.
+#define RULE_HAS_SOURCES 4
+
+struct rule {
+    __u32 counters; // the rule's first counter: packets, then bytes
+    __u32 first;    // its first entry in `outputs`
+    __u32 count;    // how many outputs
+    __u32 flags;
+};
+
+// Set: keep the source address the datagram came with.
+#define OUT_KEEP_SRC 1
+// Set: the TTL (hop limit) is `ttl`; else the one it came with minus one.
+#define OUT_TTL_FIXED 2
+// Set: the DSCP is `dscp`; else the one it came with.
+#define OUT_DSCP_SET 4
+
+struct output {
+    __u32 ifindex;
+    __u32 counters; // the output's first counter (see C_OUT_*)
+    __u32 mtu;      // the output interface's MTU
+    __u16 port;     // new destination port
+    __u16 vlan;     // 802.1Q VLAN id to tag with, 0: untagged
+    __u8 dst_mac[6];
+    __u8 src_mac[6];
+    __u8 flags;
+    __u8 ttl;
+    __u8 dscp;
+    __u8 pad;
+    __u8 dst[16];
+    __u8 src[16];
+};
+
+// Addresses the workers' rings take UDP to (unicast inputs), by interface.
+struct unicast_key {
+    __u32 ifindex;
+    __u8 family;
+    __u8 pad[3];
+    __u8 addr[16];
+};
+
+// VLANs the workers' rings take, by interface.
+struct vlan_key {
+    __u32 ifindex;
+    __u32 vlan;
+};
+
+// The most outputs one rule may have here (more: the workers forward it).
+#define MAX_FANOUT 64
+
+// Counter indices: the data path's own counters, then per rule and per
+// output from the base index each carries (the statistics layout of one
+// worker block, mcr-core's `stats`).
+#define C_RX_FRAMES 0
+#define C_RX_BYTES 1
+#define C_TX_PACKETS 3
+#define C_RULE_PACKETS 0
+#define C_RULE_BYTES 1
+#define C_OUT_PACKETS 0
+#define C_OUT_BYTES 1
+#define C_OUT_QUEUE_FULL 2
+#define C_OUT_SEND_ERROR 3
+#define C_OUT_TTL_EXPIRED 4
+#define C_OUT_TOO_BIG 5
+
+// The mark of the sockets MCR itself holds a port with: not a listener.
+#define MCR_SOCKET_MARK 0x4d435200
+
+struct map_def SEC("maps") rules = {BPF_MAP_TYPE_HASH, sizeof(struct rule_key), sizeof(struct rule), 131072,
+                                    BPF_F_NO_PREALLOC};
+struct map_def SEC("maps") outputs = {BPF_MAP_TYPE_ARRAY, sizeof(__u32), sizeof(struct output), 65536, 0};
+struct map_def SEC("maps") counters = {BPF_MAP_TYPE_ARRAY, sizeof(__u32), sizeof(__u64), 1, BPF_F_MMAPABLE};
+struct map_def SEC("maps") unicast_inputs = {BPF_MAP_TYPE_HASH, sizeof(struct unicast_key), sizeof(__u8), 65536,
+                                             BPF_F_NO_PREALLOC};
+struct map_def SEC("maps") vlans = {BPF_MAP_TYPE_HASH, sizeof(struct vlan_key), sizeof(__u8), 65536,
+                                    BPF_F_NO_PREALLOC};
+
+_Static_assert(sizeof(struct rule_key) == 44, "rule_key layout");
+_Static_assert(sizeof(struct rule) == 16, "rule layout");
+_Static_assert(sizeof(struct output) == 64, "output layout");
+_Static_assert(sizeof(struct unicast_key) == 24, "unicast_key layout");
+_Static_assert(sizeof(struct vlan_key) == 8, "vlan_key layout");
+
+INLINE void count(__u32 index, __u64 n) {
+    __u64 *c = map_lookup(&counters, &index);
+    if (c)
+        __sync_fetch_and_add(c, n);
+}
+
+// ---- parsing ----------------------------------------------------------
+
+#define ETH_LEN 14
+#define V4_LEN 20
+#define V6_LEN 40
+#define UDP_LEN 8
+
+// A clean UDP datagram in a frame.
+struct pkt {
+    __u32 l4;       // offset of the UDP header
+    __u16 vlan;     // VLAN id, 0 if untagged
+    __u16 tci;      // the tag as it came (0 if untagged)
+    __u8 tagged;    // the kernel took a tag off the frame
+    __u8 family;    // 4 or 6
+    __u8 ttl;       // TTL or hop limit
+    __u8 tos;       // TOS byte or traffic class
+    __u16 dport;    // destination port, host order
+    __u16 udp_len;  // UDP header and payload, host order
+    __u8 src[16];
+    __u8 dst[16];
+};
+
+// The ones'-complement sum of an IPv4 header is all ones when its
+// checksum is right.
+INLINE int v4_header_ok(const __u8 *h) {
+    __u32 sum = 0;
+#pragma clang loop unroll(full)
+    for (int i = 0; i < V4_LEN; i += 2)
+        sum += ((__u32)h[i] << 8) | h[i + 1];
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return sum == 0xffff;
+}
+
+// Reads the frame's UDP datagram into `p` if it is one this data path may
+// forward: 1 if so, 0 if the workers must look at it (or nobody).
+INLINE int parse(struct __sk_buff *skb, struct pkt *p) {
+    __builtin_memset(p, 0, sizeof(*p));
+    if (skb->vlan_present) {
+        // An 802.1ad service tag is no rule's VLAN.
+        if (skb->vlan_proto != BE16(0x8100))
+            return 0;
+        p->tagged = 1;
+        p->tci = skb->vlan_tci;
+        p->vlan = skb->vlan_tci & 0x0fff;
+    }
+    __u16 ethertype;
+    if (load_bytes(skb, 12, &ethertype, 2) < 0)
+        return 0;
+    if (ethertype == BE16(0x0800)) {
+        __u8 h[V4_LEN];
+        if (load_bytes(skb, ETH_LEN, h, V4_LEN) < 0)
+            return 0;
+        // Version 4, no options; not a fragment; UDP.
+        if (h[0] != 0x45 || ((h[6] << 8 | h[7]) & 0x3fff) != 0 || h[9] != 17)
+            return 0;
+        __u32 total = h[2] << 8 | h[3];
+        if (total < V4_LEN + UDP_LEN || ETH_LEN + total > skb->len || !v4_header_ok(h))
+            return 0;
+        __u8 u[UDP_LEN];
+        if (load_bytes(skb, ETH_LEN + V4_LEN, u, UDP_LEN) < 0)
+            return 0;
+        __u32 udp_len = u[4] << 8 | u[5];
+        if (udp_len != total - V4_LEN)
+            return 0;
+        p->family = 4;
+        p->tos = h[1];
+        p->ttl = h[8];
+        __builtin_memcpy(p->src, h + 12, 4);
+        __builtin_memcpy(p->dst, h + 16, 4);
+        p->dport = u[2] << 8 | u[3];
+        p->udp_len = udp_len;
+        p->l4 = ETH_LEN + V4_LEN;
+        return 1;
+    }
+    if (ethertype == BE16(0x86dd)) {
+        __u8 h[V6_LEN];
+        if (load_bytes(skb, ETH_LEN, h, V6_LEN) < 0)
+            return 0;
+        // Version 6, UDP straight after the fixed header (extension
+        // headers are the workers' to walk).
+        if ((h[0] >> 4) != 6 || h[6] != 17)
+            return 0;
+        __u32 plen = h[4] << 8 | h[5];
+        if (plen < UDP_LEN || ETH_LEN + V6_LEN + plen > skb->len)
+            return 0;
+        __u8 u[UDP_LEN];
+        if (load_bytes(skb, ETH_LEN + V6_LEN, u, UDP_LEN) < 0)
+            return 0;
+        __u32 udp_len = u[4] << 8 | u[5];
+        // IPv6 requires a UDP checksum; a zero one is the workers' to count.
+        if (udp_len != plen || (u[6] == 0 && u[7] == 0))
+            return 0;
+        p->family = 6;
+        p->tos = (h[0] << 4) | (h[1] >> 4);
+        p->ttl = h[7];
+        __builtin_memcpy(p->src, h + 8, 16);
+        __builtin_memcpy(p->dst, h + 24, 16);
+        p->dport = u[2] << 8 | u[3];
+        p->udp_len = udp_len;
+        p->l4 = ETH_LEN + V6_LEN;
+        return 1;
+    }
+    return 0;
+}
+
+// The fast rule that takes the datagram, if any: the (S,G) entry of its
+// source, else the any-source entry. Every destination has an any-source
+// entry (with RULE_SSM_ONLY when no rule takes any source), so a
+// destination without (S,G) entries costs one lookup.
+INLINE struct rule *owner(struct __sk_buff *skb, struct pkt *p) {
+    struct rule_key k;
+    __builtin_memset(&k, 0, sizeof(k));
+    k.ifindex = skb->ifindex;
+    k.vlan = p->vlan;
+    k.port = p->dport;
+    k.family = p->family;
+    __builtin_memcpy(k.dst, p->dst, 16);
+    struct rule *r = map_lookup(&rules, &k);
+    if (!r)
+        return 0;
+    if (r->flags & RULE_HAS_SOURCES) {
+        __builtin_memcpy(k.src, p->src, 16);
+        struct rule *s = map_lookup(&rules, &k);
+        if (s)
+            r = s;
+        else if (r->flags & RULE_SSM_ONLY)
+            return 0;
+    }
+    if (r->flags & RULE_FAST)
+        return r;
+    return 0;
+}
+
+// ---- the ring filter --------------------------------------------------
+
+// What the workers take, as their classic filter would: IPv4 or IPv6 to a
+// group of wider than link-local scope, or UDP to a unicast address a rule
+// takes; untagged, or tagged with a VLAN a rule takes; and, for them to
+// count, headers cut short and frames tagged twice.
+INLINE int admitted(struct __sk_buff *skb) {
+    __u32 ifindex = skb->ifindex;
+    if (skb->vlan_present) {
+        if (skb->vlan_proto != BE16(0x8100))
+            return 0;
+        struct vlan_key vk = {ifindex, skb->vlan_tci & 0x0fff};
+        if (vk.vlan != 0 && !map_lookup(&vlans, &vk))
+            return 0;
+    }
+    __u16 ethertype;
+    if (load_bytes(skb, 12, &ethertype, 2) < 0)
+        return 0;
+    struct unicast_key uk;
+    __builtin_memset(&uk, 0, sizeof(uk));
+    uk.ifindex = ifindex;
+    if (ethertype == BE16(0x0800)) {
+        if (skb->len < ETH_LEN + V4_LEN)
+            return 1;
+        __u8 h[V4_LEN];
+        if (load_bytes(skb, ETH_LEN, h, V4_LEN) < 0)
+            return 1;
+        __u8 first = h[16];
+        if (first >= 0xe0) {
+            // 240/4 is reserved; 224.0.0.0/24 is link-local control
+            // traffic (IGMP among it), which no rule takes.
+            if (first >= 0xf0)
+                return 0;
+            return !(first == 0xe0 && h[17] == 0 && h[18] == 0);
+        }
+        if (h[9] != 17)
+            return 0;
+        uk.family = 4;
+        __builtin_memcpy(uk.addr, h + 16, 4);
+        return map_lookup(&unicast_inputs, &uk) != 0;
+    }
+    if (ethertype == BE16(0x86dd)) {
+        if (skb->len < ETH_LEN + V6_LEN)
+            return 1;
+        __u8 h[V6_LEN];
+        if (load_bytes(skb, ETH_LEN, h, V6_LEN) < 0)
+            return 1;
+        if (h[24] == 0xff)
+            return (h[25] & 0x0f) > 2;
+        if (h[6] != 17)
+            return 0;
+        uk.family = 6;
+        __builtin_memcpy(uk.addr, h + 24, 16);
+        return map_lookup(&unicast_inputs, &uk) != 0;
+    }
+    // A tag still in the frame, behind the one the kernel took off.
+    return ethertype == BE16(0x8100) || ethertype == BE16(0x88a8);
+}
+
+SEC("socket")
+int mcr_ring_filter(struct __sk_buff *skb) {
+    struct pkt p;
+    if (parse(skb, &p) && owner(skb, &p))
+        return 0;
+    return admitted(skb) ? 0x7fffffff : 0;
+}
+
+// ---- forwarding -------------------------------------------------------
+
+// A socket of this host that listens to the datagram's port (other than
+// MCR's own), to which the frame must still go.
+INLINE int listened(struct __sk_buff *skb, struct pkt *p) {
+    struct bpf_sock_tuple t;
+    __builtin_memset(&t, 0, sizeof(t));
+    struct bpf_sock *sk;
+    __u16 sport;
+    if (load_bytes(skb, p->l4, &sport, 2) < 0)
+        return 0;
+    if (p->family == 4) {
+        __builtin_memcpy(&t.ipv4.saddr, p->src, 4);
+        __builtin_memcpy(&t.ipv4.daddr, p->dst, 4);
+        t.ipv4.sport = sport;
+        t.ipv4.dport = BE16(p->dport);
+        sk = sk_lookup_udp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+    } else {
+        __builtin_memcpy(t.ipv6.saddr, p->src, 16);
+        __builtin_memcpy(t.ipv6.daddr, p->dst, 16);
+        t.ipv6.sport = sport;
+        t.ipv6.dport = BE16(p->dport);
+        sk = sk_lookup_udp(skb, &t, sizeof(t.ipv6), BPF_F_CURRENT_NETNS, 0);
+    }
+    if (!sk)
+        return 0;
+    int theirs = sk->mark != MCR_SOCKET_MARK;
+    sk_release(sk);
+    return theirs;
+}
+
+INLINE void set_v4_checksum(__u8 *h) {
+    h[10] = 0;
+    h[11] = 0;
+    __u32 sum = 0;
+#pragma clang loop unroll(full)
+    for (int i = 0; i < V4_LEN; i += 2)
+        sum += ((__u32)h[i] << 8) | h[i + 1];
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    __u16 c = ~sum;
+    h[10] = c >> 8;
+    h[11] = c & 0xff;
+}
+
+// Writes output `o`'s headers into the frame, in one store from the
+// Ethernet header to the UDP ports: MACs, the IP header (built from the one
+// the datagram came with, `orig`, with the output's TTL, DSCP, source and
+// destination, and for IPv4 a checksum computed afresh) and the port; the
+// UDP checksum is updated for what changed in the pseudo-header and the
+// port (and left for the kernel to complete if it has not computed it
+// yet); then the VLAN tag. What the frame holds before is read from the
+// frame itself, so that nothing is carried from one output to the next but
+// the frame. 0, or -1 if a helper refused.
+INLINE int rewrite_v4(struct __sk_buff *skb, const struct pkt *p, const __u8 *orig, const struct output *o, __u8 ttl,
+                      __u8 tos) {
+    // Ethernet, IPv4, UDP ports.
+    __u8 h[ETH_LEN + V4_LEN + 4];
+    if (load_bytes(skb, ETH_LEN, h + ETH_LEN, V4_LEN + 4) < 0)
+        return -1;
+    __u32 from[2], to[2];
+    __builtin_memcpy(&from[0], h + ETH_LEN + 16, 4);
+    __builtin_memcpy(&from[1], h + ETH_LEN + 12, 4);
+    __builtin_memcpy(&to[0], o->dst, 4);
+    __builtin_memcpy(&to[1], (o->flags & OUT_KEEP_SRC) ? p->src : o->src, 4);
+    __u16 now_port, to_port = BE16(o->port);
+    __builtin_memcpy(&now_port, h + ETH_LEN + V4_LEN + 2, 2);
+    __s64 diff = csum_diff(from, 8, to, 8, 0);
+    if (diff < 0 || l4_csum_replace(skb, p->l4 + 6, 0, diff, BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0) < 0 ||
+        l4_csum_replace(skb, p->l4 + 6, now_port, to_port, 2 | BPF_F_MARK_MANGLED_0) < 0)
+        return -1;
+    __builtin_memcpy(h, o->dst_mac, 12);
+    __builtin_memcpy(h + 12, orig + 12, 2);
+    __u8 *ip = h + ETH_LEN;
+    __builtin_memcpy(ip, orig + ETH_LEN, V4_LEN);
+    ip[1] = tos;
+    ip[8] = ttl;
+    __builtin_memcpy(ip + 12, &to[1], 4);
+    __builtin_memcpy(ip + 16, &to[0], 4);
+    set_v4_checksum(ip);
+    __builtin_memcpy(ip + V4_LEN, orig + ETH_LEN + V4_LEN, 2);
+    __builtin_memcpy(ip + V4_LEN + 2, &to_port, 2);
+    return store_bytes(skb, 0, h, sizeof(h), 0) < 0 ? -1 : 0;
+}
+
+INLINE int rewrite_v6(struct __sk_buff *skb, const struct pkt *p, const __u8 *orig, const struct output *o, __u8 ttl,
+                      __u8 tos) {
+    // Ethernet, IPv6, UDP ports.
+    __u8 h[ETH_LEN + V6_LEN + 4];
+    if (load_bytes(skb, ETH_LEN, h + ETH_LEN, V6_LEN + 4) < 0)
+        return -1;
+    __u32 from[8], to[8];
+    __builtin_memcpy(&from[0], h + ETH_LEN + 24, 16);
+    __builtin_memcpy(&from[4], h + ETH_LEN + 8, 16);
+    __builtin_memcpy(&to[0], o->dst, 16);
+    __builtin_memcpy(&to[4], (o->flags & OUT_KEEP_SRC) ? p->src : o->src, 16);
+    __u16 now_port, to_port = BE16(o->port);
+    __builtin_memcpy(&now_port, h + ETH_LEN + V6_LEN + 2, 2);
+    __s64 diff = csum_diff(from, 32, to, 32, 0);
+    if (diff < 0 || l4_csum_replace(skb, p->l4 + 6, 0, diff, BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0) < 0 ||
+        l4_csum_replace(skb, p->l4 + 6, now_port, to_port, 2 | BPF_F_MARK_MANGLED_0) < 0)
+        return -1;
+    __builtin_memcpy(h, o->dst_mac, 12);
+    __builtin_memcpy(h + 12, orig + 12, 2);
+    __u8 *ip = h + ETH_LEN;
+    __builtin_memcpy(ip, orig + ETH_LEN, V6_LEN);
+    ip[0] = 0x60 | (tos >> 4);
+    ip[1] = (tos << 4) | (ip[1] & 0x0f);
+    ip[7] = ttl;
+    __builtin_memcpy(ip + 8, &to[4], 16);
+    __builtin_memcpy(ip + 24, &to[0], 16);
+    __builtin_memcpy(ip + V6_LEN, orig + ETH_LEN + V6_LEN, 2);
+    __builtin_memcpy(ip + V6_LEN + 2, &to_port, 2);
+    return store_bytes(skb, 0, h, sizeof(h), 0) < 0 ? -1 : 0;
+}
+
+INLINE int rewrite(struct __sk_buff *skb, const struct pkt *p, const __u8 *orig, const struct output *o, __u8 ttl,
+                   __u8 tos) {
+    int rc = p->family == 4 ? rewrite_v4(skb, p, orig, o, ttl, tos) : rewrite_v6(skb, p, orig, o, ttl, tos);
+    if (rc < 0)
+        return -1;
+    __u32 tci = o->vlan ? (p->tci & 0xe000) | o->vlan : 0;
+    if (skb->vlan_present) {
+        if (o->vlan && skb->vlan_tci == tci)
+            return 0;
+        if (vlan_pop(skb) < 0)
+            return -1;
+    }
+    if (o->vlan && vlan_push(skb, BE16(0x8100), tci) < 0)
+        return -1;
+    return 0;
+}
+
+// The headers as they came: Ethernet, IP and UDP.
+#define SAVED 64
+
+SEC("tcx/ingress")
+int mcr_ingress(struct __sk_buff *skb) {
+    struct pkt p;
+    if (!parse(skb, &p))
+        return TCX_NEXT;
+    struct rule *r = owner(skb, &p);
+    if (!r)
+        return TCX_NEXT;
+    __u32 rule_counters = r->counters, first = r->first, nout = r->count;
+    __u32 payload = p.udp_len - UDP_LEN;
+    count(C_RX_FRAMES, 1);
+    count(C_RX_BYTES, skb->len);
+    count(rule_counters + C_RULE_PACKETS, 1);
+    count(rule_counters + C_RULE_BYTES, payload);
+
+    int keep = listened(skb, &p);
+    __u8 saved[SAVED];
+    if (p.family == 4) {
+        if (load_bytes(skb, 0, saved, ETH_LEN + V4_LEN + UDP_LEN) < 0)
+            return TCX_NEXT;
+    } else if (load_bytes(skb, 0, saved, ETH_LEN + V6_LEN + UDP_LEN) < 0) {
+        return TCX_NEXT;
+    }
+    __u32 ip_len = (p.family == 4 ? V4_LEN : V6_LEN) + p.udp_len;
+
+    for (__u32 i = 0; i < MAX_FANOUT; i++) {
+        if (i >= nout)
+            break;
+        __u32 at = first + i;
+        struct output *o = map_lookup(&outputs, &at);
+        if (!o)
+            break;
+        __u32 oc = o->counters;
+        __u8 ttl = o->ttl;
+        if (!(o->flags & OUT_TTL_FIXED)) {
+            if (p.ttl <= 1) {
+                count(oc + C_OUT_TTL_EXPIRED, 1);
+                continue;
+            }
+            ttl = p.ttl - 1;
+        }
+        if (ip_len > o->mtu) {
+            count(oc + C_OUT_TOO_BIG, 1);
+            continue;
+        }
+        __u8 tos = (o->flags & OUT_DSCP_SET) ? (o->dscp << 2) | (p.tos & 3) : p.tos;
+        if (rewrite(skb, &p, saved, o, ttl, tos) < 0) {
+            count(oc + C_OUT_SEND_ERROR, 1);
+            continue;
+        }
+        long ret = clone_redirect(skb, o->ifindex, 0);
+        if (ret == 0 || ret == 2 /* NET_XMIT_CN: queued */) {
+            count(oc + C_OUT_PACKETS, 1);
+            count(oc + C_OUT_BYTES, payload);
+            count(C_TX_PACKETS, 1);
+        } else {
+            count(oc + (ret > 0 ? C_OUT_QUEUE_FULL : C_OUT_SEND_ERROR), 1);
+        }
+    }
+    if (!keep)
+        return TC_ACT_STOLEN;
+    // A local socket wants it: the frame goes up as it came.
+    if (skb->vlan_present)
+        vlan_pop(skb);
+    if (p.tagged)
+        vlan_push(skb, BE16(0x8100), p.tci);
+    if (p.family == 4)
+        store_bytes(skb, 0, saved, ETH_LEN + V4_LEN + UDP_LEN, 0);
+    else
+        store_bytes(skb, 0, saved, ETH_LEN + V6_LEN + UDP_LEN, 0);
+    return TCX_NEXT;
+}
+
+char LICENSE[] SEC("license") = "Apache-2.0";

@@ -1,0 +1,177 @@
+//! MCR's in-kernel data path: the BPF object built from `bpf/datapath.c`
+//! by this crate's build script, loaded with mcr-sys's loader, its maps
+//! written from the plans mcr-core's `datapath` module makes. Tests hold the
+//! Rust mirrors of the C layouts and constants against the source.
+
+use std::io;
+
+use mcr_core::datapath::Plan;
+use mcr_sys::bpf::{LoadError, Map, MappedCounters, Object, Program};
+use zerocopy::IntoBytes;
+
+/// The compiled object (ELF, BPF target).
+pub const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/datapath.o"));
+
+/// The program's C source, so tests can hold the Rust mirrors of its
+/// layouts and constants against it.
+pub const SOURCE: &str = include_str!("../bpf/datapath.c");
+
+/// The tc ingress program.
+pub const INGRESS: &str = "mcr_ingress";
+/// The socket filter of the workers' rings.
+pub const RING_FILTER: &str = "mcr_ring_filter";
+
+/// The value of `#define NAME value` in the C source, if it is there.
+pub fn define(name: &str) -> Option<u64> {
+    SOURCE.lines().find_map(|l| {
+        let rest = l.strip_prefix("#define ")?;
+        let (n, v) = rest.split_once(char::is_whitespace)?;
+        if n != name {
+            return None;
+        }
+        let v = v.split("//").next()?.trim();
+        match v.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).ok(),
+            None => v.parse().ok(),
+        }
+    })
+}
+
+/// The object loaded: its programs verified, its maps created and its
+/// counters mapped into this process.
+#[derive(Debug)]
+pub struct Loaded {
+    // Field order: unmapped before the object (and the map) goes.
+    counters: MappedCounters,
+    obj: Object,
+}
+
+impl Loaded {
+    /// Loads the object with room for `counters` counters (one statistics
+    /// block) and `outputs` outputs.
+    pub fn load(counters: u32, outputs: u32) -> Result<Loaded, LoadError> {
+        let obj = Object::load(OBJECT, &[("counters", counters), ("outputs", outputs)])?;
+        obj.program(INGRESS)?;
+        obj.program(RING_FILTER)?;
+        let map = obj
+            .map("counters")
+            .ok_or_else(|| LoadError::Missing("counters".into()))?;
+        let counters = MappedCounters::new(map).map_err(|source| LoadError::Map {
+            name: "counters".into(),
+            source,
+        })?;
+        Ok(Loaded { counters, obj })
+    }
+
+    /// The tc ingress program.
+    pub fn ingress(&self) -> &Program {
+        // Checked present in `load`.
+        self.obj
+            .program(INGRESS)
+            .unwrap_or_else(|_| unreachable!("checked in load"))
+    }
+
+    /// The rings' socket filter.
+    pub fn ring_filter(&self) -> &Program {
+        self.obj
+            .program(RING_FILTER)
+            .unwrap_or_else(|_| unreachable!("checked in load"))
+    }
+
+    /// The counters the program adds to.
+    pub fn counters(&self) -> &MappedCounters {
+        &self.counters
+    }
+
+    fn map(&self, name: &str) -> io::Result<&Map> {
+        self.obj
+            .map(name)
+            .ok_or_else(|| io::Error::other(format!("the object has no map `{name}`")))
+    }
+
+    /// Carries out `plan`, in its order: outputs and admissions first, then
+    /// the rules map, then what is no longer needed.
+    pub fn write(&self, plan: &Plan) -> io::Result<()> {
+        let (outputs, rules) = (self.map("outputs")?, self.map("rules")?);
+        let (unicast, vlans) = (self.map("unicast_inputs")?, self.map("vlans")?);
+        for (at, o) in &plan.outputs {
+            outputs.update(at.as_bytes(), o.as_bytes())?;
+        }
+        for u in &plan.unicast_add {
+            unicast.update(u.as_bytes(), &[1])?;
+        }
+        for v in &plan.vlan_add {
+            vlans.update(v.as_bytes(), &[1])?;
+        }
+        for (k, v) in &plan.set {
+            rules.update(k.as_bytes(), v.as_bytes())?;
+        }
+        for k in &plan.remove {
+            rules.delete(k.as_bytes())?;
+        }
+        for u in &plan.unicast_remove {
+            unicast.delete(u.as_bytes())?;
+        }
+        for v in &plan.vlan_remove {
+            vlans.delete(v.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use mcr_core::datapath;
+    use mcr_core::stats::{OutputCounter, RuleCounter, StatsLayout, WorkerCounter};
+
+    #[test]
+    fn the_constants_are_those_of_the_c_program() {
+        let d = |n: &str| define(n).unwrap_or_else(|| panic!("#define {n}"));
+        assert_eq!(d("MAX_FANOUT"), datapath::MAX_FANOUT as u64);
+        assert_eq!(d("MCR_SOCKET_MARK"), u64::from(datapath::SOCKET_MARK));
+        assert_eq!(d("RULE_FAST"), u64::from(datapath::RULE_FAST));
+        assert_eq!(d("RULE_SSM_ONLY"), u64::from(datapath::RULE_SSM_ONLY));
+        assert_eq!(d("RULE_HAS_SOURCES"), u64::from(datapath::RULE_HAS_SOURCES));
+        assert_eq!(d("OUT_KEEP_SRC"), u64::from(datapath::OUT_KEEP_SRC));
+        assert_eq!(d("OUT_TTL_FIXED"), u64::from(datapath::OUT_TTL_FIXED));
+        assert_eq!(d("OUT_DSCP_SET"), u64::from(datapath::OUT_DSCP_SET));
+        // The counters are one worker block of the statistics layout.
+        let l = StatsLayout::new(1);
+        assert_eq!(d("C_RX_FRAMES") as usize, l.worker(0, WorkerCounter::RxFrames));
+        assert_eq!(d("C_RX_BYTES") as usize, l.worker(0, WorkerCounter::RxBytes));
+        assert_eq!(d("C_TX_PACKETS") as usize, l.worker(0, WorkerCounter::TxPackets));
+        assert_eq!(d("C_RULE_PACKETS"), RuleCounter::Packets as u64);
+        assert_eq!(d("C_RULE_BYTES"), RuleCounter::Bytes as u64);
+        for (name, c) in [
+            ("C_OUT_PACKETS", OutputCounter::Packets),
+            ("C_OUT_BYTES", OutputCounter::Bytes),
+            ("C_OUT_QUEUE_FULL", OutputCounter::QueueFull),
+            ("C_OUT_SEND_ERROR", OutputCounter::SendError),
+            ("C_OUT_TTL_EXPIRED", OutputCounter::TtlExpired),
+            ("C_OUT_TOO_BIG", OutputCounter::TooBig),
+        ] {
+            assert_eq!(d(name), c as u64, "{name}");
+        }
+        // Every layout the Rust side writes is the size the C side reads.
+        for (c_struct, size) in [
+            ("rule_key", std::mem::size_of::<datapath::RuleKey>()),
+            ("rule", std::mem::size_of::<datapath::RuleValue>()),
+            ("output", std::mem::size_of::<datapath::OutputValue>()),
+            ("unicast_key", std::mem::size_of::<datapath::UnicastKey>()),
+            ("vlan_key", std::mem::size_of::<datapath::VlanKey>()),
+        ] {
+            let assert = format!("_Static_assert(sizeof(struct {c_struct}) == {size},");
+            assert!(SOURCE.contains(&assert), "{assert}");
+        }
+    }
+
+    #[test]
+    fn the_object_is_a_bpf_elf_and_the_source_is_readable() {
+        assert_eq!(&OBJECT[..4], b"\x7fELF");
+        assert_eq!(define("MAX_FANOUT"), Some(64));
+        assert_eq!(define("MCR_SOCKET_MARK"), Some(0x4d43_5200));
+        assert_eq!(define("NO_SUCH_THING"), None);
+    }
+}

@@ -1,0 +1,734 @@
+//! The in-kernel data path, as far as it is pure: which rules it carries,
+//! the entries of its maps (the layouts `mcr-bpf/bpf/datapath.c` reads),
+//! and the plan that takes the maps from one table to the next without
+//! disturbing what did not change.
+//!
+//! A rule is carried in the kernel (is *fast*) when every output is a
+//! multicast frame of the input's family and there are at most
+//! [`MAX_FANOUT`] of them, and its input interface has the tc program
+//! attached; otherwise the workers forward it from their rings, as before.
+//! Every destination rules take gets a map entry either way, so that the
+//! program and the rings' filter agree on who forwards each frame: the
+//! program takes the clean datagrams of fast rules, the rings everything
+//! else.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::forward::FrameRewrite;
+use crate::rule::{Dscp, Ttl};
+use crate::stats::{OutputCounter, RuleCounter, StatsLayout};
+use crate::table::{CompiledRule, MatchTable, OutputKind};
+
+/// The most outputs a rule may have and still be carried in the kernel.
+pub const MAX_FANOUT: usize = 64;
+/// The socket mark of the sockets MCR holds a port with: the program does
+/// not take them for a local listener.
+pub const SOCKET_MARK: u32 = 0x4d43_5200;
+
+/// `rule.flags`: the program forwards this rule's frames.
+pub const RULE_FAST: u32 = 1;
+/// `rule.flags`: an any-source entry with no any-source rule (a frame from
+/// another source is a `wrong_source`, which the workers count).
+pub const RULE_SSM_ONLY: u32 = 2;
+/// `rule.flags`: an any-source entry of a destination that also has (S,G)
+/// entries (the program looks for the source's own entry first).
+pub const RULE_HAS_SOURCES: u32 = 4;
+/// `output.flags`: keep the source address.
+pub const OUT_KEEP_SRC: u8 = 1;
+/// `output.flags`: the TTL is fixed (else decremented).
+pub const OUT_TTL_FIXED: u8 = 2;
+/// `output.flags`: the DSCP is set (else kept).
+pub const OUT_DSCP_SET: u8 = 4;
+
+/// What a frame is looked up by (`struct rule_key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct RuleKey {
+    /// The input interface.
+    pub ifindex: u32,
+    /// VLAN id, 0 untagged.
+    pub vlan: u16,
+    /// Destination port.
+    pub port: u16,
+    /// 4 or 6.
+    pub family: u8,
+    /// Zero.
+    pub pad: [u8; 3],
+    /// The source of an (S,G) entry; zero for the any-source entry.
+    pub src: [u8; 16],
+    /// The destination.
+    pub dst: [u8; 16],
+}
+
+/// A destination's entry (`struct rule`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct RuleValue {
+    /// The index of the rule's first counter.
+    pub counters: u32,
+    /// Its first entry in the outputs array.
+    pub first: u32,
+    /// How many outputs.
+    pub count: u32,
+    /// `RULE_*`.
+    pub flags: u32,
+}
+
+/// One output (`struct output`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct OutputValue {
+    /// The output interface.
+    pub ifindex: u32,
+    /// The index of its first counter.
+    pub counters: u32,
+    /// The interface's MTU.
+    pub mtu: u32,
+    /// New destination port.
+    pub port: u16,
+    /// VLAN id to tag with, 0 untagged.
+    pub vlan: u16,
+    /// Destination MAC.
+    pub dst_mac: [u8; 6],
+    /// Source MAC.
+    pub src_mac: [u8; 6],
+    /// `OUT_*`.
+    pub flags: u8,
+    /// A fixed TTL.
+    pub ttl: u8,
+    /// A DSCP to set.
+    pub dscp: u8,
+    /// Zero.
+    pub pad: u8,
+    /// New destination.
+    pub dst: [u8; 16],
+    /// New source (unless kept).
+    pub src: [u8; 16],
+}
+
+/// A unicast address the rings take UDP to (`struct unicast_key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct UnicastKey {
+    /// The input interface.
+    pub ifindex: u32,
+    /// 4 or 6.
+    pub family: u8,
+    /// Zero.
+    pub pad: [u8; 3],
+    /// The address.
+    pub addr: [u8; 16],
+}
+
+/// A VLAN the rings take (`struct vlan_key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct VlanKey {
+    /// The input interface.
+    pub ifindex: u32,
+    /// The VLAN id.
+    pub vlan: u32,
+}
+
+fn addr16(a: IpAddr) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    match a {
+        IpAddr::V4(v) => b[..4].copy_from_slice(&v.octets()),
+        IpAddr::V6(v) => b = v.octets(),
+    }
+    b
+}
+
+fn family(a: IpAddr) -> u8 {
+    if a.is_ipv4() { 4 } else { 6 }
+}
+
+/// Why the kernel does not carry a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ineligible {
+    /// An output is a unicast host (sent through a UDP socket).
+    UnicastOutput,
+    /// An output is of the other family.
+    Translation,
+    /// More outputs than [`MAX_FANOUT`].
+    TooManyOutputs(usize),
+    /// The input interface has no tc program.
+    NoProgram,
+}
+
+impl std::fmt::Display for Ineligible {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ineligible::UnicastOutput => f.write_str("a unicast output"),
+            Ineligible::Translation => f.write_str("an output of the other IP version"),
+            Ineligible::TooManyOutputs(n) => write!(f, "{n} outputs (the kernel path takes up to {MAX_FANOUT})"),
+            Ineligible::NoProgram => f.write_str("no tc program on the input interface"),
+        }
+    }
+}
+
+/// The outputs of `r`, for a datagram arriving as `input` (for its
+/// family), if the kernel can carry it.
+pub fn outputs_of(r: &CompiledRule, input: IpAddr, layout: &StatsLayout) -> Result<Vec<OutputValue>, Ineligible> {
+    if r.outputs.len() > MAX_FANOUT {
+        return Err(Ineligible::TooManyOutputs(r.outputs.len()));
+    }
+    r.outputs
+        .iter()
+        .map(|o| match &o.kind {
+            OutputKind::Frame(fr) if fr.dst.is_ipv4() == input.is_ipv4() => {
+                Ok(output_value(o.ifindex, o.slot, fr, layout))
+            }
+            OutputKind::Frame(_) => Err(Ineligible::Translation),
+            OutputKind::Udp { .. } => Err(Ineligible::UnicastOutput),
+        })
+        .collect()
+}
+
+fn output_value(ifindex: u32, slot: u32, fr: &FrameRewrite, layout: &StatsLayout) -> OutputValue {
+    let mut flags = 0;
+    let mut ttl = 0;
+    let mut dscp = 0;
+    if fr.src.is_none() {
+        flags |= OUT_KEEP_SRC;
+    }
+    if let Ttl::Fixed(t) = fr.ttl {
+        flags |= OUT_TTL_FIXED;
+        ttl = t;
+    }
+    if let Dscp::Set(d) = fr.dscp {
+        flags |= OUT_DSCP_SET;
+        dscp = d;
+    }
+    OutputValue {
+        ifindex,
+        counters: layout.output(0, slot, OutputCounter::Packets) as u32,
+        mtu: fr.mtu,
+        port: fr.dst_port,
+        vlan: fr.vlan.unwrap_or(0),
+        dst_mac: fr.dst_mac,
+        src_mac: fr.src_mac,
+        flags,
+        ttl,
+        dscp,
+        pad: 0,
+        dst: addr16(fr.dst),
+        src: fr.src.map(addr16).unwrap_or_default(),
+    }
+}
+
+/// What a key of the rules map points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A rule, by its statistics slot; `has_sources`: the key is an
+    /// any-source one whose destination also has (S,G) keys.
+    Rule {
+        /// The rule's statistics slot.
+        slot: u32,
+        /// (S,G) keys exist for the same destination.
+        has_sources: bool,
+    },
+    /// Nothing: another source's (S,G) rules only.
+    SsmOnly,
+}
+
+/// A rule as the maps hold it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FastRule {
+    /// Its name (for reports).
+    pub name: String,
+    /// The index of its first counter.
+    pub counters: u32,
+    /// Its outputs, or why the kernel does not carry it.
+    pub outputs: Result<Vec<OutputValue>, Ineligible>,
+}
+
+/// The whole content of the maps for one table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FastTable {
+    /// Every key of the rules map.
+    pub keys: BTreeMap<RuleKey, Target>,
+    /// Every rule the keys point at, by statistics slot.
+    pub rules: BTreeMap<u32, FastRule>,
+    /// Unicast inputs the rings take.
+    pub unicast: BTreeSet<UnicastKey>,
+    /// VLANs the rings take.
+    pub vlans: BTreeSet<VlanKey>,
+}
+
+impl FastTable {
+    /// The maps' content for `table`; `carried(ifindex)` says whether an
+    /// input interface has the program (rules on one that has not are the
+    /// workers').
+    pub fn compile(table: &MatchTable, layout: &StatsLayout, carried: impl Fn(u32) -> bool) -> FastTable {
+        let mut t = FastTable::default();
+        for d in table.destinations() {
+            let mut key = RuleKey {
+                ifindex: d.ifindex,
+                vlan: d.vlan,
+                port: d.port,
+                family: family(d.dst),
+                pad: [0; 3],
+                src: [0; 16],
+                dst: addr16(d.dst),
+            };
+            let add_rule = |t: &mut FastTable, r: &CompiledRule| {
+                t.rules.entry(r.slot).or_insert_with(|| FastRule {
+                    name: r.name.clone(),
+                    counters: layout.rule(0, r.slot, RuleCounter::Packets) as u32,
+                    outputs: if carried(d.ifindex) {
+                        outputs_of(r, d.dst, layout)
+                    } else {
+                        Err(Ineligible::NoProgram)
+                    },
+                });
+            };
+            let has_sources = !d.by_source.is_empty();
+            match d.any_source {
+                Some(r) => {
+                    add_rule(&mut t, r);
+                    t.keys.insert(
+                        key,
+                        Target::Rule {
+                            slot: r.slot,
+                            has_sources,
+                        },
+                    );
+                }
+                None => {
+                    t.keys.insert(key, Target::SsmOnly);
+                }
+            }
+            for (s, r) in &d.by_source {
+                add_rule(&mut t, r);
+                key.src = addr16(*s);
+                t.keys.insert(
+                    key,
+                    Target::Rule {
+                        slot: r.slot,
+                        has_sources: false,
+                    },
+                );
+            }
+            if d.vlan != 0 {
+                t.vlans.insert(VlanKey {
+                    ifindex: d.ifindex,
+                    vlan: u32::from(d.vlan),
+                });
+            }
+            if !d.dst.is_multicast() {
+                t.unicast.insert(UnicastKey {
+                    ifindex: d.ifindex,
+                    family: family(d.dst),
+                    pad: [0; 3],
+                    addr: addr16(d.dst),
+                });
+            }
+        }
+        t
+    }
+
+    /// The input interfaces of rules the kernel would carry if they had the
+    /// program: those to attach it to.
+    pub fn wanted_interfaces(table: &MatchTable, layout: &StatsLayout) -> BTreeSet<u32> {
+        let t = FastTable::compile(table, layout, |_| true);
+        t.keys
+            .iter()
+            .filter(|(_, target)| matches!(target, Target::Rule { slot, .. } if t.is_fast(*slot)))
+            .map(|(k, _)| k.ifindex)
+            .collect()
+    }
+
+    /// Whether the kernel carries the rule in `slot`.
+    pub fn is_fast(&self, slot: u32) -> bool {
+        self.rules.get(&slot).is_some_and(|r| r.outputs.is_ok())
+    }
+}
+
+/// One step of taking the maps from one table to the next, in the order
+/// they must happen: outputs first (into entries no key points at yet),
+/// then keys, then what is no longer needed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Outputs array entries to write.
+    pub outputs: Vec<(u32, OutputValue)>,
+    /// Rules map entries to write.
+    pub set: Vec<(RuleKey, RuleValue)>,
+    /// Rules map entries to remove.
+    pub remove: Vec<RuleKey>,
+    /// Ring admission entries to add.
+    pub unicast_add: Vec<UnicastKey>,
+    /// ... and to remove.
+    pub unicast_remove: Vec<UnicastKey>,
+    /// VLAN admission entries to add.
+    pub vlan_add: Vec<VlanKey>,
+    /// ... and to remove.
+    pub vlan_remove: Vec<VlanKey>,
+}
+
+/// Why a plan could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The outputs array has no room left.
+    #[error("the kernel's outputs array is full ({0} entries)")]
+    Full(u32),
+}
+
+/// Where each rule's outputs sit in the outputs array.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Placed {
+    first: u32,
+    outputs: Vec<OutputValue>,
+}
+
+/// The maps' content as written, and the free room in the outputs array.
+#[derive(Debug, Clone)]
+pub struct Maps {
+    capacity: u32,
+    /// Free ranges (first, length), sorted, coalesced.
+    free: Vec<(u32, u32)>,
+    /// Ranges freed by the last plan: reused only after the next, so that a
+    /// program that read a key before it changed never finds its outputs
+    /// overwritten.
+    cooling: Vec<(u32, u32)>,
+    placed: BTreeMap<u32, Placed>,
+    keys: BTreeMap<RuleKey, RuleValue>,
+    unicast: BTreeSet<UnicastKey>,
+    vlans: BTreeSet<VlanKey>,
+}
+
+impl Maps {
+    /// Empty maps whose outputs array has `capacity` entries.
+    pub fn new(capacity: u32) -> Maps {
+        Maps {
+            capacity,
+            free: vec![(0, capacity)],
+            cooling: Vec::new(),
+            placed: BTreeMap::new(),
+            keys: BTreeMap::new(),
+            unicast: BTreeSet::new(),
+            vlans: BTreeSet::new(),
+        }
+    }
+
+    fn alloc(&mut self, n: u32) -> Option<u32> {
+        let i = self.free.iter().position(|&(_, len)| len >= n)?;
+        let (first, len) = self.free[i];
+        if len == n {
+            self.free.remove(i);
+        } else {
+            self.free[i] = (first + n, len - n);
+        }
+        Some(first)
+    }
+
+    fn release(&mut self, first: u32, n: u32) {
+        if n == 0 {
+            return;
+        }
+        self.free.push((first, n));
+        self.free.sort_unstable();
+        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(self.free.len());
+        for (f, l) in self.free.drain(..) {
+            match merged.last_mut() {
+                Some((mf, ml)) if *mf + *ml == f => *ml += l,
+                _ => merged.push((f, l)),
+            }
+        }
+        self.free = merged;
+    }
+
+    /// What to write to take the maps to `next`; the maps are taken to be
+    /// written once the plan is returned. A rule whose outputs did not
+    /// change keeps its entries; a rule whose outputs changed gets new ones,
+    /// and its keys are switched to them in one write each.
+    pub fn plan(&mut self, next: &FastTable) -> Result<Plan, PlanError> {
+        let mut work = self.clone();
+        let plan = work.plan_on(next)?;
+        *self = work;
+        Ok(plan)
+    }
+
+    fn plan_on(&mut self, next: &FastTable) -> Result<Plan, PlanError> {
+        for (f, n) in std::mem::take(&mut self.cooling) {
+            self.release(f, n);
+        }
+        let mut plan = Plan::default();
+        let mut placed: BTreeMap<u32, Placed> = BTreeMap::new();
+        for (&slot, r) in &next.rules {
+            let Ok(outs) = &r.outputs else { continue };
+            match self.placed.remove(&slot) {
+                Some(p) if p.outputs == *outs => {
+                    placed.insert(slot, p);
+                }
+                old => {
+                    let n = outs.len() as u32;
+                    let Some(first) = self.alloc(n) else {
+                        return Err(PlanError::Full(self.capacity));
+                    };
+                    for (i, o) in outs.iter().enumerate() {
+                        plan.outputs.push((first + i as u32, *o));
+                    }
+                    if let Some(o) = old {
+                        self.cooling.push((o.first, o.outputs.len() as u32));
+                    }
+                    placed.insert(
+                        slot,
+                        Placed {
+                            first,
+                            outputs: outs.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        for (_, p) in std::mem::take(&mut self.placed) {
+            self.cooling.push((p.first, p.outputs.len() as u32));
+        }
+        self.placed = placed;
+        let mut keys = BTreeMap::new();
+        for (k, t) in &next.keys {
+            let v = match t {
+                Target::SsmOnly => RuleValue {
+                    counters: 0,
+                    first: 0,
+                    count: 0,
+                    flags: RULE_SSM_ONLY | RULE_HAS_SOURCES,
+                },
+                Target::Rule { slot, has_sources } => {
+                    let counters = next.rules.get(slot).map_or(0, |r| r.counters);
+                    let sources = if *has_sources { RULE_HAS_SOURCES } else { 0 };
+                    match self.placed.get(slot) {
+                        Some(p) => RuleValue {
+                            counters,
+                            first: p.first,
+                            count: p.outputs.len() as u32,
+                            flags: RULE_FAST | sources,
+                        },
+                        None => RuleValue {
+                            counters,
+                            first: 0,
+                            count: 0,
+                            flags: sources,
+                        },
+                    }
+                }
+            };
+            if self.keys.get(k) != Some(&v) {
+                plan.set.push((*k, v));
+            }
+            keys.insert(*k, v);
+        }
+        plan.remove = self.keys.keys().filter(|k| !keys.contains_key(k)).copied().collect();
+        self.keys = keys;
+        plan.unicast_add = next.unicast.difference(&self.unicast).copied().collect();
+        plan.unicast_remove = self.unicast.difference(&next.unicast).copied().collect();
+        self.unicast = next.unicast.clone();
+        plan.vlan_add = next.vlans.difference(&self.vlans).copied().collect();
+        plan.vlan_remove = self.vlans.difference(&next.vlans).copied().collect();
+        self.vlans = next.vlans.clone();
+        Ok(plan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interfaces::{InterfaceInfo, Interfaces};
+    use crate::rule::Rule;
+    use crate::snapshot::{SlottedRule, TableSnapshot};
+
+    fn table(rules: &[(&str, &str, &[&str])]) -> MatchTable {
+        let iface = |name: &str, index, addr: &str| InterfaceInfo {
+            name: name.into(),
+            index,
+            mac: [2, 0, 0, 0, 0, index as u8],
+            mtu: 1500,
+            addresses: vec![addr.parse().expect("literal"), "fd00::9".parse().expect("literal")],
+            ethernet: true,
+            master: None,
+        };
+        let snap = TableSnapshot {
+            version: 1,
+            rules: rules
+                .iter()
+                .enumerate()
+                .map(|(i, (name, input, outs))| SlottedRule {
+                    rule: Rule {
+                        name: name.to_string(),
+                        input: input.parse().expect("input"),
+                        outputs: outs.iter().map(|o| o.parse().expect("output")).collect(),
+                    },
+                    slot: i as u32,
+                    output_slots: (0..outs.len() as u32).map(|k| 10 * i as u32 + k).collect(),
+                })
+                .collect(),
+            interfaces: Interfaces::new([iface("veth1", 2, "10.0.0.2"), iface("veth2", 3, "10.0.1.1")]),
+        };
+        let (t, errors) = MatchTable::compile(&snap);
+        assert!(errors.is_empty(), "{errors:?}");
+        t
+    }
+
+    fn layout() -> StatsLayout {
+        StatsLayout::new(1)
+    }
+
+    #[test]
+    fn the_layouts_are_those_of_the_c_program() {
+        assert_eq!(std::mem::size_of::<RuleKey>(), 44);
+        assert_eq!(std::mem::size_of::<RuleValue>(), 16);
+        assert_eq!(std::mem::size_of::<OutputValue>(), 64);
+        assert_eq!(std::mem::size_of::<UnicastKey>(), 24);
+        assert_eq!(std::mem::size_of::<VlanKey>(), 8);
+    }
+
+    #[test]
+    fn multicast_rules_are_fast_unicast_and_translation_are_not() {
+        let t = table(&[
+            (
+                "mc",
+                "veth1:239.1.1.1:5001",
+                &["veth2:239.10.1.1:6001,ttl=4,dscp=ef,vlan=7"],
+            ),
+            (
+                "uni",
+                "veth1:239.1.1.2:5002",
+                &["veth2:239.10.1.2:6002", "veth2:10.0.1.2:7000"],
+            ),
+            ("v6", "veth1:239.1.1.3:5003", &["veth2:[ff3e::1]:6003"]),
+        ]);
+        let f = FastTable::compile(&t, &layout(), |_| true);
+        assert!(f.is_fast(0));
+        assert_eq!(f.rules[&1].outputs, Err(Ineligible::UnicastOutput));
+        assert_eq!(f.rules[&2].outputs, Err(Ineligible::Translation));
+        let o = f.rules[&0].outputs.as_ref().expect("fast")[0];
+        assert_eq!((o.ifindex, o.port, o.vlan, o.ttl, o.dscp), (3, 6001, 7, 4, 46));
+        assert_eq!(o.flags, OUT_TTL_FIXED | OUT_DSCP_SET);
+        assert_eq!(o.dst_mac, [1, 0, 0x5e, 10, 1, 1]);
+        assert_eq!(&o.src[..4], &[10, 0, 1, 1], "the interface's address by default");
+        assert_eq!(o.counters as usize, layout().output(0, 0, OutputCounter::Packets));
+        // Without the program on the input, nothing is fast.
+        let none = FastTable::compile(&t, &layout(), |_| false);
+        assert_eq!(none.rules[&0].outputs, Err(Ineligible::NoProgram));
+        assert_eq!(none.keys.len(), 3, "every destination keeps its entry");
+    }
+
+    #[test]
+    fn source_specific_rules_get_a_key_per_source_and_an_ssm_only_entry() {
+        let t = table(&[(
+            "s",
+            "veth1:232.1.1.1:5001,source=10.0.0.1,source=10.0.0.5",
+            &["veth2:239.10.1.1:6001,source=keep"],
+        )]);
+        let f = FastTable::compile(&t, &layout(), |_| true);
+        assert_eq!(f.keys.len(), 3);
+        assert_eq!(f.keys.values().filter(|t| **t == Target::SsmOnly).count(), 1);
+        let mut maps = Maps::new(16);
+        let plan = maps.plan(&f).expect("room");
+        let any = plan
+            .set
+            .iter()
+            .find(|(k, _)| k.src == [0; 16])
+            .expect("any-source entry");
+        assert_eq!(any.1.flags, RULE_SSM_ONLY | RULE_HAS_SOURCES);
+        let o = f.rules[&0].outputs.as_ref().expect("fast")[0];
+        assert_eq!(o.flags & OUT_KEEP_SRC, OUT_KEEP_SRC);
+    }
+
+    #[test]
+    fn unicast_inputs_and_vlans_are_admitted_to_the_rings() {
+        let t = table(&[
+            ("u", "veth1:10.0.0.2:7001", &["veth2:239.10.7.1:7001"]),
+            ("v", "veth1:239.1.1.1:5001,vlan=100", &["veth2:239.10.1.1:6001"]),
+        ]);
+        let f = FastTable::compile(&t, &layout(), |_| true);
+        assert_eq!(f.unicast.len(), 1);
+        assert_eq!(f.unicast.iter().next().map(|u| (u.ifindex, u.family)), Some((2, 4)));
+        assert_eq!(f.vlans.iter().next(), Some(&VlanKey { ifindex: 2, vlan: 100 }));
+    }
+
+    #[test]
+    fn a_plan_touches_only_what_changed_and_moves_changed_outputs_to_fresh_entries() {
+        let mut maps = Maps::new(16);
+        let t1 = table(&[
+            (
+                "a",
+                "veth1:239.1.1.1:5001",
+                &["veth2:239.10.1.1:6001", "veth2:239.10.1.2:6002"],
+            ),
+            ("b", "veth1:239.1.1.2:5002", &["veth2:239.10.2.1:6001"]),
+        ]);
+        let p1 = maps.plan(&FastTable::compile(&t1, &layout(), |_| true)).expect("room");
+        assert_eq!((p1.outputs.len(), p1.set.len(), p1.remove.len()), (3, 2, 0));
+        // The same table again: nothing to write.
+        let again = maps.plan(&FastTable::compile(&t1, &layout(), |_| true)).expect("room");
+        assert_eq!(again, Plan::default());
+        // Rule b changes its output: new entries for it, its key rewritten,
+        // rule a untouched.
+        let t2 = table(&[
+            (
+                "a",
+                "veth1:239.1.1.1:5001",
+                &["veth2:239.10.1.1:6001", "veth2:239.10.1.2:6002"],
+            ),
+            ("b", "veth1:239.1.1.2:5002", &["veth2:239.10.2.9:6001"]),
+        ]);
+        let p2 = maps.plan(&FastTable::compile(&t2, &layout(), |_| true)).expect("room");
+        assert_eq!(p2.outputs.len(), 1);
+        assert_eq!(p2.set.len(), 1);
+        let old_b = p1.set.iter().find(|(k, _)| k.port == 5002).expect("b").1;
+        assert_ne!(
+            p2.set[0].1.first, old_b.first,
+            "not written over what a running program may read"
+        );
+        // Rule a goes: its key is removed; its entries are free after the
+        // next plan, not this one.
+        let t3 = table(&[("b", "veth1:239.1.1.2:5002", &["veth2:239.10.2.9:6001"])]);
+        let p3 = maps.plan(&FastTable::compile(&t3, &layout(), |_| true)).expect("room");
+        assert_eq!(p3.remove.len(), 1);
+        assert!(p3.set.iter().all(|(k, _)| k.port != 5001));
+    }
+
+    #[test]
+    fn a_full_outputs_array_is_an_error_and_changes_nothing() {
+        let mut maps = Maps::new(2);
+        let t = table(&[(
+            "a",
+            "veth1:239.1.1.1:5001",
+            &[
+                "veth2:239.10.1.1:6001",
+                "veth2:239.10.1.2:6002",
+                "veth2:239.10.1.3:6003",
+            ],
+        )]);
+        assert_eq!(
+            maps.plan(&FastTable::compile(&t, &layout(), |_| true)),
+            Err(PlanError::Full(2))
+        );
+        let small = table(&[("b", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])]);
+        assert!(maps.plan(&FastTable::compile(&small, &layout(), |_| true)).is_ok());
+    }
+
+    #[test]
+    fn a_rule_that_turns_slow_keeps_its_key_without_the_fast_flag() {
+        let mut maps = Maps::new(16);
+        let fast = table(&[("a", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])]);
+        maps.plan(&FastTable::compile(&fast, &layout(), |_| true))
+            .expect("room");
+        let slow = table(&[(
+            "a",
+            "veth1:239.1.1.1:5001",
+            &["veth2:239.10.1.1:6001", "veth2:10.0.1.2:7000"],
+        )]);
+        let p = maps
+            .plan(&FastTable::compile(&slow, &layout(), |_| true))
+            .expect("room");
+        assert_eq!(p.set.len(), 1);
+        assert_eq!(p.set[0].1.flags & RULE_FAST, 0);
+        assert!(p.remove.is_empty());
+    }
+}

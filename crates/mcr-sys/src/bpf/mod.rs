@@ -1,0 +1,557 @@
+//! eBPF: loading a compiled object (its maps created, its programs
+//! relocated and verified), updating maps, attaching a program to an
+//! interface's tc ingress hook through a tcx link, or to a socket as its
+//! filter, and running a program over a frame without sending it
+//! (`BPF_PROG_TEST_RUN`, for tests).
+//!
+//! Every kernel object here is a file descriptor owned by a Rust value:
+//! a map lives while a [`Map`] (or a program using it) does; an attachment
+//! lives exactly as long as its [`Link`], so a process that exits, or is
+//! killed, detaches everything it attached.
+
+pub mod elf;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::mmap::Mmap;
+use elf::{ElfError, MapDef};
+
+// bpf(2) commands and constants (linux/bpf.h; tcx from 6.6).
+const BPF_MAP_CREATE: libc::c_int = 0;
+const BPF_MAP_LOOKUP_ELEM: libc::c_int = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_int = 3;
+const BPF_PROG_LOAD: libc::c_int = 5;
+const BPF_PROG_TEST_RUN: libc::c_int = 10;
+const BPF_PROG_QUERY: libc::c_int = 16;
+const BPF_LINK_CREATE: libc::c_int = 28;
+const BPF_PROG_TYPE_SOCKET_FILTER: u32 = 1;
+const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+const BPF_TCX_INGRESS: u32 = 46;
+const BPF_PSEUDO_MAP_FD: u8 = 1;
+const BPF_F_MMAPABLE: u32 = 1 << 10;
+const BPF_ANY: u64 = 0;
+
+/// `bpf(2)` with an attribute block of plain data.
+fn sys_bpf<T>(cmd: libc::c_int, attr: &mut T) -> io::Result<libc::c_long> {
+    // SAFETY: `attr` is a live, initialised #[repr(C)] struct of plain
+    // integers and pointers the caller keeps valid for the call; the kernel
+    // reads at most `size_of::<T>()` bytes of it and writes back only into
+    // it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            std::ptr::from_mut(attr).cast::<libc::c_void>(),
+            std::mem::size_of::<T>() as libc::c_uint,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// Takes ownership of a descriptor the kernel just returned.
+fn owned(rc: libc::c_long) -> OwnedFd {
+    // SAFETY: a successful bpf(2) call that creates an object returns a new
+    // descriptor that nothing else in this process owns.
+    unsafe { OwnedFd::from_raw_fd(rc as RawFd) }
+}
+
+/// Why an object could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The object itself is wrong.
+    #[error("the BPF object: {0}")]
+    Elf(#[from] ElfError),
+    /// A map could not be created.
+    #[error("creating map `{name}`: {source}")]
+    Map {
+        /// The map.
+        name: String,
+        /// The kernel's error.
+        source: io::Error,
+    },
+    /// The verifier refused a program, or the kernel cannot load it.
+    #[error("loading program `{name}`: {source}{}", verifier_tail(.log))]
+    Program {
+        /// The program.
+        name: String,
+        /// The kernel's error.
+        source: io::Error,
+        /// The end of the verifier's log.
+        log: String,
+    },
+    /// A program is not in the object.
+    #[error("the BPF object has no program `{0}`")]
+    Missing(String),
+}
+
+fn verifier_tail(log: &str) -> String {
+    if log.is_empty() {
+        return String::new();
+    }
+    let lines: Vec<&str> = log.lines().collect();
+    let tail = &lines[lines.len().saturating_sub(12)..];
+    format!(" (verifier: ...\n{})", tail.join("\n"))
+}
+
+/// A BPF map.
+#[derive(Debug)]
+pub struct Map {
+    fd: OwnedFd,
+    def: MapDef,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct MapCreateAttr {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct MapElemAttr {
+    map_fd: u32,
+    pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+impl Map {
+    /// Creates a map as `def` says, named `name` (the first 15 bytes).
+    pub fn create(name: &str, def: MapDef) -> io::Result<Map> {
+        let mut attr = MapCreateAttr {
+            map_type: def.map_type,
+            key_size: def.key_size,
+            value_size: def.value_size,
+            max_entries: def.max_entries,
+            map_flags: def.flags,
+            ..Default::default()
+        };
+        for (d, s) in attr.map_name.iter_mut().zip(name.bytes().take(15)) {
+            *d = s;
+        }
+        let fd = owned(sys_bpf(BPF_MAP_CREATE, &mut attr)?);
+        Ok(Map { fd, def })
+    }
+
+    /// Its definition.
+    pub fn def(&self) -> MapDef {
+        self.def
+    }
+
+    fn check(&self, key: &[u8], value: Option<&[u8]>) -> io::Result<()> {
+        let bad =
+            key.len() != self.def.key_size as usize || value.is_some_and(|v| v.len() != self.def.value_size as usize);
+        if bad {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "map key/value of {}/{} bytes, {}/{} expected",
+                    key.len(),
+                    value.map_or(0, <[u8]>::len),
+                    self.def.key_size,
+                    self.def.value_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Sets `key` to `value` (creating or replacing it).
+    pub fn update(&self, key: &[u8], value: &[u8]) -> io::Result<()> {
+        self.check(key, Some(value))?;
+        let mut attr = MapElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: key.as_ptr() as u64,
+            value: value.as_ptr() as u64,
+            flags: BPF_ANY,
+            ..Default::default()
+        };
+        sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
+    }
+
+    /// Removes `key`; true if it was there.
+    pub fn delete(&self, key: &[u8]) -> io::Result<bool> {
+        self.check(key, None)?;
+        let mut attr = MapElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: key.as_ptr() as u64,
+            ..Default::default()
+        };
+        match sys_bpf(BPF_MAP_DELETE_ELEM, &mut attr) {
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The value of `key`, if any.
+    pub fn lookup(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        self.check(key, None)?;
+        let mut value = vec![0u8; self.def.value_size as usize];
+        let mut attr = MapElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: key.as_ptr() as u64,
+            value: value.as_mut_ptr() as u64,
+            ..Default::default()
+        };
+        match sys_bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) {
+            Ok(_) => Ok(Some(value)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AsFd for Map {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// An array map of `u64` made with `BPF_F_MMAPABLE`, mapped into this
+/// process: programs add to its cells atomically, this process reads and
+/// zeroes them with no system call.
+#[derive(Debug)]
+pub struct MappedCounters {
+    // Field order: unmapped before the map's fd closes.
+    map: Mmap,
+    len: usize,
+    _fd: OwnedFd,
+}
+
+impl MappedCounters {
+    /// Maps `map`, which must be a mmapable array of 8-byte values.
+    pub fn new(map: &Map) -> io::Result<MappedCounters> {
+        let d = map.def();
+        if d.value_size != 8 || d.flags & BPF_F_MMAPABLE == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "counters need a mmapable array of u64",
+            ));
+        }
+        let len = d.max_entries as usize;
+        let fd = map.as_fd().try_clone_to_owned()?;
+        let m = Mmap::shared(fd.as_fd(), (len * 8).max(8))?;
+        Ok(MappedCounters { map: m, len, _fd: fd })
+    }
+
+    fn cells(&self) -> &[AtomicU64] {
+        // SAFETY: the mapping is page aligned, `len * 8` bytes long and
+        // lives as long as `self`; AtomicU64 has u64's layout, and the
+        // programs touch these words only with atomic adds.
+        unsafe { std::slice::from_raw_parts(self.map.ptr().cast::<AtomicU64>(), self.len) }
+    }
+
+    /// How many counters.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Reads counter `i` (0 if out of range).
+    pub fn get(&self, i: usize) -> u64 {
+        self.cells().get(i).map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// Sets counter `i` to `v`.
+    pub fn set(&self, i: usize, v: u64) {
+        if let Some(c) = self.cells().get(i) {
+            c.store(v, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What kind of program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgramKind {
+    /// A socket filter (`SO_ATTACH_BPF`).
+    SocketFilter,
+    /// A tc classifier (tcx).
+    Classifier,
+}
+
+/// A loaded, verified program.
+#[derive(Debug)]
+pub struct Program {
+    fd: OwnedFd,
+    kind: ProgramKind,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+}
+
+impl Program {
+    fn load(name: &str, kind: ProgramKind, insns: &[u8], license: &str) -> Result<Program, LoadError> {
+        let license = std::ffi::CString::new(license).unwrap_or_default();
+        let prog_type = match kind {
+            ProgramKind::SocketFilter => BPF_PROG_TYPE_SOCKET_FILTER,
+            ProgramKind::Classifier => BPF_PROG_TYPE_SCHED_CLS,
+        };
+        let attempt = |log: &mut Vec<u8>| {
+            let mut attr = ProgLoadAttr {
+                prog_type,
+                insn_cnt: (insns.len() / 8) as u32,
+                insns: insns.as_ptr() as u64,
+                license: license.as_ptr() as u64,
+                log_level: u32::from(!log.is_empty()),
+                log_size: log.len() as u32,
+                log_buf: if log.is_empty() { 0 } else { log.as_mut_ptr() as u64 },
+                ..Default::default()
+            };
+            for (d, s) in attr.prog_name.iter_mut().zip(name.bytes().take(15)) {
+                *d = s;
+            }
+            sys_bpf(BPF_PROG_LOAD, &mut attr).map(owned)
+        };
+        match attempt(&mut Vec::new()) {
+            Ok(fd) => Ok(Program { fd, kind }),
+            Err(first) => {
+                // Again with the verifier's log, to say why.
+                let mut log = vec![0u8; 4 << 20];
+                let source = attempt(&mut log).err().unwrap_or(first);
+                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                Err(LoadError::Program {
+                    name: name.to_string(),
+                    source,
+                    log: String::from_utf8_lossy(&log[..end]).into_owned(),
+                })
+            }
+        }
+    }
+
+    /// What kind it is.
+    pub fn kind(&self) -> ProgramKind {
+        self.kind
+    }
+
+    /// Attaches this classifier to the tc ingress hook of `ifindex`, after
+    /// any programs already there. It stays attached while the returned
+    /// link lives, and not a moment longer.
+    pub fn attach_tcx_ingress(&self, ifindex: u32) -> io::Result<Link> {
+        #[repr(C)]
+        #[derive(Default)]
+        struct LinkCreateAttr {
+            prog_fd: u32,
+            target_ifindex: u32,
+            attach_type: u32,
+            flags: u32,
+            relative_fd: u32,
+            pad: u32,
+            expected_revision: u64,
+        }
+        let mut attr = LinkCreateAttr {
+            prog_fd: self.fd.as_raw_fd() as u32,
+            target_ifindex: ifindex,
+            attach_type: BPF_TCX_INGRESS,
+            ..Default::default()
+        };
+        let fd = owned(sys_bpf(BPF_LINK_CREATE, &mut attr)?);
+        Ok(Link { _fd: fd, ifindex })
+    }
+
+    /// Makes this socket filter the filter of `sock` (`SO_ATTACH_BPF`),
+    /// replacing any filter it had, atomically.
+    pub fn attach_to_socket(&self, sock: BorrowedFd<'_>) -> io::Result<()> {
+        attach_socket_filter(sock, self.fd.as_fd())
+    }
+
+    /// Runs the program once over `frame` as if it had arrived on
+    /// `ifindex` (nothing is received or sent, but what the program does to
+    /// maps and with redirects happens); returns its verdict and the frame
+    /// as it left the program.
+    pub fn test_run(&self, frame: &[u8], ifindex: u32) -> io::Result<(i32, Vec<u8>)> {
+        #[repr(C)]
+        #[derive(Default)]
+        struct TestRunAttr {
+            prog_fd: u32,
+            retval: u32,
+            data_size_in: u32,
+            data_size_out: u32,
+            data_in: u64,
+            data_out: u64,
+            repeat: u32,
+            duration: u32,
+            ctx_size_in: u32,
+            ctx_size_out: u32,
+            ctx_in: u64,
+            ctx_out: u64,
+            flags: u32,
+            cpu: u32,
+            batch_size: u32,
+        }
+        // struct __sk_buff up to and including `ifindex` (offset 40) and
+        // `ingress_ifindex` (offset 36): the fields test runs take.
+        let mut ctx = [0u32; 48];
+        ctx[9] = ifindex;
+        ctx[10] = ifindex;
+        let mut out = vec![0u8; frame.len() + 256];
+        let mut attr = TestRunAttr {
+            prog_fd: self.fd.as_raw_fd() as u32,
+            data_size_in: frame.len() as u32,
+            data_size_out: out.len() as u32,
+            data_in: frame.as_ptr() as u64,
+            data_out: out.as_mut_ptr() as u64,
+            repeat: 1,
+            ctx_size_in: (ctx.len() * 4) as u32,
+            ctx_in: ctx.as_ptr() as u64,
+            ..Default::default()
+        };
+        sys_bpf(BPF_PROG_TEST_RUN, &mut attr)?;
+        out.truncate(attr.data_size_out as usize);
+        Ok((attr.retval as i32, out))
+    }
+}
+
+impl AsFd for Program {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// How many programs are attached to the tc ingress hook (tcx) of
+/// `ifindex`, by this process or any other.
+pub fn tcx_ingress_programs(ifindex: u32) -> io::Result<u32> {
+    #[repr(C)]
+    #[derive(Default)]
+    struct QueryAttr {
+        target_ifindex: u32,
+        attach_type: u32,
+        query_flags: u32,
+        attach_flags: u32,
+        prog_ids: u64,
+        prog_cnt: u32,
+        pad: u32,
+        prog_attach_flags: u64,
+        link_ids: u64,
+        link_attach_flags: u64,
+        revision: u64,
+    }
+    let mut attr = QueryAttr {
+        target_ifindex: ifindex,
+        attach_type: BPF_TCX_INGRESS,
+        ..Default::default()
+    };
+    sys_bpf(BPF_PROG_QUERY, &mut attr)?;
+    Ok(attr.prog_cnt)
+}
+
+/// Attaches the BPF socket filter program `prog` to `sock`.
+pub fn attach_socket_filter(sock: BorrowedFd<'_>, prog: BorrowedFd<'_>) -> io::Result<()> {
+    let raw: libc::c_int = prog.as_raw_fd();
+    crate::sockopt::set_raw(sock, libc::SOL_SOCKET, libc::SO_ATTACH_BPF, &raw)
+}
+
+/// A program attached to an interface; dropping it detaches the program.
+#[derive(Debug)]
+pub struct Link {
+    /// Held, never read: the attachment lasts as long as the descriptor.
+    _fd: OwnedFd,
+    ifindex: u32,
+}
+
+impl Link {
+    /// The interface it is attached to.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+}
+
+/// A loaded object: its maps by name and its programs by name.
+#[derive(Debug)]
+pub struct Object {
+    maps: BTreeMap<String, Map>,
+    programs: BTreeMap<String, Program>,
+}
+
+impl Object {
+    /// Loads the BPF object `file`: creates each map (with the entries
+    /// `sizes` gives by name instead of the object's), relocates each
+    /// program onto them, and loads and verifies it (a `socket` section is a
+    /// socket filter, anything else a tc classifier).
+    pub fn load(file: &[u8], sizes: &[(&str, u32)]) -> Result<Object, LoadError> {
+        let obj = elf::parse(file)?;
+        let mut maps = BTreeMap::new();
+        for (name, def) in &obj.maps {
+            let mut def = *def;
+            if let Some(&(_, n)) = sizes.iter().find(|(m, _)| m == name) {
+                def.max_entries = n;
+            }
+            let m = Map::create(name, def).map_err(|source| LoadError::Map {
+                name: name.clone(),
+                source,
+            })?;
+            maps.insert(name.clone(), m);
+        }
+        let mut programs = BTreeMap::new();
+        for p in &obj.programs {
+            let mut insns = p.insns.clone();
+            for (at, map) in &p.map_refs {
+                let fd = maps
+                    .get(map)
+                    .ok_or_else(|| LoadError::Missing(map.clone()))?
+                    .fd
+                    .as_raw_fd();
+                let i = at * 8;
+                let insn = insns
+                    .get_mut(i..i + 8)
+                    .ok_or(LoadError::Elf(ElfError::Short("relocation")))?;
+                // src_reg (high nibble of byte 1) = BPF_PSEUDO_MAP_FD; imm = fd.
+                insn[1] = (insn[1] & 0x0f) | (BPF_PSEUDO_MAP_FD << 4);
+                insn[4..8].copy_from_slice(&fd.to_le_bytes());
+            }
+            let kind = if p.section == "socket" {
+                ProgramKind::SocketFilter
+            } else {
+                ProgramKind::Classifier
+            };
+            programs.insert(p.name.clone(), Program::load(&p.name, kind, &insns, &obj.license)?);
+        }
+        Ok(Object { maps, programs })
+    }
+
+    /// The map called `name`.
+    pub fn map(&self, name: &str) -> Option<&Map> {
+        self.maps.get(name)
+    }
+
+    /// The program called `name`.
+    pub fn program(&self, name: &str) -> Result<&Program, LoadError> {
+        self.programs
+            .get(name)
+            .ok_or_else(|| LoadError::Missing(name.to_string()))
+    }
+}

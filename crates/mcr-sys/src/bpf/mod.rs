@@ -35,7 +35,9 @@ const BPF_PSEUDO_MAP_FD: u8 = 1;
 const BPF_F_MMAPABLE: u32 = 1 << 10;
 const BPF_ANY: u64 = 0;
 
-/// `bpf(2)` with an attribute block of plain data.
+/// `bpf(2)` with an attribute block of plain data. Every attribute struct
+/// here is laid out with no implicit padding (the kernel refuses non-zero
+/// bytes it does not expect, and padding is not guaranteed zero).
 fn sys_bpf<T>(cmd: libc::c_int, attr: &mut T) -> io::Result<libc::c_long> {
     // SAFETY: `attr` is a live, initialised #[repr(C)] struct of plain
     // integers and pointers the caller keeps valid for the call; the kernel
@@ -412,11 +414,13 @@ impl Program {
             flags: u32,
             cpu: u32,
             batch_size: u32,
+            // Explicit, so that it is zero: the kernel refuses non-zero
+            // bytes past the last field it knows.
+            pad: u32,
         }
         // struct __sk_buff up to and including `ifindex` (offset 40) and
         // `ingress_ifindex` (offset 36): the fields test runs take.
         let mut ctx = [0u32; 48];
-        ctx[9] = ifindex;
         ctx[10] = ifindex;
         let mut out = vec![0u8; frame.len() + 256];
         let mut attr = TestRunAttr {
@@ -426,8 +430,8 @@ impl Program {
             data_in: frame.as_ptr() as u64,
             data_out: out.as_mut_ptr() as u64,
             repeat: 1,
-            ctx_size_in: (ctx.len() * 4) as u32,
-            ctx_in: ctx.as_ptr() as u64,
+            ctx_size_in: if ifindex == 0 { 0 } else { (ctx.len() * 4) as u32 },
+            ctx_in: if ifindex == 0 { 0 } else { ctx.as_ptr() as u64 },
             ..Default::default()
         };
         sys_bpf(BPF_PROG_TEST_RUN, &mut attr)?;

@@ -1,0 +1,352 @@
+//! The kernel programs against the workers' Rust, frame by frame, in this
+//! kernel (`BPF_PROG_TEST_RUN`, in a namespace of the test's own):
+//!
+//! - the tc program takes a frame (forwards and consumes it) exactly when
+//!   the workers' parser finds a clean datagram there whose rule the kernel
+//!   carries, and otherwise lets it go on;
+//! - the rings' filter keeps out exactly those frames, and lets in the
+//!   others exactly as the workers' classic filter would;
+//! - what the program makes of a frame for an output is, byte for byte,
+//!   what the workers' rewrite makes of it.
+//!
+//! Frames: valid ones for each rule, and a seeded stream of mutations of
+//! them (any byte of the headers flipped, cut short, lengths changed).
+
+use mcr_bpf::Loaded;
+use mcr_core::bpf::{FilterSpec, ingress_filter, interpret};
+use mcr_core::datapath::{FastTable, Maps};
+use mcr_core::forward::{RxChecksum, parse, rewrite};
+use mcr_core::interfaces::{InterfaceInfo, Interfaces};
+use mcr_core::rule::Rule;
+use mcr_core::snapshot::{SlottedRule, TableSnapshot};
+use mcr_core::stats::StatsLayout;
+use mcr_core::table::{Lookup, MatchTable, OutputKind};
+use mcr_core::wire::{UDP_V4_HEADERS, UdpFrameSpec, write_udp_v4_frame};
+
+const TC_ACT_STOLEN: i32 = 4;
+const TCX_NEXT: i32 = -1;
+
+/// splitmix64.
+fn word(seed: u64, n: u64) -> u64 {
+    let mut x = seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn v4_frame(src: &str, dst: &str, ttl: u8, dscp: u8, payload: usize, seed: u64) -> Vec<u8> {
+    let mut f = vec![0u8; UDP_V4_HEADERS + payload];
+    for (n, b) in f[UDP_V4_HEADERS..].iter_mut().enumerate() {
+        *b = word(seed, n as u64) as u8;
+    }
+    let spec = UdpFrameSpec {
+        dst_mac: [1, 0, 0x5e, 1, 1, 1],
+        src_mac: [2, 0, 0, 0, 0, 1],
+        src: src.parse().expect("src"),
+        dst: dst.parse().expect("dst"),
+        ttl,
+        dscp,
+        ident: seed as u16,
+    };
+    write_udp_v4_frame(&mut f, &spec, payload).expect("fits");
+    f
+}
+
+/// An IPv6 UDP frame with a full checksum.
+fn v6_frame(src: &str, dst: &str, dport: u16, hop: u8, tc: u8, payload: usize, seed: u64) -> Vec<u8> {
+    let src: std::net::Ipv6Addr = src.parse().expect("src");
+    let dst: std::net::Ipv6Addr = dst.parse().expect("dst");
+    let udp_len = 8 + payload;
+    let mut f = vec![0u8; 14 + 40 + udp_len];
+    f[0..6].copy_from_slice(&[0x33, 0x33, 0, 0, 0, 1]);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    f[12..14].copy_from_slice(&[0x86, 0xdd]);
+    let vtf: u32 = (6 << 28) | (u32::from(tc) << 20) | 0x12345;
+    f[14..18].copy_from_slice(&vtf.to_be_bytes());
+    f[18..20].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    f[20] = 17;
+    f[21] = hop;
+    f[22..38].copy_from_slice(&src.octets());
+    f[38..54].copy_from_slice(&dst.octets());
+    f[54..56].copy_from_slice(&40000u16.to_be_bytes());
+    f[56..58].copy_from_slice(&dport.to_be_bytes());
+    f[58..60].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    for (n, b) in f[62..].iter_mut().enumerate() {
+        *b = word(seed, n as u64) as u8;
+    }
+    let sum = |b: &[u8]| -> u32 {
+        b.chunks(2)
+            .map(|c| (u32::from(c[0]) << 8) | u32::from(c.get(1).copied().unwrap_or(0)))
+            .sum()
+    };
+    let mut s = sum(&f[22..54]) + 17 + udp_len as u32 + sum(&f[54..]);
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    let c = !(s as u16);
+    f[60..62].copy_from_slice(&(if c == 0 { 0xffff } else { c }).to_be_bytes());
+    f
+}
+
+/// A mutation of `f`: a header byte changed, the frame cut, or lengths
+/// off by a little.
+fn mutate(f: &[u8], seed: u64) -> Vec<u8> {
+    let mut g = f.to_vec();
+    let r = word(seed, 7);
+    match r % 4 {
+        0 | 1 => {
+            let at = (r >> 8) as usize % g.len().min(64);
+            g[at] ^= 1 + (r >> 32) as u8 % 255;
+        }
+        2 => g.truncate(14 + (r >> 8) as usize % (g.len() - 14)),
+        _ => {
+            // A length field of IPv4 (16), UDP over IPv4 (38), IPv6 (18) or
+            // UDP over IPv6 (58), off by a little either way.
+            let at = [16usize, 38, 18, 58][(r >> 8) as usize % 4];
+            let v = u16::from_be_bytes([g[at], g[at + 1]]);
+            let d = 1 + (r >> 16) as u16 % 9;
+            let v = if r & (1 << 40) == 0 {
+                v.wrapping_add(d)
+            } else {
+                v.wrapping_sub(d)
+            };
+            g[at..at + 2].copy_from_slice(&v.to_be_bytes());
+        }
+    }
+    g
+}
+
+struct Bed {
+    table: MatchTable,
+    fast: FastTable,
+    spec: FilterSpec,
+    ifindex: u32,
+}
+
+fn bed(d0: u32, d1: u32) -> Bed {
+    let iface = |name: &str, index: u32, addrs: &[&str]| InterfaceInfo {
+        name: name.into(),
+        index,
+        mac: [2, 0, 0, 0, 0, index as u8],
+        mtu: 1500,
+        addresses: addrs.iter().map(|a| a.parse().expect("literal")).collect(),
+        ethernet: true,
+        master: None,
+    };
+    let rules = [
+        ("plain", "d0:239.1.1.1:5001", vec!["d1:239.10.1.1:6001"]),
+        (
+            "ttl-dscp",
+            "d0:239.1.1.2:5002",
+            vec!["d1:239.10.1.2:6002,ttl=7,dscp=ef"],
+        ),
+        ("keep", "d0:239.1.1.3:5003", vec!["d1:239.10.1.3:6003,source=keep"]),
+        ("ssm", "d0:232.1.1.1:5004,source=10.0.0.1", vec!["d1:239.10.1.4:6004"]),
+        ("six", "d0:[ff3e::1]:5005", vec!["d1:[ff3e::10]:6005,ttl=3"]),
+        ("unicast-in", "d0:10.0.0.2:5006", vec!["d1:239.10.1.6:6006"]),
+        // The workers': a unicast output.
+        (
+            "slow",
+            "d0:239.1.1.7:5007",
+            vec!["d1:239.10.1.7:6007", "d1:10.0.1.2:7007"],
+        ),
+    ];
+    let snap = TableSnapshot {
+        version: 1,
+        rules: rules
+            .iter()
+            .enumerate()
+            .map(|(i, (name, input, outs))| SlottedRule {
+                rule: Rule {
+                    name: name.to_string(),
+                    input: input.parse().expect("input"),
+                    outputs: outs.iter().map(|o| o.parse().expect("output")).collect(),
+                },
+                slot: i as u32,
+                output_slots: (0..outs.len() as u32).map(|k| 10 * i as u32 + k).collect(),
+            })
+            .collect(),
+        interfaces: Interfaces::new([
+            iface("d0", d0, &["10.0.0.2", "fd00::2"]),
+            iface("d1", d1, &["10.0.1.1", "fd00:1::1"]),
+        ]),
+    };
+    let (table, errors) = MatchTable::compile(&snap);
+    assert!(errors.is_empty(), "{errors:?}");
+    let fast = FastTable::compile(&table, &StatsLayout::new(1), |_| true);
+    assert!(!fast.is_fast(6), "the rule with a unicast output is the workers'");
+    let spec = FilterSpec {
+        unicast: table.unicast_inputs(d0),
+        vlans: table.vlans(d0),
+    };
+    Bed {
+        table,
+        fast,
+        spec,
+        ifindex: d0,
+    }
+}
+
+impl Bed {
+    /// Whether the kernel path takes `f`, as the workers' Rust sees it.
+    fn owned(&self, f: &[u8]) -> bool {
+        if f.get(12..14) == Some(&[0x81, 0x00]) {
+            // A tag left in the frame: only a second one reaches the
+            // program, and that is never clean.
+            return false;
+        }
+        let Ok(d) = parse(f, f.len(), RxChecksum::Unknown, None) else {
+            return false;
+        };
+        if d.dst.is_ipv6() && d.udp_at != 54 {
+            // Extension headers are the workers' to walk.
+            return false;
+        }
+        match self.table.lookup(self.ifindex, d.vlan, d.dst, d.dst_port, d.src) {
+            Lookup::Rule(r) => self.fast.is_fast(r.slot),
+            _ => false,
+        }
+    }
+}
+
+/// Every frame of the run: valid ones and their mutations.
+fn frames() -> Vec<Vec<u8>> {
+    let mut valid = Vec::new();
+    for (i, size) in [64usize, 200, 1024, 1472].into_iter().enumerate() {
+        let seed = i as u64;
+        valid.push(v4_frame("10.0.0.1:40000", "239.1.1.1:5001", 9, 10, size, seed));
+        valid.push(v4_frame("10.0.0.1:40000", "239.1.1.2:5002", 2, 0, size, seed));
+        valid.push(v4_frame("10.0.0.1:40000", "239.1.1.2:5002", 1, 0, size, seed));
+        valid.push(v4_frame("10.0.0.9:40000", "239.1.1.3:5003", 64, 46, size, seed));
+        valid.push(v4_frame("10.0.0.1:40000", "232.1.1.1:5004", 9, 0, size, seed));
+        valid.push(v4_frame("10.0.0.5:40000", "232.1.1.1:5004", 9, 0, size, seed));
+        valid.push(v4_frame("10.0.0.1:40000", "10.0.0.2:5006", 9, 0, size, seed));
+        valid.push(v4_frame("10.0.0.1:40000", "239.1.1.7:5007", 9, 0, size, seed));
+        valid.push(v4_frame("10.0.0.1:40000", "239.1.1.99:5001", 9, 0, size, seed));
+        valid.push(v6_frame("2001:db8::1", "ff3e::1", 5005, 9, 0xb8, size, seed));
+        valid.push(v6_frame("2001:db8::1", "ff3e::1", 5999, 9, 0, size, seed));
+    }
+    let mut all = valid.clone();
+    for n in 0..6000u64 {
+        all.push(mutate(&valid[(word(99, n) % valid.len() as u64) as usize], n));
+    }
+    all
+}
+
+/// Runs the whole comparison in a fresh namespace with two veth ends, d0
+/// (the input) and d1 (the output).
+fn in_namespace<T: Send + 'static>(tag: &str, f: impl FnOnce(u32, u32) -> T + Send + 'static) -> T {
+    let mut tb = mcr_testbed::Testbed::new(tag).expect("test bed");
+    let ns = tb.ns("a").expect("namespace");
+    ns.ip(&["link", "add", "d0", "type", "veth", "peer", "name", "d1"])
+        .expect("veth");
+    ns.link_up("d0").expect("up");
+    ns.link_up("d1").expect("up");
+    let name = ns.name().to_string();
+    std::thread::spawn(move || {
+        mcr_sys::netns::enter(&name).expect("enter the namespace");
+        let d0 = mcr_sys::iface::index("d0").expect("d0");
+        let d1 = mcr_sys::iface::index("d1").expect("d1");
+        f(d0, d1)
+    })
+    .join()
+    .expect("the namespace thread")
+}
+
+fn loaded(b: &Bed) -> Loaded {
+    let layout = StatsLayout::new(1);
+    let l = Loaded::load(layout.len() as u32, 1024).expect("loads");
+    let plan = Maps::new(1024).plan(&b.fast).expect("room");
+    l.write(&plan).expect("maps written");
+    l
+}
+
+#[test]
+fn the_program_takes_exactly_the_frames_the_workers_would_leave_to_it() {
+    let mismatches = in_namespace("bpf-eq-take", |d0, d1| {
+        let b = bed(d0, d1);
+        let l = loaded(&b);
+        let classic = ingress_filter(&b.spec);
+        let mut bad = Vec::new();
+        let (mut owned, mut total, mut short) = (0, 0, 0);
+        for f in frames() {
+            total += 1;
+            let want_owned = b.owned(&f);
+            owned += usize::from(want_owned);
+            // A test run refuses a frame too short for the IP header its
+            // EtherType announces (it reads it): never one to take.
+            let Ok((tc, _)) = l.ingress().test_run(&f, d0) else {
+                let header = if f[12..14] == [0x86, 0xdd] { 54 } else { 34 };
+                assert!(f.len() < header && !want_owned, "{f:02x?}");
+                short += 1;
+                continue;
+            };
+            let want_tc = if want_owned { TC_ACT_STOLEN } else { TCX_NEXT };
+            // A socket filter runs from the network header in a test run:
+            // 14 bytes in front stand for the Ethernet header it skips.
+            let mut shifted = vec![0u8; 14];
+            shifted.extend_from_slice(&f);
+            let (ring, _) = l.ring_filter().test_run(&shifted, d0).expect("test run");
+            let want_ring = !want_owned && interpret(&classic, &f, None, 0x8100) > 0;
+            if tc != want_tc || (ring != 0) != want_ring {
+                bad.push(format!(
+                    "tc {tc} (want {want_tc}), ring {ring} (want {want_ring}) for {:02x?}",
+                    &f[..f.len().min(62)]
+                ));
+            }
+        }
+        assert!(
+            owned > 40 && owned < total,
+            "{owned} of {total} frames are the program's"
+        );
+        assert!(short < total / 10, "{short} of {total} too short to test");
+        bad
+    });
+    assert!(
+        mismatches.is_empty(),
+        "{} mismatches, first: {:#?}",
+        mismatches.len(),
+        &mismatches[..mismatches.len().min(5)]
+    );
+}
+
+#[test]
+fn the_program_rewrites_a_frame_byte_for_byte_as_the_workers_do() {
+    let compared = in_namespace("bpf-eq-rewrite", |d0, d1| {
+        let b = bed(d0, d1);
+        let l = loaded(&b);
+        let mut compared = 0;
+        for f in frames() {
+            if !b.owned(&f) {
+                continue;
+            }
+            let d = parse(&f, f.len(), RxChecksum::Unknown, None).expect("owned frames parse");
+            let Lookup::Rule(r) = b.table.lookup(d0, d.vlan, d.dst, d.dst_port, d.src) else {
+                panic!("an owned frame has a rule")
+            };
+            let OutputKind::Frame(rw) = &r.outputs[0].kind else {
+                panic!("a frame output")
+            };
+            let mut want = vec![0u8; 2048];
+            let (verdict, got) = l.ingress().test_run(&f, d0).expect("test run");
+            assert_eq!(verdict, TC_ACT_STOLEN);
+            match rewrite(&f, &d, rw, &mut want) {
+                Ok(n) => {
+                    assert_eq!(
+                        &got[..],
+                        &want[..n],
+                        "rule {} rewrites {:02x?}",
+                        r.name,
+                        &f[..f.len().min(62)]
+                    );
+                    compared += 1;
+                }
+                // A TTL that would reach 0: the program leaves the frame
+                // as it came (and counts the drop).
+                Err(_) => assert_eq!(got, f),
+            }
+        }
+        compared
+    });
+    assert!(compared > 30, "{compared} frames compared");
+}

@@ -10,8 +10,10 @@
 // TTL or hop limit, DSCP, VLAN tag, checksums updated incrementally) and a
 // clone is handed to the output interface. The frame itself is then
 // consumed, unless a local socket listens on its port (then its headers are
-// put back and it goes on up the stack as if MCR were not there).
-// Everything else goes on untouched (TCX_NEXT).
+// put back and it goes on up the stack as if MCR were not there). A clean
+// datagram of a rule the workers forward is consumed too (their ring took
+// it before this hook), with the same exception. Everything else goes on
+// untouched (TCX_NEXT).
 //
 // `mcr_ring_filter` is the socket filter of the workers' AF_PACKET rings,
 // which see every frame before tc does: it keeps out exactly the frames
@@ -280,11 +282,11 @@ INLINE int parse(struct __sk_buff *skb, struct pkt *p) {
     return 0;
 }
 
-// The fast rule that takes the datagram, if any: the (S,G) entry of its
+// The rule that takes the datagram, if any: the (S,G) entry of its
 // source, else the any-source entry. Every destination has an any-source
 // entry (with RULE_SSM_ONLY when no rule takes any source), so a
 // destination without (S,G) entries costs one lookup.
-INLINE struct rule *owner(struct __sk_buff *skb, struct pkt *p) {
+INLINE struct rule *rule_of(struct __sk_buff *skb, struct pkt *p) {
     struct rule_key k;
     __builtin_memset(&k, 0, sizeof(k));
     k.ifindex = skb->ifindex;
@@ -303,9 +305,13 @@ INLINE struct rule *owner(struct __sk_buff *skb, struct pkt *p) {
         else if (r->flags & RULE_SSM_ONLY)
             return 0;
     }
-    if (r->flags & RULE_FAST)
-        return r;
-    return 0;
+    return r;
+}
+
+// The rule that takes the datagram if this data path forwards it.
+INLINE struct rule *owner(struct __sk_buff *skb, struct pkt *p) {
+    struct rule *r = rule_of(skb, p);
+    return r && (r->flags & RULE_FAST) ? r : 0;
 }
 
 // ---- the ring filter --------------------------------------------------
@@ -516,9 +522,15 @@ int mcr_ingress(struct __sk_buff *skb) {
     struct pkt p;
     if (!parse(skb, &p))
         return TCX_NEXT;
-    struct rule *r = owner(skb, &p);
+    struct rule *r = rule_of(skb, &p);
     if (!r)
         return TCX_NEXT;
+    if (!(r->flags & RULE_FAST)) {
+        // A rule the workers forward: their ring took the frame already
+        // (the taps come before this hook), and the host's stack has no use
+        // for it, unless a socket of the host listens on its port.
+        return listened(skb, &p) ? TCX_NEXT : TC_ACT_STOLEN;
+    }
     __u32 rule_counters = r->counters, first = r->first, nout = r->count;
     __u32 payload = p.udp_len - UDP_LEN;
     count(C_RX_FRAMES, 1);

@@ -14,6 +14,8 @@ use crate::{Error, Finished, Ns, Proc, Result, Signal, bin, command};
 pub struct Relay {
     proc: Proc,
     socket: PathBuf,
+    /// Where its `mcrd` and `mcrctl` are, if not with the workspace's.
+    bin_dir: Option<PathBuf>,
 }
 
 /// What `mcrctl` did: its exit code and output.
@@ -52,8 +54,35 @@ impl Relay {
     /// [`Relay::start_with_env`] with `mcrd` run by `wrapper` (a program and
     /// its arguments, e.g. `setpriv` to start it as another user).
     pub fn start_wrapped(ns: &Ns, wrapper: &[&str], args: &[&str], env: &[(&str, &str)]) -> Result<Relay> {
+        Relay::launch(ns, wrapper, args, env, None)
+    }
+
+    /// [`Relay::start`] with the `mcrd` and `mcrctl` of `dir` (another
+    /// build, to compare with this one).
+    pub fn start_from(dir: &std::path::Path, ns: &Ns, args: &[&str]) -> Result<Relay> {
+        Relay::launch(ns, &[], args, &[], Some(dir.to_path_buf()))
+    }
+
+    fn program(bin_dir: Option<&std::path::Path>, name: &str) -> Result<PathBuf> {
+        match bin_dir {
+            Some(d) if d.join(name).is_file() => Ok(d.join(name)),
+            Some(d) => Err(Error::MissingBinary {
+                name: name.to_string(),
+                path: d.join(name).display().to_string(),
+            }),
+            None => bin(name),
+        }
+    }
+
+    fn launch(
+        ns: &Ns,
+        wrapper: &[&str],
+        args: &[&str],
+        env: &[(&str, &str)],
+        bin_dir: Option<PathBuf>,
+    ) -> Result<Relay> {
         let socket = PathBuf::from(format!("/tmp/{}.sock", ns.name()));
-        let mcrd = bin("mcrd")?;
+        let mcrd = Relay::program(bin_dir.as_deref(), "mcrd")?;
         let mut cmd = match wrapper.split_first() {
             Some((program, rest)) => {
                 let mut c = ns.command(program);
@@ -67,6 +96,7 @@ impl Relay {
         let mut relay = Relay {
             proc: ns.spawn(cmd)?,
             socket,
+            bin_dir,
         };
         let start = Instant::now();
         loop {
@@ -103,7 +133,7 @@ impl Relay {
     /// Runs `mcrctl --socket SOCKET ARGS...` (from the host: the socket is
     /// a file) and returns what it did.
     pub fn ctl(&self, args: &[&str]) -> Result<CtlOutput> {
-        let mut cmd = std::process::Command::new(bin("mcrctl")?);
+        let mut cmd = std::process::Command::new(Relay::program(self.bin_dir.as_deref(), "mcrctl")?);
         cmd.arg("--socket").arg(&self.socket).args(args);
         let out = cmd.output().map_err(|source| Error::Spawn {
             program: command::describe(&cmd),

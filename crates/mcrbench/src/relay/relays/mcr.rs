@@ -9,13 +9,29 @@ use crate::relay::topo::Site;
 
 pub struct Mcr {
     args: Vec<String>,
+    /// `--bin-dir DIR`: the `mcrd` and `mcrctl` of another build.
+    bin_dir: Option<std::path::PathBuf>,
     daemons: Vec<Mcrd>,
 }
 
 impl Mcr {
+    /// MCR with `args` for `mcrd`; `--bin-dir DIR` among them (not passed
+    /// on) runs the `mcrd` and `mcrctl` found in DIR instead of this
+    /// build's.
     pub fn new(args: Vec<String>) -> Self {
+        let mut rest = Vec::new();
+        let mut bin_dir = None;
+        let mut it = args.into_iter();
+        while let Some(a) = it.next() {
+            if a == "--bin-dir" {
+                bin_dir = it.next().map(std::path::PathBuf::from);
+            } else {
+                rest.push(a);
+            }
+        }
         Mcr {
-            args,
+            args: rest,
+            bin_dir,
             daemons: Vec::new(),
         }
     }
@@ -27,7 +43,11 @@ impl Relay for Mcr {
     }
 
     fn missing(&self) -> Option<String> {
-        mcr_testbed::bin("mcrd").err().map(|e| e.to_string())
+        match &self.bin_dir {
+            Some(d) => (!d.join("mcrd").is_file() || !d.join("mcrctl").is_file())
+                .then(|| format!("no mcrd and mcrctl in {}", d.display())),
+            None => mcr_testbed::bin("mcrd").err().map(|e| e.to_string()),
+        }
     }
 
     fn start(&mut self, sites: &[Site], cpu: usize) -> anyhow::Result<()> {
@@ -35,7 +55,10 @@ impl Relay for Mcr {
         for site in sites {
             let mut args: Vec<&str> = vec!["--cpus", &cpus];
             args.extend(self.args.iter().map(String::as_str));
-            let d = Mcrd::start(&site.ns, &args)?;
+            let d = match &self.bin_dir {
+                Some(dir) => Mcrd::start_from(dir, &site.ns, &args)?,
+                None => Mcrd::start(&site.ns, &args)?,
+            };
             for (i, f) in site.forwards.iter().enumerate() {
                 let input = format!("{}:{}", f.in_if, f.input);
                 let mut a: Vec<String> = vec!["add".into(), format!("s{i}"), "--input".into(), input];

@@ -307,6 +307,7 @@ fn the_program_takes_exactly_the_frames_the_workers_would_leave_to_it() {
             "{owned} of {total} frames are the program's"
         );
         assert!(short < total / 10, "{short} of {total} too short to test");
+        assert!(slow > 4, "{slow} clean frames of the workers' rule");
         bad
     });
     assert!(

@@ -1,10 +1,9 @@
 //! The kernel programs against the workers' Rust, frame by frame, in this
 //! kernel (`BPF_PROG_TEST_RUN`, in a namespace of the test's own):
 //!
-//! - the tc program forwards a frame exactly when the workers' parser finds
-//!   a clean datagram there whose rule the kernel carries, consumes it
-//!   (forwarded, or a rule the workers forward) exactly when a rule takes
-//!   the clean datagram, and otherwise lets it go on;
+//! - the tc program takes a frame (forwards and consumes it) exactly when
+//!   the workers' parser finds a clean datagram there whose rule the kernel
+//!   carries, and otherwise lets it go on;
 //! - the rings' filter keeps out exactly those frames, and lets in the
 //!   others exactly as the workers' classic filter would;
 //! - what the program makes of a frame for an output is, byte for byte,
@@ -288,7 +287,7 @@ fn the_program_takes_exactly_the_frames_the_workers_would_leave_to_it() {
                 short += 1;
                 continue;
             };
-            let want_tc = if want_taken { TC_ACT_STOLEN } else { TCX_NEXT };
+            let want_tc = if want_owned { TC_ACT_STOLEN } else { TCX_NEXT };
             // A socket filter runs from the network header in a test run:
             // 14 bytes in front stand for the Ethernet header it skips.
             let mut shifted = vec![0u8; 14];

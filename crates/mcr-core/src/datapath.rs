@@ -331,11 +331,15 @@ impl FastTable {
         t
     }
 
-    /// The input interfaces of every rule: those to attach the program to
-    /// (it forwards the rules it carries, and spares the host's stack the
-    /// datagrams of the others, which the workers' rings have taken).
-    pub fn wanted_interfaces(table: &MatchTable) -> BTreeSet<u32> {
-        table.input_interfaces().into_iter().collect()
+    /// The input interfaces of rules the kernel would carry if they had the
+    /// program: those to attach it to.
+    pub fn wanted_interfaces(table: &MatchTable, layout: &StatsLayout) -> BTreeSet<u32> {
+        let t = FastTable::compile(table, layout, |_| true);
+        t.keys
+            .iter()
+            .filter(|(_, target)| matches!(target, Target::Rule { slot, .. } if t.is_fast(*slot)))
+            .map(|(k, _)| k.ifindex)
+            .collect()
     }
 
     /// Whether the kernel carries the rule in `slot`.

@@ -66,7 +66,7 @@ impl Datapath {
         // A link to an interface that is gone was closed by the kernel; one
         // that comes back (under a new index) gets a new one.
         self.links.retain(|i, _| ifs.by_index(*i).is_some());
-        let wanted = FastTable::wanted_interfaces(table);
+        let wanted = FastTable::wanted_interfaces(table, layout);
         for &ifindex in &wanted {
             if self.links.contains_key(&ifindex) {
                 continue;
@@ -108,8 +108,8 @@ impl Datapath {
                 problems.push(why);
             }
         }
-        // Interfaces no rule uses any more: detach, now that no key sends
-        // their frames to the program.
+        // Interfaces that no longer carry a fast rule: detach, now that no
+        // key sends their frames to the program.
         self.links.retain(|i, _| wanted.contains(i));
         self.refused.retain(|i, _| wanted.contains(i));
         problems

@@ -1,7 +1,8 @@
 //! Just enough of ELF to read a BPF object that clang compiled: its
-//! programs (one per section), the map definitions in its `maps` section,
-//! and the relocations that point instructions at those maps. Safe code
-//! over a byte slice: a malformed object is an error, never a panic.
+//! programs (one per section, every function they use inlined), the map
+//! definitions in its `maps` section, and the relocations that point
+//! instructions at those maps. Safe code over a byte slice: a malformed
+//! object is an error, never a panic.
 
 use std::collections::BTreeMap;
 
@@ -183,6 +184,12 @@ pub fn parse(file: &[u8]) -> Result<ElfObject, ElfError> {
     let mut programs = Vec::new();
     for (name, _, shndx, _) in symbols.iter().filter(|s| s.1 == STT_FUNC) {
         let sec = sections.get(*shndx).ok_or(ElfError::Short("program section"))?;
+        // A program has a section of its own; a function left in `.text`
+        // is a helper the compiler did not inline, which is refused below
+        // when a program calls it (calls are not relocated here).
+        if sec.name == ".text" {
+            continue;
+        }
         let mut map_refs = Vec::new();
         for rel in sections
             .iter()

@@ -35,7 +35,7 @@ enum Command {
     /// Measure `mcrgen send`: its highest rate and its pacing accuracy.
     Generator(generator::Args),
     /// Measure relays on the chain topology: loss, latency, CPU per packet.
-    Relay(relay::Args),
+    Relay(Box<relay::Args>),
     /// Run MCR for a long time with many streams while rules churn: the
     /// untouched streams must lose nothing, memory and descriptors must not
     /// grow.

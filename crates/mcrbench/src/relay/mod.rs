@@ -61,6 +61,13 @@ pub struct Args {
     /// fanout: the output counts.
     #[arg(long, value_delimiter = ',')]
     outputs: Vec<usize>,
+    /// fanout: the input rates, packets per second [default: 1000,20000].
+    #[arg(long, value_delimiter = ',')]
+    fanout_rates: Vec<u64>,
+    /// streams, high-density, fanout: how long each run sends, in seconds
+    /// [default: 5].
+    #[arg(long)]
+    seconds: Option<u64>,
     /// Counted runs per point.
     #[arg(long, default_value_t = 3)]
     runs: usize,
@@ -205,6 +212,12 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
     }
     if !a.outputs.is_empty() {
         params.fanouts = a.outputs.clone();
+    }
+    if !a.fanout_rates.is_empty() {
+        params.fanout_rates = a.fanout_rates.clone();
+    }
+    if let Some(s) = a.seconds {
+        params.seconds = s.max(1);
     }
     let scenarios: Vec<String> = if a.scenario.is_empty() {
         scenario::ALL.iter().map(|s| s.to_string()).collect()

@@ -213,7 +213,12 @@ impl RxRing {
         };
         crate::check(rc)?;
         if let Some(group) = fanout {
-            let arg: u32 = u32::from(group) | ((libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG) << 16);
+            // Without PACKET_FANOUT_FLAG_DEFRAG: MCR forwards no fragment
+            // (each is counted `fragment`), so reassembling them first
+            // would only make a datagram too big for the ring's frames
+            // and count it `truncated` instead. A datagram's fragments
+            // share their addresses, hence their hash and their worker.
+            let arg: u32 = u32::from(group) | (libc::PACKET_FANOUT_HASH << 16);
             setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)?;
         }
         let ring = RxRing { map, cursor, fd };

@@ -58,8 +58,18 @@ fn send_counted(
 ) {
     let mut off = 0;
     let mut skips = 0;
+    let mut icmp_reports = 0;
     while off < n {
         match attempt(off) {
+            // An ICMP error about an earlier datagram (host or port
+            // unreachable, reported by the host it went to) fails the next
+            // send on the socket once, without sending it. That earlier
+            // datagram left MCR and was counted sent; this one was not
+            // sent: send it again, counting nothing for the report (at most
+            // once per message, so reports cannot keep a batch going).
+            Err(e) if icmp_reports < n && matches!(e.raw_os_error(), Some(libc::ECONNREFUSED | libc::EHOSTUNREACH)) => {
+                icmp_reports += 1;
+            }
             Ok(0) => {
                 for &o in &outputs[off..n] {
                     counts.output(o, OutputCounter::SendError, 1);
@@ -258,20 +268,7 @@ impl UdpSlab {
                 }
                 let n = chunk.len();
                 let fd = s.sock.as_fd();
-                let mut icmp_retried = false;
-                send_counted(n, &outputs, &bytes, counts, |off| {
-                    match send_batch(fd, &msgs[off..n], true) {
-                        // An ICMP error about an earlier datagram (host or
-                        // port unreachable) fails the next send once: count
-                        // it against that output and try again.
-                        Err(e) if !icmp_retried && matches!(e.raw_os_error(), Some(111 | 113)) => {
-                            icmp_retried = true;
-                            counts.output(outputs[off], OutputCounter::SendError, 1);
-                            Err(io::Error::from(io::ErrorKind::Interrupted))
-                        }
-                        r => r,
-                    }
-                });
+                send_counted(n, &outputs, &bytes, counts, |off| send_batch(fd, &msgs[off..n], true));
             }
             s.pending.clear();
         }
@@ -356,6 +353,33 @@ mod tests {
         assert_eq!(total(&b, OutputCounter::QueueFull), 64);
         assert_eq!(total(&b, OutputCounter::Packets), 0);
         assert_eq!(calls, QUEUE_FULL_SKIPS + 1);
+    }
+
+    #[test]
+    fn an_icmp_report_of_an_earlier_datagram_costs_no_message_and_counts_once() {
+        // The report fails the call that meets it once, sending nothing;
+        // the message is sent by the next call and counted sent, only.
+        let b = Bench::new();
+        let outputs: Vec<u32> = (0..64).map(|i| i % 2).collect();
+        let bytes = vec![100u32; 64];
+        let (mut calls, mut reported) = (0, Vec::new());
+        send_counted(64, &outputs, &bytes, &b.counts(), |off| {
+            calls += 1;
+            if (off == 5 || off == 40) && !reported.contains(&off) {
+                reported.push(off);
+                return Err(io::Error::from_raw_os_error(libc::ECONNREFUSED));
+            }
+            let end = [5, 40, 64].into_iter().find(|&e| e > off).unwrap_or(64);
+            Ok(end - off)
+        });
+        assert_eq!(total(&b, OutputCounter::Packets), 64);
+        assert_eq!(total(&b, OutputCounter::SendError), 0);
+        assert_eq!(total(&b, OutputCounter::Bytes), 6400);
+        assert_eq!(calls, 5);
+        // Reports without end are bounded: then the rest is a send error.
+        let (b, calls) = run(8, |_| Some(libc::EHOSTUNREACH));
+        assert_eq!(total(&b, OutputCounter::SendError), 8);
+        assert_eq!(calls, 9);
     }
 
     #[test]

@@ -26,9 +26,11 @@ impl SharedCounters {
     /// Creates `len` zeroed counters in a new memfd called `name`.
     pub fn create(name: &str, len: usize) -> io::Result<SharedCounters> {
         let cname = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
-        // SAFETY: `cname` is a valid C string for the call; the flag asks
-        // for close-on-exec (children get it by an explicit dup2).
-        let raw = crate::check(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) })?;
+        // SAFETY: `cname` is a valid C string for the call; the flags ask
+        // for close-on-exec (children get it by an explicit dup2) and for
+        // seals, added below.
+        let raw =
+            crate::check(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) })?;
         // SAFETY: `raw` is a freshly created fd that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let bytes = len
@@ -36,6 +38,18 @@ impl SharedCounters {
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "too many counters"))?;
         // SAFETY: ftruncate on our own fd; a memfd grows zero-filled.
         crate::check(unsafe { libc::ftruncate(fd.as_raw_fd(), bytes as libc::off_t) })?;
+        // The size is sealed: a process that holds the fd (a worker gone
+        // wrong) cannot shrink the memory under the supervisor's mapping,
+        // which would kill it with SIGBUS at its next read, nor grow it,
+        // nor lift the seals.
+        // SAFETY: fcntl on our own fd with integer arguments only.
+        crate::check(unsafe {
+            libc::fcntl(
+                fd.as_raw_fd(),
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+            )
+        })?;
         Self::map(fd, len)
     }
 
@@ -121,5 +135,18 @@ mod tests {
         assert_eq!(a.get(1000), 0, "out of range is ignored");
         let dup = a.as_fd().try_clone_to_owned().expect("dup");
         assert!(SharedCounters::open(dup, 2000).is_err(), "a shorter file is refused");
+    }
+
+    #[test]
+    fn whoever_holds_the_fd_cannot_resize_the_memory() {
+        let a = SharedCounters::create("mcr-test", 1000).expect("memfd");
+        let f = std::fs::File::from(a.as_fd().try_clone_to_owned().expect("dup"));
+        let shrink = f.set_len(0).expect_err("shrinking is sealed");
+        assert_eq!(shrink.raw_os_error(), Some(libc::EPERM), "{shrink}");
+        let grow = f.set_len(1 << 20).expect_err("growing is sealed");
+        assert_eq!(grow.raw_os_error(), Some(libc::EPERM), "{grow}");
+        assert_eq!(f.metadata().expect("stat").len(), 8000);
+        a.add(999, 3);
+        assert_eq!(a.get(999), 3, "the mapping still works");
     }
 }

@@ -271,14 +271,26 @@ fn worker_drops(relay: &Relay) -> std::collections::BTreeMap<String, u64> {
 
 #[test]
 fn hostile_frames_are_counted_by_reason_and_the_valid_streams_lose_nothing() {
+    hostile_frames("relay-hostile", &[]);
+}
+
+/// With two workers sharing the input by the kernel's fanout hash, each
+/// bad frame is still counted once by its reason (fragments as
+/// `fragment`: the fanout does not reassemble them first).
+#[test]
+fn hostile_frames_are_counted_by_reason_across_two_workers() {
+    hostile_frames("relay-hostile2", &["--workers", "2", "--datapath", "packet"]);
+}
+
+fn hostile_frames(name: &str, args: &[&str]) {
     use mcr_core::forward::{RxChecksum, parse};
     use mcrgen::hostile::{Kind, frame};
     const N: u64 = 15_000;
     const PER_KIND: u64 = 3000;
     const SEED: u64 = 7;
     let _lock = traffic_lock().expect("lock");
-    let c = Chain::new("relay-hostile").expect("chain");
-    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    let c = Chain::new(name).expect("chain");
+    let relay = Relay::start(&c.relay, args).expect("mcrd");
     for i in 1..=2 {
         relay
             .ctl_ok(&[

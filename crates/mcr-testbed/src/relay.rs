@@ -98,6 +98,10 @@ impl Relay {
             socket,
             bin_dir,
         };
+        // Ready as mcrd means it: it answers its control socket only once
+        // every worker runs the initial table, rings open and filters
+        // attached (as it tells systemd READY=1). Nothing more is waited
+        // for, so the tests see what a user who sends at once sees.
         let start = Instant::now();
         loop {
             if relay.ctl(&["version"])?.code == Some(0) {

@@ -206,18 +206,7 @@ fn hostile_clients_get_errors_or_are_disconnected_while_forwarding_goes_on() {
     relay
         .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("add");
-    let rx = mcr_testbed::traffic::Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1:6001",
-            "-i",
-            Chain::SINK_IF,
-            "--expect",
-            &N.to_string(),
-        ],
-    )
-    .expect("recv");
+    let rx = c.expect_at_sink("239.10.1.1:6001", N, &[]).expect("recv");
     let gen_ns = c.generator.clone();
     let sender = std::thread::spawn(move || {
         mcr_testbed::traffic::send(

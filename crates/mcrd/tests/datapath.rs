@@ -329,20 +329,9 @@ fn the_packet_datapath_forwards_every_rule_with_the_workers_and_loads_no_program
         .add_rule("a", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("rule added");
     assert_eq!(programs_on(&c.relay, Chain::RELAY_IN_IF), 0);
-    let rx = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1:6001",
-            "-i",
-            Chain::SINK_IF,
-            "--expect",
-            "10000",
-            "--via",
-            "ring",
-        ],
-    )
-    .expect("recv");
+    let rx = c
+        .expect_at_sink("239.10.1.1:6001", 10_000, &["--via", "ring"])
+        .expect("recv");
     send(
         &c.generator,
         &[

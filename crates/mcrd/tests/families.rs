@@ -89,10 +89,9 @@ fn complete(rx: Receiver, relay: &Relay) -> Received {
 /// `expect` packets carrying stream ids `ids` (`--ids`), each once, in
 /// order, intact; `extra` are more options.
 fn expect_at(c: &Chain, streams: &str, ids: &str, expect: u64, extra: &[&str]) -> Receiver {
-    let n = expect.to_string();
-    let mut args = vec!["-s", streams, "-i", Chain::SINK_IF, "--ids", ids, "--expect", &n];
+    let mut args = vec!["--ids", ids];
     args.extend_from_slice(extra);
-    Receiver::start(&c.sink, &args).expect("recv")
+    c.expect_at_sink(streams, expect, &args).expect("recv")
 }
 
 fn worker_drops(relay: &Relay, reason: &str) -> u64 {

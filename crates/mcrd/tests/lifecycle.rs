@@ -349,3 +349,61 @@ fn a_worker_that_keeps_dying_is_restarted_ever_more_slowly() {
     // The supervisor is still there and answers.
     relay.ctl_ok(&["version"]).expect("version");
 }
+
+/// mcrd answers (and tells systemd it is ready) only once every worker
+/// runs the rules of its config file, rings open and filters attached: a
+/// stream sent the moment it answers loses nothing, start after start, on
+/// both data paths and with two workers sharing the input.
+#[test]
+fn a_stream_sent_the_moment_mcrd_answers_loses_nothing_start_after_start() {
+    const STARTS: usize = 50;
+    const N: u64 = 400;
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("relay-starts").expect("chain");
+    let dir = mcr_testbed::TempDir::new("relay-starts").expect("dir");
+    let config = dir
+        .file(
+            "mcrd.toml",
+            "[daemon]\nworkers = 2\n\n[[rule]]\nname = \"feed\"\ninput = \"veth1:239.1.1.1:5001\"\noutputs = [\"veth2:239.10.1.1:6001\"]\n",
+        )
+        .expect("config");
+    let config = config.to_str().expect("utf-8");
+    for start in 0..STARTS {
+        let rx = c
+            .expect_at_sink("239.10.1.1:6001", N, &["--idle-timeout", "2s"])
+            .expect("recv");
+        let datapath = if start % 2 == 0 { "ebpf" } else { "packet" };
+        // Relay::start returns the moment mcrd answers `version`.
+        let relay = Relay::start(&c.relay, &["--config", config, "--datapath", datapath]).expect("mcrd");
+        let sent = send(
+            &c.generator,
+            &[
+                "-s",
+                "239.1.1.1:5001",
+                "-i",
+                Chain::GEN_IF,
+                "--count",
+                &N.to_string(),
+                "--rate",
+                "5k",
+            ],
+            MINUTES,
+        )
+        .expect("send");
+        assert_eq!(sent.packets, N);
+        let got = rx.finish(MINUTES).expect("recv done");
+        let Some(s) = got.report.streams.first() else {
+            panic!(
+                "start {start} ({datapath}): nothing arrived\nrelay log:\n{}",
+                relay.log()
+            );
+        };
+        assert!(
+            s.problems(Some(N)).is_empty() && s.received == N,
+            "start {start} ({datapath}): {:?}\nrelay log:\n{}",
+            s.problems(Some(N)),
+            relay.log()
+        );
+        relay.stop().expect("stopped");
+    }
+}

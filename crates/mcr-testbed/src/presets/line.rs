@@ -150,6 +150,16 @@ impl Chain {
         self.sink.route(&["fd00::/64", "via", Self::RELAY_OUT_ADDR6])
     }
 
+    /// Starts `mcrgen recv` at the sink for `streams`, expecting `n`
+    /// packets in all; `extra` are more of its options (`--via ring`,
+    /// `--ids`, `--idle-timeout`).
+    pub fn expect_at_sink(&self, streams: &str, n: u64, extra: &[&str]) -> Result<crate::traffic::Receiver> {
+        let n = n.to_string();
+        let mut args = vec!["-s", streams, "-i", Self::SINK_IF, "--expect", &n];
+        args.extend_from_slice(extra);
+        crate::traffic::Receiver::start(&self.sink, &args)
+    }
+
     /// Builds the chain.
     pub fn new(tag: &str) -> Result<Chain> {
         let Pipeline {

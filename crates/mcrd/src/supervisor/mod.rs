@@ -183,6 +183,10 @@ fn claim_of(rule: &Rule, interfaces: &Interfaces) -> Option<Claim> {
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
+/// How long a start waits for every worker to run the initial table
+/// before serving anyway.
+const WORKERS_READY_LIMIT: Duration = Duration::from_secs(10);
+
 pub fn run(opts: Options) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -244,6 +248,11 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
     for i in 0..sup.workers.len() {
         sup.start_worker(i);
     }
+    // Ready (control requests answered, systemd told) only once every
+    // worker runs the initial table with its rings open and filters
+    // attached: a frame that arrives before that reaches no ring. Clients
+    // that connect meanwhile wait in the socket's backlog.
+    sup.wait_for_workers(&mut events_rx).await;
     let (calls_tx, mut calls_rx) = mpsc::channel::<control::Call>(64);
     if let Some(l) = metrics {
         tokio::spawn(metrics::serve(l, calls_tx.clone()));
@@ -408,6 +417,35 @@ impl Supervisor {
         }
     }
 
+    /// Handles the workers' events until every worker runs the current
+    /// table, or [`WORKERS_READY_LIMIT`] has passed (then says which do
+    /// not, and goes on: `mcrctl workers` shows them).
+    async fn wait_for_workers(&mut self, events: &mut mpsc::UnboundedReceiver<WorkerEvent>) {
+        let deadline = tokio::time::Instant::now() + WORKERS_READY_LIMIT;
+        let version = self.rules.version();
+        let waiting = |sup: &Supervisor| -> Vec<usize> {
+            sup.workers
+                .iter()
+                .filter(|w| !(w.state == State::Running && w.applied >= version))
+                .map(|w| w.index)
+                .collect()
+        };
+        while !waiting(self).is_empty() {
+            match tokio::time::timeout_at(deadline, events.recv()).await {
+                Ok(Some(ev)) => self.on_worker(ev),
+                Ok(None) => return,
+                Err(_) => {
+                    tracing::warn!(
+                        "worker(s) {:?} do not run the rules {:?} after start; serving anyway (see mcrctl workers)",
+                        waiting(self),
+                        WORKERS_READY_LIMIT
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
     /// The lowest table version every live worker runs.
     fn acked(&self) -> u64 {
         self.workers
@@ -517,6 +555,7 @@ impl Supervisor {
             Request::Stats {} => Reply::Stats(Box::new(self.stats_report())),
             Request::Reload {} => return self.reload(reply_to),
             Request::Save { to } => self.save(to),
+            Request::Config {} => self.config_text(),
             // The connection serves `watch` itself with `stats` requests.
             Request::Watch { .. } => Reply::Error {
                 error: ControlError::new(ErrorKind::BadRequest, "watch is answered by the connection"),

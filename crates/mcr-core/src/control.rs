@@ -53,10 +53,13 @@ pub enum Request {
     Reload {},
     /// Write the running rules to a config file.
     Save {
-        /// Where (an absolute path); the daemon's own config file if absent.
+        /// Where (an absolute path in the directory of the daemon's config
+        /// file); the daemon's own config file if absent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         to: Option<PathBuf>,
     },
+    /// The text `save` would write, written nowhere.
+    Config {},
     /// A `stats` reply every `interval_ms` (default 1000) until the client
     /// sends anything or closes.
     Watch {
@@ -155,6 +158,14 @@ pub enum Reply {
     Saved {
         /// The file written.
         path: PathBuf,
+        /// How many rules it holds.
+        rules: usize,
+    },
+    /// To `config`.
+    Config {
+        /// The running rules, with the config file's `[daemon]` settings,
+        /// as a config file.
+        text: String,
         /// How many rules it holds.
         rules: usize,
     },

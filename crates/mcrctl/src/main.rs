@@ -72,11 +72,17 @@ enum Command {
     /// nothing (the mistake is printed with its line and column).
     Reload,
     /// Write the running rules, with the config file's [daemon] settings,
-    /// to the daemon's config file (or to --to) atomically.
+    /// to the daemon's config file (or to --to, in the same directory)
+    /// atomically; with --print, to standard output instead.
     Save {
-        /// Where to write instead of the daemon's config file.
-        #[arg(long, value_name = "PATH")]
+        /// Where to write instead of the daemon's config file: a file in
+        /// the config file's directory (the daemon writes nowhere else).
+        #[arg(long, value_name = "PATH", conflicts_with = "print")]
         to: Option<PathBuf>,
+        /// Print the file instead of writing it (`mcrctl save --print >
+        /// FILE` writes it anywhere you may write).
+        #[arg(long)]
+        print: bool,
     },
     /// A live view of every rule and output (rates, drops, state),
     /// refreshed every second; with --json, one stats object per line.
@@ -121,7 +127,8 @@ fn main() -> ExitCode {
         }
         Command::Watch { interval, count } => return watch(&cli.socket, cli.json, interval, count),
         Command::Reload => Request::Reload {},
-        Command::Save { to } => Request::Save {
+        Command::Save { print: true, .. } => Request::Config {},
+        Command::Save { to, print: false } => Request::Save {
             // The daemon has its own working directory: send it a full path.
             to: to.map(|p| std::path::absolute(&p).unwrap_or(p)),
         },

@@ -150,6 +150,7 @@ pub fn render(r: &Reply) -> String {
                 let _ = writeln!(o, "  problem: {p}");
             }
         }
+        Reply::Config { text, .. } => o.push_str(text),
         Reply::Saved { path, rules } => {
             let _ = writeln!(o, "saved {rules} rule(s) to {}", path.display());
         }

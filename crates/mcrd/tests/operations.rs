@@ -446,15 +446,102 @@ fn saving_and_loading_gives_back_exactly_the_running_rules() {
         "{reply:?}"
     );
     again.stop().expect("stopped");
-    // Without a config file there is nowhere to save by default.
+    // Without a config file there is nowhere mcrd may save; it prints.
     let bare = Relay::start(&c.relay, &[]).expect("mcrd without config");
     let out = bare.ctl(&["save"]).expect("save");
     assert_eq!(out.code, Some(1));
-    assert!(out.stderr.contains("--to PATH"), "{}", out.stderr);
+    assert!(out.stderr.contains("save --print"), "{}", out.stderr);
+    let out = bare
+        .ctl(&["save", "--to", other.to_str().expect("utf-8")])
+        .expect("save --to");
+    assert_eq!(out.code, Some(1), "{out:?}");
+    bare.add_rule("only", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
+        .expect("add");
+    let out = bare.ctl(&["save", "--print"]).expect("save --print");
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let printed = mcr_core::config::Config::parse(&out.stdout).expect("the printed file parses");
+    assert_eq!(
+        printed.rules,
+        bare.rules()
+            .expect("list")
+            .into_iter()
+            .map(|r| r.rule)
+            .collect::<Vec<_>>()
+    );
     let out = bare.ctl(&["reload"]).expect("reload");
     assert_eq!(out.code, Some(1));
     assert!(out.stderr.contains("without a config file"), "{}", out.stderr);
     bare.stop().expect("stopped");
+}
+
+#[test]
+fn saving_writes_only_in_the_config_files_directory_and_never_through_a_link() {
+    let c = Chain::new("ops-confine").expect("chain");
+    let dir = TempDir::new("ops-confine").expect("temp dir");
+    let elsewhere = TempDir::new("ops-confine-else").expect("temp dir");
+    let path = dir.file("mcrd.toml", "[daemon]\nworkers = 1\n").expect("write file");
+    let victim = elsewhere.file("victim", "keep\n").expect("victim");
+    let relay = Relay::start(&c.relay, &["--config", path.to_str().expect("utf-8")]).expect("mcrd");
+    relay
+        .add_rule("a", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
+        .expect("add");
+    let before = std::fs::read_to_string(&path).expect("config");
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("link")).expect("dir link");
+    let outside = [
+        elsewhere.path().join("copy.toml"),
+        dir.path()
+            .join("..")
+            .join(elsewhere.path().file_name().expect("name"))
+            .join("copy.toml"),
+        dir.path().join("link").join("copy.toml"),
+        victim.clone(),
+        std::path::PathBuf::from("/etc/mcr-test-never-written.toml"),
+    ];
+    for to in &outside {
+        let out = relay
+            .ctl(&["save", "--to", to.to_str().expect("utf-8")])
+            .expect("save --to");
+        assert_eq!(out.code, Some(1), "{} must be refused: {out:?}", to.display());
+        assert!(out.stderr.contains("saves only in"), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("save --print"),
+            "the message says what to do: {}",
+            out.stderr
+        );
+    }
+    assert!(!elsewhere.path().join("copy.toml").exists(), "nothing written outside");
+    assert!(!std::path::Path::new("/etc/mcr-test-never-written.toml").exists());
+    // A link planted where the temporary file goes is neither followed nor
+    // replaced: the save is refused and says why.
+    let tmp = dir.path().join(format!(".mcrd.toml.{}.tmp", relay.pid()));
+    std::os::unix::fs::symlink(&victim, &tmp).expect("planted link");
+    let out = relay.ctl(&["save"]).expect("save");
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("in the way"), "{}", out.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "keep\n",
+        "the link's target is untouched"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("config"),
+        before,
+        "the config file is untouched"
+    );
+    assert!(std::fs::symlink_metadata(&tmp).expect("link").file_type().is_symlink());
+    // With the link gone, the same save works, and a copy beside the file.
+    std::fs::remove_file(&tmp).expect("remove link");
+    relay.ctl_ok(&["save"]).expect("save");
+    relay
+        .ctl_ok(&["save", "--to", dir.path().join("copy.toml").to_str().expect("utf-8")])
+        .expect("save --to beside");
+    let saved = std::fs::read_to_string(&path).expect("config");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("copy.toml")).expect("copy"),
+        saved
+    );
+    assert_eq!(mcr_core::config::Config::parse(&saved).expect("parses").rules.len(), 1);
+    relay.stop().expect("stopped");
 }
 
 /// `GET /metrics` from inside `ns` (the daemon listens on its loopback).
@@ -492,18 +579,7 @@ fn metrics_pass_promtool_and_match_stats_and_what_was_received() {
     relay
         .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("add");
-    let rx = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1:6001",
-            "-i",
-            Chain::SINK_IF,
-            "--expect",
-            &N.to_string(),
-        ],
-    )
-    .expect("recv");
+    let rx = c.expect_at_sink("239.10.1.1:6001", N, &[]).expect("recv");
     send(
         &c.generator,
         &[

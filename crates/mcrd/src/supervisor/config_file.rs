@@ -43,14 +43,32 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
         .file_name()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file"))?;
     let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
-    let mode = std::fs::metadata(path).map_or(0o640, |m| m.permissions().mode() & 0o7777);
+    // The mode of the file replaced, if it is one (not of what a link
+    // points to).
+    let mode = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map_or(0o640, |m| m.permissions().mode() & 0o7777);
+    // The temporary file is new, or nothing is written: whatever is in the
+    // way (a link planted there, a file left by a crash) is neither
+    // followed nor overwritten.
+    let mut f = match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(mode)
+        .open(&tmp)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("{} is in the way; remove it if it is not yours", tmp.display()),
+            ));
+        }
+        Err(e) => return Err(e),
+    };
     let written = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&tmp)?;
         f.set_permissions(std::fs::Permissions::from_mode(mode))?;
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
@@ -160,40 +178,90 @@ impl Supervisor {
         ))
     }
 
-    /// Writes the running rules, with the `[daemon]` settings of the
-    /// config file, to `to` or to the config file.
-    pub(super) fn save(&self, to: Option<PathBuf>) -> Reply {
-        let Some(path) = to.or_else(|| self.config_path.clone()) else {
-            return error(
-                ErrorKind::InvalidConfig,
-                "mcrd was started without a config file: say where to save (mcrctl save --to PATH)",
-            );
-        };
-        if !path.is_absolute() {
-            return error(
-                ErrorKind::BadRequest,
-                format!(
-                    "{}: give an absolute path (the daemon's directory is not yours)",
-                    path.display()
-                ),
-            );
-        }
+    /// The running rules, with the `[daemon]` settings of the config file,
+    /// as the text of a config file; and how many rules.
+    fn render(&self) -> Result<(String, usize), String> {
         let rules: Vec<_> = self.rules.rules().iter().map(|r| r.rule.clone()).collect();
         let settings: &Settings = &self.file_settings;
-        let text = match Config::render(settings, &rules) {
-            Ok(t) => t,
+        Config::render(settings, &rules)
+            .map(|t| (t, rules.len()))
+            .map_err(|e| e.to_string())
+    }
+
+    /// Answers `config`: what `save` would write.
+    pub(super) fn config_text(&self) -> Reply {
+        match self.render() {
+            Ok((text, rules)) => Reply::Config { text, rules },
+            Err(e) => error(ErrorKind::Internal, e),
+        }
+    }
+
+    /// Writes the running rules, with the `[daemon]` settings of the
+    /// config file, to `to` or to the config file: only ever in the config
+    /// file's directory.
+    pub(super) fn save(&self, to: Option<PathBuf>) -> Reply {
+        let Some(config) = &self.config_path else {
+            return error(
+                ErrorKind::InvalidConfig,
+                "mcrd was started without a config file, so it has nowhere to save (it writes only in \
+                 its config file's directory): `mcrctl save --print > FILE` writes the rules yourself",
+            );
+        };
+        let path = to.unwrap_or_else(|| config.clone());
+        let target = match save_target(&path, config) {
+            Ok(p) => p,
+            Err(message) => return error(ErrorKind::BadRequest, message),
+        };
+        let (text, rules) = match self.render() {
+            Ok(r) => r,
             Err(e) => return error(ErrorKind::Internal, e),
         };
-        match write_atomically(&path, &text) {
+        match write_atomically(&target, &text) {
             Ok(()) => {
-                tracing::info!("saved {} rule(s) to {}", rules.len(), path.display());
-                Reply::Saved {
-                    path,
-                    rules: rules.len(),
-                }
+                tracing::info!("saved {rules} rule(s) to {}", path.display());
+                Reply::Saved { path, rules }
             }
             Err(e) => error(ErrorKind::Internal, format!("could not write {}: {e}", path.display())),
         }
+    }
+}
+
+/// Where `save` writes when asked for `to`: a file directly in the
+/// directory of the config file (both with every symbolic link resolved),
+/// since the daemon may run as root and its control group must not make it
+/// write anywhere else. Returns the path to write, in that directory as
+/// resolved, or what to say.
+pub fn save_target(to: &Path, config: &Path) -> Result<PathBuf, String> {
+    if !to.is_absolute() {
+        return Err(format!(
+            "{}: give an absolute path (the daemon's directory is not yours)",
+            to.display()
+        ));
+    }
+    let dir_of = |p: &Path| match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let allowed = dir_of(config)
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", dir_of(config).display()))?;
+    let name = match to.file_name() {
+        Some(n) if to.to_str().is_none_or(|t| !t.ends_with('/')) => n,
+        _ => return Err(format!("{}: names no file", to.display())),
+    };
+    let outside = || {
+        format!(
+            "{}: mcrd saves only in {}, the directory of its config file (`mcrctl save --print > FILE` \
+             writes a copy anywhere you may write)",
+            to.display(),
+            allowed.display()
+        )
+    };
+    match dir_of(to).canonicalize() {
+        Ok(dir) if dir == allowed => Ok(dir.join(name)),
+        Ok(_) => Err(outside()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(outside()),
+        Err(e) => Err(format!("{}: {e}", dir_of(to).display())),
     }
 }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mcr_core::control::{ControlError, ErrorKind, MAX_REQUEST_BYTES, Reply, Request, Response, WATCH_INTERVAL_MS};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
@@ -182,7 +182,7 @@ async fn client(stream: UnixStream, calls: mpsc::Sender<Call>, timeout: Duration
     let mut buf = Vec::new();
     loop {
         buf.clear();
-        let read = tokio::time::timeout(timeout, read_line(&mut rd, &mut buf)).await;
+        let read = tokio::time::timeout(timeout, read_line(&mut rd, &mut buf, MAX_REQUEST_BYTES)).await;
         let response = match read {
             Err(_) | Ok(Err(_)) | Ok(Ok(LineEnd::Eof)) => return,
             Ok(Ok(LineEnd::TooLong)) => {
@@ -273,15 +273,21 @@ async fn write(wr: &mut tokio::net::unix::OwnedWriteHalf, r: &Response, timeout:
     }
 }
 
-enum LineEnd {
+/// How [`read_line`] ended.
+pub(super) enum LineEnd {
     Newline,
     Eof,
     TooLong,
 }
 
 /// Reads up to and including a newline into `buf`, never holding more than
-/// [`MAX_REQUEST_BYTES`].
-async fn read_line(rd: &mut BufReader<tokio::net::unix::OwnedReadHalf>, buf: &mut Vec<u8>) -> std::io::Result<LineEnd> {
+/// `max` bytes of it: the bound on what a peer (a client, a worker) can
+/// make the supervisor hold.
+pub(super) async fn read_line<R: AsyncBufRead + Unpin>(
+    rd: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<LineEnd> {
     loop {
         let available = rd.fill_buf().await?;
         if available.is_empty() {
@@ -292,7 +298,7 @@ async fn read_line(rd: &mut BufReader<tokio::net::unix::OwnedReadHalf>, buf: &mu
             Some(i) => (i + 1, true),
             None => (available.len(), false),
         };
-        if buf.len() + take > MAX_REQUEST_BYTES + 1 {
+        if buf.len() + take > max + 1 {
             return Ok(LineEnd::TooLong);
         }
         buf.extend_from_slice(&available[..take]);
@@ -300,5 +306,28 @@ async fn read_line(rd: &mut BufReader<tokio::net::unix::OwnedReadHalf>, buf: &mu
         if done {
             return Ok(LineEnd::Newline);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_line_is_read_whole_up_to_its_bound_and_never_held_beyond() {
+        let mut rd: &[u8] = b"fits\nabcdefgh\nlast";
+        let mut buf = Vec::new();
+        assert!(matches!(read_line(&mut rd, &mut buf, 5).await, Ok(LineEnd::Newline)));
+        assert_eq!(buf, b"fits\n");
+        buf.clear();
+        assert!(matches!(read_line(&mut rd, &mut buf, 5).await, Ok(LineEnd::TooLong)));
+        assert!(buf.len() <= 6, "held {} bytes", buf.len());
+        // A last line without a newline still counts; then the end.
+        let mut rd: &[u8] = b"last";
+        buf.clear();
+        assert!(matches!(read_line(&mut rd, &mut buf, 5).await, Ok(LineEnd::Newline)));
+        assert_eq!(buf, b"last");
+        buf.clear();
+        assert!(matches!(read_line(&mut rd, &mut buf, 5).await, Ok(LineEnd::Eof)));
     }
 }

@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use mcr_core::control::WorkerStatus;
 use mcr_sys::shm::SharedCounters;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::control::{LineEnd, read_line};
 use crate::channel::{FromWorker, Problem, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_STATS_FD};
 
 /// What the supervisor hears about a worker.
@@ -98,6 +99,10 @@ pub struct Worker {
     stop: Option<oneshot::Sender<()>>,
 }
 
+/// The longest message line a worker may send (its largest, an `applied`
+/// with a problem for each of thousands of rules, is far below).
+const MAX_WORKER_LINE: usize = 16 << 20;
+
 /// The first restart delay; it doubles up to [`MAX_BACKOFF`] while the
 /// worker keeps dying young.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -168,16 +173,39 @@ impl Worker {
         let (rd, mut wr) = stream.into_split();
         let (index, generation) = (self.index, self.generation);
 
-        // Reader: the worker's messages, line by line.
+        // Reader: the worker's messages, line by line, each at most
+        // MAX_WORKER_LINE long: a worker that sends more is not trusted to
+        // go on and is killed (and restarted like any worker that dies).
         let tx = events.clone();
+        // A pidfd, so that the kill below reaches this process even if it has
+        // died and been reaped meanwhile and its pid is someone else's.
+        let pidfd = child.id().and_then(|p| mcr_sys::process::PidFd::open(p).ok());
         tokio::spawn(async move {
-            let mut lines = BufReader::new(rd).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                match serde_json::from_str::<FromWorker>(&line) {
+            let mut rd = BufReader::new(rd);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match read_line(&mut rd, &mut line, MAX_WORKER_LINE).await {
+                    Ok(LineEnd::Newline) => {}
+                    Ok(LineEnd::TooLong) => {
+                        tracing::error!(
+                            "worker {index}: a message longer than {MAX_WORKER_LINE} bytes; killing it (it will be restarted)"
+                        );
+                        if let Some(p) = &pidfd {
+                            let _ = p.signal(mcr_sys::process::Signal::Kill);
+                        }
+                        return;
+                    }
+                    Ok(LineEnd::Eof) | Err(_) => return,
+                }
+                match serde_json::from_slice::<FromWorker>(&line) {
                     Ok(msg) => {
                         let _ = tx.send(WorkerEvent::Said { index, generation, msg });
                     }
-                    Err(e) => tracing::warn!("worker {index}: unreadable message ({e}): {line}"),
+                    Err(e) => tracing::warn!(
+                        "worker {index}: unreadable message ({e}): {}",
+                        String::from_utf8_lossy(&line[..line.len().min(200)])
+                    ),
                 }
             }
         });

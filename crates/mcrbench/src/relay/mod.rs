@@ -300,7 +300,8 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(dir) = &a.report {
-        report::write(dir, &all, &idles, &std::env::args().collect::<Vec<_>>().join(" "))?;
+        let command: Vec<String> = std::env::args().map(|a| shell_word(&a)).collect();
+        report::write(dir, &all, &idles, &command.join(" "))?;
         eprintln!("mcrbench: report written to {}", dir.display());
     }
     out.summary(&all, &idles);
@@ -366,4 +367,32 @@ fn run_shape(
     }
     relay.stop();
     Ok((outcomes, idle))
+}
+
+/// `word` as a shell would need it to read it back as one argument: as it
+/// is when it holds only plain characters, else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_=,./:+@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod shell_word_tests {
+    use super::shell_word;
+
+    #[test]
+    fn a_report_command_reads_back_as_the_same_arguments() {
+        assert_eq!(shell_word("--relay"), "--relay");
+        assert_eq!(shell_word("mcr=mcr"), "mcr=mcr");
+        assert_eq!(
+            shell_word("before=mcr --bin-dir /tmp/b"),
+            "'before=mcr --bin-dir /tmp/b'"
+        );
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use mcr_core::control::StatsReport;
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::{Receiver, send};
+use mcr_testbed::traffic::Receiver;
 use mcr_testbed::{Signal, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -40,27 +40,10 @@ fn removing_one_rule_stops_its_stream_at_once_and_spares_the_others() {
         ],
     )
     .expect("recv");
-    let gen_ns = c.generator.clone();
-    let sender = std::thread::spawn(move || {
-        send(
-            &gen_ns,
-            &[
-                "-s",
-                "239.1.1.1+10:5001+",
-                "-i",
-                Chain::GEN_IF,
-                "--count",
-                "4000",
-                "--rate",
-                "10k",
-            ],
-            MINUTES,
-        )
-        .expect("send")
-    });
+    let sender = c.send_from_generator_meanwhile("239.1.1.1+10:5001+", 4000, "10k", MINUTES);
     std::thread::sleep(Duration::from_millis(1500));
     relay.ctl_ok(&["remove", "s5"]).expect("remove");
-    assert_eq!(sender.join().expect("sender").packets, 40_000);
+    assert_eq!(sender.join().expect("sender").expect("send").packets, 40_000);
     let got = rx.finish(MINUTES).expect("recv done");
     for (i, s) in got.report.streams.iter().enumerate() {
         if i == 4 {
@@ -105,24 +88,7 @@ fn a_killed_worker_comes_back_with_the_table_and_its_counters() {
         &["-s", "239.10.1.1:6001", "-i", Chain::SINK_IF, "--idle-timeout", "2s"],
     )
     .expect("recv");
-    let gen_ns = c.generator.clone();
-    let sender = std::thread::spawn(move || {
-        send(
-            &gen_ns,
-            &[
-                "-s",
-                "239.1.1.1:5001",
-                "-i",
-                Chain::GEN_IF,
-                "--count",
-                "8000",
-                "--rate",
-                "1000",
-            ],
-            MINUTES,
-        )
-        .expect("send")
-    });
+    let sender = c.send_from_generator_meanwhile("239.1.1.1:5001", 8000, "1000", MINUTES);
     std::thread::sleep(Duration::from_secs(2));
     let before = relay.workers().expect("workers")[0].clone();
     let pid = before.pid.expect("a running worker");
@@ -164,7 +130,7 @@ fn a_killed_worker_comes_back_with_the_table_and_its_counters() {
     );
     let packets_back = relay.stats().expect("stats").rules[0].packets;
 
-    sender.join().expect("sender");
+    sender.join().expect("sender").expect("send");
     let got = rx.finish(MINUTES).expect("recv done");
     let s = &got.report.streams[0];
     // Forwarding resumed to the very end, without duplicates or reordering;
@@ -225,24 +191,7 @@ fn workers_killed_every_few_seconds_for_a_minute_come_back_and_no_counter_goes_b
     let list_before = relay.ctl_ok(&["--json", "list"]).expect("list");
     // Traffic throughout the minute of kills, every packet checked.
     let during = c.expect_at_sink("239.10.1.1+3:6001+", DURING, &[]).expect("recv");
-    let gen_ns = c.generator.clone();
-    let sender = std::thread::spawn(move || {
-        send(
-            &gen_ns,
-            &[
-                "-s",
-                "239.1.1.1+3:5001+",
-                "-i",
-                Chain::GEN_IF,
-                "--count",
-                &DURING.to_string(),
-                "--rate",
-                "9000",
-            ],
-            MINUTES,
-        )
-        .expect("send")
-    });
+    let sender = c.send_from_generator_meanwhile("239.1.1.1+3:5001+", DURING, "9000", MINUTES);
     let mut last = counters(&relay.stats().expect("stats"));
     let start = Instant::now();
     let mut kills = 0u64;
@@ -266,7 +215,7 @@ fn workers_killed_every_few_seconds_for_a_minute_come_back_and_no_counter_goes_b
         }
         relay.ctl_ok(&["version"]).expect("the supervisor answers");
     }
-    sender.join().expect("sender");
+    sender.join().expect("sender").expect("send");
     assert!(kills >= 10, "{kills} kills");
     let got = during.finish(MINUTES).expect("recv done");
     assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
@@ -290,33 +239,9 @@ fn workers_killed_every_few_seconds_for_a_minute_come_back_and_no_counter_goes_b
     assert_eq!(relay.ctl_ok(&["--json", "list"]).expect("list"), list_before);
     // And forwarding is whole again: a fresh run on every stream, every
     // packet, in order, once.
-    let rx = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1+3:6001+",
-            "-i",
-            Chain::SINK_IF,
-            "--expect",
-            &N.to_string(),
-        ],
-    )
-    .expect("recv");
-    send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1+3:5001+",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            &N.to_string(),
-            "--rate",
-            "3000",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    let rx = c.expect_at_sink("239.10.1.1+3:6001+", N, &[]).expect("recv");
+    c.send_from_generator("239.1.1.1+3:5001+", N, "3000", MINUTES)
+        .expect("send");
     let got = rx.finish(MINUTES).expect("recv done");
     assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
     for s in &got.report.streams {
@@ -386,21 +311,7 @@ fn a_stream_sent_the_moment_mcrd_answers_loses_nothing_start_after_start() {
         let datapath = if start % 2 == 0 { "ebpf" } else { "packet" };
         // Relay::start returns the moment mcrd answers `version`.
         let relay = Relay::start(&c.relay, &["--config", config, "--datapath", datapath]).expect("mcrd");
-        let sent = send(
-            &c.generator,
-            &[
-                "-s",
-                "239.1.1.1:5001",
-                "-i",
-                Chain::GEN_IF,
-                "--count",
-                &N.to_string(),
-                "--rate",
-                "5k",
-            ],
-            MINUTES,
-        )
-        .expect("send");
+        let sent = c.send_from_generator("239.1.1.1:5001", N, "5k", MINUTES).expect("send");
         assert_eq!(sent.packets, N);
         let got = rx.finish(MINUTES).expect("recv done");
         let Some(s) = got.report.streams.first() else {

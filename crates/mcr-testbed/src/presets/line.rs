@@ -151,13 +151,39 @@ impl Chain {
     }
 
     /// Starts `mcrgen recv` at the sink for `streams`, expecting `n`
-    /// packets in all; `extra` are more of its options (`--via ring`,
+    /// packets of each; `extra` are more of its options (`--via ring`,
     /// `--ids`, `--idle-timeout`).
     pub fn expect_at_sink(&self, streams: &str, n: u64, extra: &[&str]) -> Result<crate::traffic::Receiver> {
         let n = n.to_string();
         let mut args = vec!["-s", streams, "-i", Self::SINK_IF, "--expect", &n];
         args.extend_from_slice(extra);
         crate::traffic::Receiver::start(&self.sink, &args)
+    }
+
+    /// Sends `count` packets of each of `streams` from the generator with
+    /// `mcrgen send`, at `rate` for all of them together; waits for it up
+    /// to `timeout`.
+    pub fn send_from_generator(
+        &self,
+        streams: &str,
+        count: u64,
+        rate: &str,
+        timeout: std::time::Duration,
+    ) -> Result<mcrgen::report::SendReport> {
+        send_streams(&self.generator, streams, count, rate, timeout)
+    }
+
+    /// [`Chain::send_from_generator`] on a thread of its own, for traffic
+    /// that flows while the test does something else.
+    pub fn send_from_generator_meanwhile(
+        &self,
+        streams: &str,
+        count: u64,
+        rate: &str,
+        timeout: std::time::Duration,
+    ) -> std::thread::JoinHandle<Result<mcrgen::report::SendReport>> {
+        let (generator, streams, rate) = (self.generator.clone(), streams.to_string(), rate.to_string());
+        std::thread::spawn(move || send_streams(&generator, &streams, count, &rate, timeout))
     }
 
     /// Builds the chain.
@@ -176,6 +202,23 @@ impl Chain {
             sink,
         })
     }
+}
+
+/// `mcrgen send` of `count` packets of each of `streams` out of the
+/// chain's generator interface in `generator`, at `rate` in all.
+fn send_streams(
+    generator: &Ns,
+    streams: &str,
+    count: u64,
+    rate: &str,
+    timeout: std::time::Duration,
+) -> Result<mcrgen::report::SendReport> {
+    let count = count.to_string();
+    crate::traffic::send(
+        generator,
+        &["-s", streams, "-i", Chain::GEN_IF, "--count", &count, "--rate", rate],
+        timeout,
+    )
 }
 
 #[cfg(test)]

@@ -129,9 +129,16 @@ impl Relay {
         self.proc.pid()
     }
 
-    /// What the daemon has logged so far.
+    /// What the daemon has logged so far (as far as the reader of its
+    /// stderr has caught up: a line it wrote just now may not be here yet;
+    /// [`Relay::wait_for_log`] waits for one).
     pub fn log(&self) -> String {
         self.proc.stderr_so_far()
+    }
+
+    /// Waits up to `timeout` for the daemon's log to contain `needle`.
+    pub fn wait_for_log(&mut self, needle: &str, timeout: std::time::Duration) -> Result<()> {
+        self.proc.wait_for_stderr(needle, timeout)
     }
 
     /// Runs `mcrctl --socket SOCKET ARGS...` (from the host: the socket is

@@ -12,6 +12,7 @@
 //! ([`process`]), AF_PACKET receive rings with fanout and filters
 //! ([`ring`]),
 //! counters in shared memory ([`shm`]), UDP through io_uring ([`uring`]),
+//! descriptors passed between processes ([`fdpass`]),
 //! users, groups and capabilities
 //! ([`privilege`]) and network namespaces
 //! ([`netns`]).
@@ -19,6 +20,7 @@
 pub mod bpf;
 pub mod clock;
 pub mod epoll;
+pub mod fdpass;
 pub mod iface;
 pub mod membership;
 mod mmap;

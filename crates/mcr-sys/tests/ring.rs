@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddrV4;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use mcr_core::bpf::ingress_filter;
@@ -91,6 +92,24 @@ fn in_sink<T: Send + 'static>(p: &Pipeline, f: impl FnOnce(u32) -> T + Send + 's
     .expect("sink thread")
 }
 
+/// The destination and sequence number of one of the test's frames; `None`
+/// for the links' own traffic.
+fn seq_of(f: &mcr_sys::ring::RxFrame<'_>) -> Option<(SocketAddrV4, u32)> {
+    // The links' own IPv6 traffic (neighbour discovery, MLD reports), sent
+    // at moments of the kernel's choosing after they come up, is not ours;
+    // every IPv4 frame is.
+    if f.data[12..14] != [0x08, 0x00] {
+        return None;
+    }
+    let d = mcr_core::forward::parse(f.data, f.wire_len, mcr_core::forward::RxChecksum::Unknown, None)
+        .expect("a valid frame");
+    let seq = u32::from_be_bytes(f.data[d.payload_at..d.payload_at + 4].try_into().expect("4 bytes"));
+    let std::net::IpAddr::V4(dst) = d.dst else {
+        panic!("an IPv4 frame")
+    };
+    Some((SocketAddrV4::new(dst, d.dst_port), seq))
+}
+
 /// Reads frames until `want` arrived or nothing arrives for a second;
 /// returns (ring index, destination, seq) per frame.
 fn drain(rings: &mut [RxRing], want: usize) -> Vec<(usize, SocketAddrV4, u32)> {
@@ -100,23 +119,28 @@ fn drain(rings: &mut [RxRing], want: usize) -> Vec<(usize, SocketAddrV4, u32)> {
         let mut any = false;
         for (r, ring) in rings.iter_mut().enumerate() {
             let n = ring.for_each_ready(64, |f| {
-                // The links' own IPv6 traffic (neighbour discovery, MLD
-                // reports), sent at moments of the kernel's choosing after
-                // they come up, is not ours; every IPv4 frame is.
-                if f.data[12..14] != [0x08, 0x00] {
-                    return;
+                if let Some((dst, seq)) = seq_of(f) {
+                    got.push((r, dst, seq));
                 }
-                let d = mcr_core::forward::parse(f.data, f.wire_len, mcr_core::forward::RxChecksum::Unknown, None)
-                    .expect("a valid frame");
-                let seq = u32::from_be_bytes(f.data[d.payload_at..d.payload_at + 4].try_into().expect("4 bytes"));
-                let std::net::IpAddr::V4(dst) = d.dst else {
-                    panic!("an IPv4 frame")
-                };
-                got.push((r, SocketAddrV4::new(dst, d.dst_port), seq));
             });
             any |= n > 0;
         }
         if any {
+            last = Instant::now();
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    got
+}
+
+/// Takes frames one at a time until `want` of the test's arrived (or
+/// nothing arrives for a second), and no more; returns their seqs.
+fn take(ring: &mut RxRing, want: usize) -> Vec<u32> {
+    let mut got = Vec::new();
+    let mut last = Instant::now();
+    while got.len() < want && last.elapsed() < Duration::from_secs(1) {
+        if ring.for_each_ready(1, |f| got.extend(seq_of(f).map(|s| s.1))) > 0 {
             last = Instant::now();
         } else {
             std::thread::sleep(Duration::from_millis(1));
@@ -232,5 +256,69 @@ fn a_full_ring_counts_its_drops() {
             5000,
             "{version:?}: every frame either read or counted as dropped"
         );
+    }
+}
+
+/// A second reader of the same socket (what a restarted worker is, with the
+/// ring the supervisor kept) goes on at the frame after the last one the
+/// first handed back: none lost, none read twice, also mid-block (V3),
+/// with an empty ring (the kernel's position is found from the marks), and
+/// after the ring filled while nobody read it.
+#[test]
+fn a_ring_adopted_by_another_reader_goes_on_where_the_first_stopped() {
+    let _lock = mcr_testbed::traffic_lock().expect("lock");
+    for version in [RingVersion::V2, RingVersion::V3] {
+        let p = Pipeline::new("ring-adopt", 0).expect("link");
+        let dst: SocketAddrV4 = "239.1.1.2:5001".parse().expect("literal");
+        let mut first = in_sink(&p, move |idx| {
+            RxRing::open(idx, &cfg(version, 1 << 20), Filter::Classic(&filter_core()), None).expect("ring")
+        });
+        let geometry = first.geometry();
+        assert_eq!(
+            geometry.to_string().parse::<mcr_sys::ring::RingGeometry>(),
+            Ok(geometry)
+        );
+        send_from(&p, (0..300).map(|s| frame(dst, s)).collect());
+        assert_eq!(take(&mut first, 123), (0..123).collect::<Vec<_>>(), "{version:?}");
+
+        // The first reader goes away; a copy of its socket lives on.
+        let kept = first.as_fd().try_clone_to_owned().expect("dup");
+        drop(first);
+        send_from(&p, (300..600).map(|s| frame(dst, s)).collect());
+        let mut second = RxRing::adopt(kept.try_clone().expect("dup"), geometry).expect("adopt");
+        assert_eq!(
+            take(&mut second, 477),
+            (123..600).collect::<Vec<_>>(),
+            "{version:?}: after 123 taken"
+        );
+        assert!(take(&mut second, 1).is_empty(), "{version:?}: nothing more");
+
+        // Everything was handed back: the third reader finds where the
+        // kernel writes next from the marks alone.
+        drop(second);
+        let mut third = RxRing::adopt(kept.try_clone().expect("dup"), geometry).expect("adopt");
+        send_from(&p, (600..700).map(|s| frame(dst, s)).collect());
+        assert_eq!(
+            take(&mut third, 100),
+            (600..700).collect::<Vec<_>>(),
+            "{version:?}: after an empty ring"
+        );
+
+        // Nobody reads while far more than the ring holds arrives: the
+        // fourth reader starts at the oldest frame waiting and reads on in
+        // order; what it reads and what the kernel counted as dropped add
+        // up to what was sent.
+        drop(third);
+        let _ = RxRing::adopt(kept.try_clone().expect("dup"), geometry)
+            .expect("adopt")
+            .stats();
+        send_from(&p, (700..10700).map(|s| frame(dst, s)).collect());
+        let mut fourth = RxRing::adopt(kept, geometry).expect("adopt");
+        let drops = fourth.stats().expect("stats").drops;
+        let got = take(&mut fourth, 10000);
+        assert!(drops > 0, "{version:?}: the ring was meant to fill");
+        assert_eq!(got.len() as u64 + drops, 10000, "{version:?}: read + dropped = sent");
+        assert_eq!(got.first(), Some(&700), "{version:?}: from the oldest");
+        assert!(got.windows(2).all(|w| w[0] < w[1]), "{version:?}: in order");
     }
 }

@@ -73,3 +73,98 @@ impl Problem {
         }
     }
 }
+
+/// The worker's end of the ring channel (a `SOCK_SEQPACKET` pair that
+/// carries descriptors) is this descriptor number.
+pub const WORKER_RINGS_FD: i32 = 6;
+
+/// On the ring channel: the supervisor keeps a copy of every receive ring a
+/// worker holds, so that the socket, its place in the fanout group and the
+/// frames waiting in it outlive the worker; a restarted worker is handed
+/// them back and reads on where the dead one stopped. Each message is one
+/// note per line; each `hold` line comes with one descriptor, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RingNote {
+    /// This descriptor is the ring of interface `ifindex`, of this shape.
+    Hold {
+        /// The interface.
+        ifindex: u32,
+        /// The ring's shape.
+        geometry: mcr_sys::ring::RingGeometry,
+    },
+    /// The worker no longer reads interface `ifindex`: close it.
+    Release {
+        /// The interface.
+        ifindex: u32,
+    },
+}
+
+impl RingNote {
+    /// The notes as message text.
+    pub fn encode(notes: &[RingNote]) -> Vec<u8> {
+        let mut s = String::new();
+        for n in notes {
+            match n {
+                RingNote::Hold { ifindex, geometry } => s.push_str(&format!("hold {ifindex} {geometry}\n")),
+                RingNote::Release { ifindex } => s.push_str(&format!("release {ifindex}\n")),
+            }
+        }
+        s.into_bytes()
+    }
+
+    /// The notes of a message, checked against the descriptors it carried.
+    pub fn decode(text: &[u8], fds: usize) -> Result<Vec<RingNote>, String> {
+        let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_string())?;
+        let mut notes = Vec::new();
+        for line in text.lines() {
+            let mut w = line.split(' ');
+            let ifindex = |w: Option<&str>| {
+                w.and_then(|x| x.parse::<u32>().ok())
+                    .ok_or_else(|| format!("`{line}`: no interface index"))
+            };
+            let note = match w.next() {
+                Some("hold") => RingNote::Hold {
+                    ifindex: ifindex(w.next())?,
+                    geometry: w.next().ok_or_else(|| format!("`{line}`: no shape"))?.parse()?,
+                },
+                Some("release") => RingNote::Release {
+                    ifindex: ifindex(w.next())?,
+                },
+                _ => return Err(format!("`{line}`: not a ring note")),
+            };
+            if w.next().is_some() {
+                return Err(format!("`{line}`: more than a note"));
+            }
+            notes.push(note);
+        }
+        let holds = notes.iter().filter(|n| matches!(n, RingNote::Hold { .. })).count();
+        if holds != fds {
+            return Err(format!("{holds} rings named, {fds} descriptors passed"));
+        }
+        Ok(notes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_notes_read_back_and_must_match_their_descriptors() {
+        let g: mcr_sys::ring::RingGeometry = "v2/2048x16384".parse().expect("geometry");
+        let notes = vec![
+            RingNote::Hold {
+                ifindex: 7,
+                geometry: g,
+            },
+            RingNote::Release { ifindex: 3 },
+        ];
+        let text = RingNote::encode(&notes);
+        assert_eq!(RingNote::decode(&text, 1), Ok(notes));
+        assert!(RingNote::decode(&text, 0).is_err());
+        assert!(RingNote::decode(b"hold x v2/2048x1\n", 1).is_err());
+        assert!(RingNote::decode(b"hold 1 v9/2048x1\n", 1).is_err());
+        assert!(RingNote::decode(b"drop 1\n", 0).is_err());
+        assert!(RingNote::decode(b"release 1 2\n", 0).is_err());
+    }
+}

@@ -91,6 +91,55 @@ pub struct RingStats {
     pub drops: u64,
 }
 
+/// The shape of an open ring: enough for another process that holds the
+/// socket (passed with [`crate::fdpass`]) to map it and go on reading
+/// ([`RxRing::adopt`]). Written `v2/2048x16384`: the format, the bytes of a
+/// frame slot (V2) or block (V3), and how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingGeometry {
+    /// The format.
+    pub version: RingVersion,
+    /// Bytes of a frame slot (V2) or a block (V3).
+    pub unit_bytes: usize,
+    /// How many of them.
+    pub units: usize,
+}
+
+impl std::fmt::Display for RingGeometry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = match self.version {
+            RingVersion::V2 => "v2",
+            RingVersion::V3 => "v3",
+        };
+        write!(f, "{v}/{}x{}", self.unit_bytes, self.units)
+    }
+}
+
+impl std::str::FromStr for RingGeometry {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("`{s}` is not a ring geometry (v2/2048x16384)");
+        let (v, rest) = s.split_once('/').ok_or_else(bad)?;
+        let (unit, units) = rest.split_once('x').ok_or_else(bad)?;
+        let version = match v {
+            "v2" => RingVersion::V2,
+            "v3" => RingVersion::V3,
+            _ => return Err(bad()),
+        };
+        let unit_bytes: usize = unit.parse().map_err(|_| bad())?;
+        let units: usize = units.parse().map_err(|_| bad())?;
+        if unit_bytes == 0 || units == 0 || unit_bytes.checked_mul(units).is_none() {
+            return Err(bad());
+        }
+        Ok(RingGeometry {
+            version,
+            unit_bytes,
+            units,
+        })
+    }
+}
+
 enum Cursor {
     V2(v2::Cursor),
     V3(v3::Cursor),
@@ -101,6 +150,7 @@ pub struct RxRing {
     // Field order: the mapping is unmapped before the socket closes.
     map: Mmap,
     cursor: Cursor,
+    geometry: RingGeometry,
     fd: OwnedFd,
 }
 
@@ -158,7 +208,7 @@ impl RxRing {
         };
         setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_VERSION, &version)?;
         let page = page_size();
-        let (map_len, cursor) = match cfg.version {
+        let map_len = match cfg.version {
             RingVersion::V2 => {
                 // Room for the header, the link-layer address and the frame.
                 let frame_size = (libc::TPACKET2_HDRLEN + 16 + cfg.max_frame)
@@ -173,10 +223,7 @@ impl RxRing {
                     tp_frame_nr: (blocks * block_size / frame_size) as u32,
                 };
                 setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
-                (
-                    blocks * block_size,
-                    Cursor::V2(v2::Cursor::new(frame_size, blocks * block_size / frame_size)),
-                )
+                (frame_size, blocks * block_size / frame_size)
             }
             RingVersion::V3 => {
                 let block_size = align((libc::TPACKET3_HDRLEN + 16 + cfg.max_frame) * 8, page).max(1 << 17);
@@ -192,10 +239,19 @@ impl RxRing {
                     tp_feature_req_word: 0,
                 };
                 setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
-                (blocks * block_size, Cursor::V3(v3::Cursor::new(block_size, blocks)))
+                (block_size, blocks)
             }
         };
-        let map = Mmap::shared(fd.as_fd(), map_len)?;
+        let geometry = RingGeometry {
+            version: cfg.version,
+            unit_bytes: map_len.0,
+            units: map_len.1,
+        };
+        let map = Mmap::shared(fd.as_fd(), map_len.0 * map_len.1)?;
+        let cursor = match cfg.version {
+            RingVersion::V2 => Cursor::V2(v2::Cursor::new(map_len.0, map_len.1)),
+            RingVersion::V3 => Cursor::V3(v3::Cursor::new(map_len.0, map_len.1)),
+        };
         // Drop everything until this socket is in its fanout group.
         crate::sockopt::drop_everything(fd.as_fd())?;
         // SAFETY: sockaddr_ll is plain data; all zeroes is valid.
@@ -221,12 +277,68 @@ impl RxRing {
             let arg: u32 = u32::from(group) | (libc::PACKET_FANOUT_HASH << 16);
             setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)?;
         }
-        let ring = RxRing { map, cursor, fd };
+        let ring = RxRing {
+            map,
+            cursor,
+            geometry,
+            fd,
+        };
         ring.set_filter(filter)?;
         // Frames that reached the socket before the filter was in place were
         // dropped by the first filter; start the counters afresh.
         let _ = ring.stats();
         Ok(ring)
+    }
+
+    /// Maps the ring of a socket that another process opened (or read
+    /// before), with the shape it reported, and goes on where its last
+    /// reader stopped: at the frame after the last one handed back, so
+    /// that nothing waiting in the ring is lost or read twice. The socket
+    /// keeps its binding, fanout group and filter.
+    pub fn adopt(fd: OwnedFd, geometry: RingGeometry) -> io::Result<RxRing> {
+        let mut version: libc::c_int = -1;
+        let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `version` has `len` writable bytes.
+        crate::check(unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_VERSION,
+                (&raw mut version).cast(),
+                &mut len,
+            )
+        })?;
+        let want = match geometry.version {
+            RingVersion::V2 => libc::tpacket_versions::TPACKET_V2 as libc::c_int,
+            RingVersion::V3 => libc::tpacket_versions::TPACKET_V3 as libc::c_int,
+        };
+        if version != want {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the socket's ring is not {geometry}"),
+            ));
+        }
+        let (unit, units) = (geometry.unit_bytes, geometry.units);
+        if unit % 16 != 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "ring unit not aligned"));
+        }
+        // The kernel refuses a mapping longer than the socket's ring.
+        let map = Mmap::shared(fd.as_fd(), unit * units)?;
+        let cursor = match geometry.version {
+            RingVersion::V2 => Cursor::V2(v2::Cursor::resume(unit, units, &map)),
+            RingVersion::V3 => Cursor::V3(v3::Cursor::resume(unit, units, &map)),
+        };
+        Ok(RxRing {
+            map,
+            cursor,
+            geometry,
+            fd,
+        })
+    }
+
+    /// Its shape (for [`RxRing::adopt`]).
+    pub fn geometry(&self) -> RingGeometry {
+        self.geometry
     }
 
     /// Replaces the filter (atomically: no frame passes unfiltered).

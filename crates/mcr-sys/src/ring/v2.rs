@@ -1,14 +1,32 @@
 //! TPACKET_V2: a ring of fixed-size frame slots, each with its own status.
+//!
+//! Each slot handed back to the kernel carries a mark: the number of frames
+//! taken from the ring so far (never 0), written in the header's padding,
+//! which the kernel clears when it fills the slot again. The slot with the
+//! newest mark is the last one taken, so a process that maps the ring
+//! after another one stopped reading it (see [`Cursor::resume`]) knows
+//! where to go on.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::{RxFrame, frame_flags};
 use crate::mmap::Mmap;
 
+/// Where `tp_padding` lies in `tpacket2_hdr` (four bytes, u32-aligned).
+const MARK_AT: usize = 28;
+const _: () = assert!(MARK_AT == std::mem::offset_of!(libc::tpacket2_hdr, tp_padding));
+
 pub(super) struct Cursor {
     frame_size: usize,
     frames: usize,
     next: usize,
+    /// The mark of the next slot taken.
+    mark: u32,
+}
+
+/// The next mark after `m` (0 means "not taken" and is skipped).
+fn next_mark(m: u32) -> u32 {
+    m.wrapping_add(1).max(1)
 }
 
 impl Cursor {
@@ -17,7 +35,57 @@ impl Cursor {
             frame_size,
             frames,
             next: 0,
+            mark: 1,
         }
+    }
+
+    fn slot(&self, map: &Mmap, i: usize) -> *mut u8 {
+        debug_assert!((i + 1) * self.frame_size <= map.len());
+        map.ptr().wrapping_add(i * self.frame_size)
+    }
+
+    /// The cursor of a ring that another reader had before: it goes on at
+    /// the slot after the one with the newest mark. Without one (the
+    /// kernel has written over every marked slot since: the ring filled
+    /// while nobody read it), at the oldest frame waiting, by its time.
+    pub(super) fn resume(frame_size: usize, frames: usize, map: &Mmap) -> Self {
+        let mut c = Cursor::new(frame_size, frames);
+        let mut newest: Option<(usize, u32)> = None;
+        let mut oldest_waiting: Option<(usize, (u32, u32))> = None;
+        for i in 0..frames {
+            let p = c.slot(map, i);
+            // SAFETY: each slot starts inside the mapping (frames *
+            // frame_size is its length) with a 16-byte aligned header whose
+            // first u32 is the status, which the kernel may write
+            // concurrently: read atomically.
+            let status = unsafe { AtomicU32::from_ptr(p.cast::<u32>()) }.load(Ordering::Acquire);
+            // SAFETY: the mark is an aligned u32 of the same header, read
+            // atomically for the same reason.
+            let mark = unsafe { AtomicU32::from_ptr(p.wrapping_add(MARK_AT).cast::<u32>()) }.load(Ordering::Acquire);
+            if mark != 0 {
+                // Marks present span fewer than 2^31 takes, so the newest
+                // is the one no other is ahead of, counting with wrap-around.
+                let ahead = newest.is_none_or(|(_, m)| (mark.wrapping_sub(m) as i32) > 0);
+                if ahead {
+                    newest = Some((i, mark));
+                }
+            } else if status & libc::TP_STATUS_USER != 0 {
+                // SAFETY: the slot is the kernel's to hand over and is
+                // handed over (TP_STATUS_USER): its header is written.
+                let hdr = unsafe { p.cast::<libc::tpacket2_hdr>().read() };
+                let t = (hdr.tp_sec, hdr.tp_nsec);
+                if oldest_waiting.is_none_or(|(_, o)| t < o) {
+                    oldest_waiting = Some((i, t));
+                }
+            }
+        }
+        if let Some((i, m)) = newest {
+            c.next = (i + 1) % frames;
+            c.mark = next_mark(m);
+        } else if let Some((i, _)) = oldest_waiting {
+            c.next = i;
+        }
+        c
     }
 
     pub(super) fn for_each_ready(&mut self, map: &Mmap, max: usize, mut f: impl FnMut(&RxFrame<'_>)) -> usize {
@@ -54,6 +122,12 @@ impl Cursor {
                 vlan_tci: (status & libc::TP_STATUS_VLAN_VALID != 0).then_some(hdr.tp_vlan_tci),
                 vlan_tpid: (status & libc::TP_STATUS_VLAN_TPID_VALID != 0).then_some(hdr.tp_vlan_tpid),
             });
+            // SAFETY: the slot is still ours (not handed back yet); the mark
+            // is an aligned u32 inside its header, written atomically since
+            // another process may map the same ring.
+            unsafe { AtomicU32::from_ptr(hdr_ptr.cast::<u8>().wrapping_add(MARK_AT).cast::<u32>()) }
+                .store(self.mark, Ordering::Relaxed);
+            self.mark = next_mark(self.mark);
             status_word.store(libc::TP_STATUS_KERNEL, Ordering::Release);
             self.next = (self.next + 1) % self.frames;
             n += 1;

@@ -1,7 +1,12 @@
 //! TPACKET_V3: a ring of blocks, each holding a run of variable-size frames
 //! and one status for the whole block.
+//!
+//! Each frame taken is marked in its header's padding (which the kernel
+//! clears when it writes a frame), so that a process that maps the ring
+//! after another one stopped reading it (see [`Cursor::resume`]) skips
+//! what the other had taken from a block it had not yet handed back.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::{RxFrame, frame_flags};
 use crate::mmap::Mmap;
@@ -13,6 +18,9 @@ pub(super) struct Cursor {
     /// Within the current block: the next packet's index and offset.
     pkt: u32,
     offset: usize,
+    /// Skip the marked frames at the start of the current block (they were
+    /// taken by an earlier reader).
+    skip_taken: bool,
 }
 
 /// Byte offsets of the fields of `tpacket_block_desc` used here: the block
@@ -20,6 +28,11 @@ pub(super) struct Cursor {
 const BLOCK_STATUS_AT: usize = 8;
 const NUM_PKTS_AT: usize = 12;
 const FIRST_PKT_AT: usize = 16;
+/// The kernel's sequence number of the block (u64), set when it opens it.
+const SEQ_NUM_AT: usize = 24;
+/// Where `tp_padding` lies in `tpacket3_hdr` (eight bytes, u32-aligned).
+const MARK_AT: usize = 40;
+const _: () = assert!(MARK_AT == std::mem::offset_of!(libc::tpacket3_hdr, tp_padding));
 
 impl Cursor {
     pub(super) fn new(block_size: usize, blocks: usize) -> Self {
@@ -29,7 +42,42 @@ impl Cursor {
             block: 0,
             pkt: 0,
             offset: 0,
+            skip_taken: false,
         }
+    }
+
+    /// The cursor of a ring that another reader had before: it goes on at
+    /// the oldest block handed over (by the kernel's sequence number),
+    /// skipping the frames of it already taken; with none handed over, at
+    /// the block the kernel fills (the newest).
+    pub(super) fn resume(block_size: usize, blocks: usize, map: &Mmap) -> Self {
+        let mut c = Cursor::new(block_size, blocks);
+        let mut oldest_ready: Option<(usize, u64)> = None;
+        let mut newest: Option<(usize, u64)> = None;
+        for b in 0..blocks {
+            debug_assert!((b + 1) * block_size <= map.len());
+            let block = map.ptr().wrapping_add(b * block_size);
+            // SAFETY: each block starts inside the mapping, page aligned;
+            // its status is a u32 at 8 that the kernel writes, so it is
+            // read atomically.
+            let status = unsafe { AtomicU32::from_ptr(block.wrapping_add(BLOCK_STATUS_AT).cast::<u32>()) }
+                .load(Ordering::Acquire);
+            // SAFETY: the sequence number is a u64 at 24 (8-aligned) of the
+            // same descriptor, read atomically for the same reason.
+            let seq =
+                unsafe { AtomicU64::from_ptr(block.wrapping_add(SEQ_NUM_AT).cast::<u64>()) }.load(Ordering::Acquire);
+            if status & libc::TP_STATUS_USER != 0 && oldest_ready.is_none_or(|(_, s)| seq < s) {
+                oldest_ready = Some((b, seq));
+            }
+            if newest.is_none_or(|(_, s)| seq > s) {
+                newest = Some((b, seq));
+            }
+        }
+        if let Some((b, _)) = oldest_ready.or(newest) {
+            c.block = b;
+        }
+        c.skip_taken = true;
+        c
     }
 
     pub(super) fn for_each_ready(&mut self, map: &Mmap, max: usize, mut f: impl FnMut(&RxFrame<'_>)) -> usize {
@@ -64,6 +112,18 @@ impl Cursor {
                 // by tp_next_offset, inside this block (checked to fit just
                 // above); headers are 16-byte aligned.
                 let hdr = unsafe { block.wrapping_add(self.offset).cast::<libc::tpacket3_hdr>().read() };
+                // SAFETY: the mark is an aligned u32 inside the header just
+                // read; the block is ours while handed over, and another
+                // process may map it too, so it is accessed atomically.
+                let mark = unsafe { AtomicU32::from_ptr(block.wrapping_add(self.offset + MARK_AT).cast::<u32>()) };
+                if self.skip_taken {
+                    if mark.load(Ordering::Relaxed) != 0 {
+                        self.pkt += 1;
+                        self.offset += hdr.tp_next_offset as usize;
+                        continue;
+                    }
+                    self.skip_taken = false;
+                }
                 let start = self.offset + usize::from(hdr.tp_mac);
                 let len = (hdr.tp_snaplen as usize).min(self.block_size.saturating_sub(start));
                 // SAFETY: the frame's `tp_snaplen` bytes lie at `tp_mac` from
@@ -79,6 +139,7 @@ impl Cursor {
                     vlan_tci: (hdr.tp_status & libc::TP_STATUS_VLAN_VALID != 0).then_some(hdr.hv1.tp_vlan_tci as u16),
                     vlan_tpid: (hdr.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0).then_some(hdr.hv1.tp_vlan_tpid),
                 });
+                mark.store(1, Ordering::Relaxed);
                 n += 1;
                 self.pkt += 1;
                 self.offset += hdr.tp_next_offset as usize;
@@ -89,6 +150,7 @@ impl Cursor {
             status_word.store(libc::TP_STATUS_KERNEL, Ordering::Release);
             self.block = (self.block + 1) % self.blocks;
             self.pkt = 0;
+            self.skip_taken = false;
         }
         n
     }

@@ -359,7 +359,7 @@ impl Supervisor {
         match w.spawn(&self.recipe, &self.counters, filter, &self.table, &self.events) {
             Ok(()) => tracing::info!("worker {i} started (pid {:?}, CPU {})", w.pid, w.cpu),
             Err(e) => {
-                let delay = w.died(format!("could not start: {e}"));
+                let delay = w.died(format!("could not start: {e}"), Default::default());
                 tracing::error!("worker {i} could not start: {e}; trying again in {delay:?}");
                 self.restart_later(i, delay);
             }
@@ -395,14 +395,19 @@ impl Supervisor {
                 }
                 self.answer_pending(false);
             }
-            WorkerEvent::Exited { index, generation, how } => {
+            WorkerEvent::Exited {
+                index,
+                generation,
+                how,
+                rings,
+            } => {
                 let Some(w) = self.workers.get_mut(index).filter(|w| w.is_current(generation)) else {
                     return;
                 };
                 if w.state == State::Stopping {
                     return;
                 }
-                let delay = w.died(how.clone());
+                let delay = w.died(how.clone(), rings);
                 tracing::warn!("worker {index} {how}; restarting in {delay:?}");
                 self.restart_later(index, delay);
                 // It no longer holds up answers.

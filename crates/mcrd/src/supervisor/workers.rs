@@ -1,22 +1,31 @@
 //! The worker processes: started by re-executing `mcrd worker`, pinned to
 //! their cores, fed the whole table, watched, and restarted with backoff
 //! when they die. A restarted worker counts on in the same statistics
-//! block, so no counter is lost.
+//! block, so no counter is lost, and reads on from the receive rings of
+//! the one it replaces, which the supervisor kept open meanwhile, so no
+//! frame that arrived while it was away is lost either.
 
-use std::os::fd::AsFd;
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcr_core::control::WorkerStatus;
+use mcr_sys::ring::RingGeometry;
 use mcr_sys::shm::SharedCounters;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::control::{LineEnd, read_line};
-use crate::channel::{FromWorker, Problem, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_STATS_FD};
+use crate::channel::{
+    FromWorker, Problem, RingNote, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_RINGS_FD, WORKER_STATS_FD,
+};
+
+/// The supervisor's copies of a worker's receive rings, by interface.
+pub type KeptRings = BTreeMap<u32, (RingGeometry, OwnedFd)>;
 
 /// What the supervisor hears about a worker.
 #[derive(Debug)]
@@ -38,6 +47,8 @@ pub enum WorkerEvent {
         generation: u64,
         /// How.
         how: String,
+        /// Its receive rings, for the worker that replaces it.
+        rings: KeptRings,
     },
     /// Its restart delay is over.
     RestartDue {
@@ -97,6 +108,8 @@ pub struct Worker {
     started: Instant,
     backoff: Duration,
     stop: Option<oneshot::Sender<()>>,
+    /// The rings of the dead process, for the next one.
+    kept: KeptRings,
 }
 
 /// The longest message line a worker may send (its largest, an `applied`
@@ -107,8 +120,11 @@ const MAX_WORKER_LINE: usize = 16 << 20;
 /// worker keeps dying young.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
-/// A worker that ran this long before dying starts from [`MIN_BACKOFF`].
-const STABLE: Duration = Duration::from_secs(30);
+/// A worker that ran this long before dying starts from [`MIN_BACKOFF`]:
+/// it was killed or crashed, not dying as it starts. (Its rings hold what
+/// arrives meanwhile, 32 MiB each by default: seconds of a busy input, so
+/// the delay must stay short for a worker that is not in a crash loop.)
+const STABLE: Duration = Duration::from_secs(1);
 
 impl Worker {
     /// A worker slot, not started yet.
@@ -129,6 +145,7 @@ impl Worker {
             started: Instant::now(),
             backoff: MIN_BACKOFF,
             stop: None,
+            kept: KeptRings::new(),
         }
     }
 
@@ -147,12 +164,19 @@ impl Worker {
         events: &mpsc::UnboundedSender<WorkerEvent>,
     ) -> std::io::Result<()> {
         let (ours, theirs) = StdUnixStream::pair()?;
+        let (keeper, keeper_theirs) = mcr_sys::fdpass::seqpacket_pair()?;
+        mcr_sys::fdpass::set_nonblocking(keeper.as_fd(), true)?;
+        hand_over(&keeper, &self.kept, self.index);
         let mut cmd = std::process::Command::new(&recipe.exe);
         cmd.arg("worker")
             .args(&recipe.common_args)
             .args(["--index", &self.index.to_string(), "--cpu", &self.cpu.to_string()])
             .stdin(Stdio::null());
-        let mut fds = vec![(theirs.as_fd(), WORKER_CHANNEL_FD), (counters.as_fd(), WORKER_STATS_FD)];
+        let mut fds = vec![
+            (theirs.as_fd(), WORKER_CHANNEL_FD),
+            (counters.as_fd(), WORKER_STATS_FD),
+            (keeper_theirs.as_fd(), WORKER_RINGS_FD),
+        ];
         if let Some(f) = ring_filter {
             fds.push((f, WORKER_FILTER_FD));
             cmd.arg("--ring-filter");
@@ -162,6 +186,7 @@ impl Worker {
         mcr_sys::process::kill_with_parent(&mut cmd);
         let mut child = tokio::process::Command::from(cmd).kill_on_drop(true).spawn()?;
         drop(theirs);
+        drop(keeper_theirs);
         self.generation += 1;
         self.pid = child.id();
         self.state = State::Starting;
@@ -241,21 +266,34 @@ impl Worker {
             }
         });
 
-        // Watcher: how it ends.
+        // Keeper: the copies of its rings, as it reports them, until its
+        // end of the ring channel closes.
+        let kept = std::mem::take(&mut self.kept);
+        let keeping = tokio::task::spawn_blocking(move || keep_rings(&keeper, kept, index));
+
+        // Watcher: how it ends, with its rings.
         let tx = events.clone();
         tokio::spawn(async move {
             let how = match child.wait().await {
                 Ok(s) => describe_exit(s),
                 Err(e) => format!("could not be waited for: {e}"),
             };
-            let _ = tx.send(WorkerEvent::Exited { index, generation, how });
+            let rings = keeping.await.unwrap_or_default();
+            let _ = tx.send(WorkerEvent::Exited {
+                index,
+                generation,
+                how,
+                rings,
+            });
         });
         Ok(())
     }
 
-    /// Notes that the process ended; returns the delay before it restarts.
-    pub fn died(&mut self, how: String) -> Duration {
+    /// Notes that the process ended, leaving `rings` for the next one;
+    /// returns the delay before it restarts.
+    pub fn died(&mut self, how: String, rings: KeptRings) -> Duration {
         self.pid = None;
+        self.kept.extend(rings);
         self.cpu_before_s += self.cpu_now.take().map_or(0.0, |(_, s)| s);
         self.busy = 0.0;
         self.stop = None;
@@ -316,6 +354,86 @@ impl Worker {
             table_version: self.applied,
             last_exit: self.last_exit.clone(),
             problems: self.problems.iter().map(|p| p.error.clone()).collect(),
+        }
+    }
+}
+
+/// The most rings the supervisor keeps for one worker (one per input
+/// interface), so that a worker gone wrong cannot make it hold descriptors
+/// without end.
+const MAX_KEPT_RINGS: usize = 4096;
+
+/// Puts copies of `kept` in the new worker's ring channel before it starts,
+/// so that it finds them all waiting. The channel queues a few messages
+/// only (`net.unix.max_dgram_qlen`, 10 by default), of up to 64 rings
+/// each; rings beyond what fits are opened afresh by the worker.
+fn hand_over(keeper: &OwnedFd, kept: &KeptRings, index: usize) {
+    let all: Vec<_> = kept.iter().collect();
+    for (sent, chunk) in all.chunks(mcr_sys::fdpass::MAX_FDS).enumerate() {
+        let notes: Vec<_> = chunk
+            .iter()
+            .map(|(ifindex, (geometry, _))| RingNote::Hold {
+                ifindex: **ifindex,
+                geometry: *geometry,
+            })
+            .collect();
+        let fds: Vec<_> = chunk.iter().map(|(_, (_, fd))| fd.as_fd()).collect();
+        if let Err(e) = mcr_sys::fdpass::send(keeper.as_fd(), &RingNote::encode(&notes), &fds) {
+            tracing::warn!(
+                "worker {index}: could not hand over {} of its {} receive rings ({e}); it opens them afresh, and what they held is lost",
+                kept.len() - sent * mcr_sys::fdpass::MAX_FDS,
+                kept.len()
+            );
+            return;
+        }
+    }
+}
+
+/// Follows a worker's ring notes, starting from the rings it was handed,
+/// until it is gone; returns what it held last. Blocks (a thread of its
+/// own for the worker's life).
+fn keep_rings(keeper: &OwnedFd, mut kept: KeptRings, index: usize) -> KeptRings {
+    if let Err(e) = mcr_sys::fdpass::set_nonblocking(keeper.as_fd(), false) {
+        tracing::warn!("worker {index}: ring channel: {e}");
+        return kept;
+    }
+    loop {
+        let m = match mcr_sys::fdpass::recv(keeper.as_fd()) {
+            Ok(Some(m)) => m,
+            Ok(None) => return kept,
+            Err(e) => {
+                tracing::warn!("worker {index}: ring channel: {e}");
+                return kept;
+            }
+        };
+        let notes = match RingNote::decode(&m.text, m.fds.len()) {
+            Ok(n) if !m.truncated => n,
+            Ok(_) => {
+                tracing::warn!("worker {index}: a ring note cut short; ignored");
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!("worker {index}: unreadable ring note ({e}); ignored");
+                continue;
+            }
+        };
+        let mut fds = m.fds.into_iter();
+        for n in notes {
+            match n {
+                RingNote::Hold { ifindex, geometry } => {
+                    let Some(fd) = fds.next() else { break };
+                    if kept.len() >= MAX_KEPT_RINGS && !kept.contains_key(&ifindex) {
+                        tracing::warn!(
+                            "worker {index}: more than {MAX_KEPT_RINGS} receive rings; interface #{ifindex}'s is not kept across a restart"
+                        );
+                        continue;
+                    }
+                    kept.insert(ifindex, (geometry, fd));
+                }
+                RingNote::Release { ifindex } => {
+                    kept.remove(&ifindex);
+                }
+            }
         }
     }
 }

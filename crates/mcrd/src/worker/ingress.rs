@@ -4,6 +4,11 @@
 //! runs (it keeps out what the kernel forwards, and reads the VLANs and
 //! unicast inputs from the data path's maps), else a classic filter built
 //! from the table.
+//!
+//! The supervisor keeps a copy of every ring (see [`RingNote`]): when a
+//! worker dies, its sockets stay in their fanout groups and go on filling
+//! their rings, and the worker started in its place adopts them and reads
+//! on from where the dead one stopped.
 
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -13,12 +18,14 @@ use mcr_core::table::MatchTable;
 use mcr_sys::epoll::Epoll;
 use mcr_sys::ring::{Filter, FilterInsn, RingConfig, RxRing};
 
-use crate::channel::{Problem, Scope};
+use crate::channel::{Problem, RingNote, Scope};
 
 struct Input {
     ifindex: u32,
     ring: RxRing,
-    spec: FilterSpec,
+    /// What its filter lets in; `None` for a ring adopted from an earlier
+    /// worker, whose filter is set again.
+    spec: Option<FilterSpec>,
     /// `PACKET_MR_PROMISC` is set (the rules take a VLAN of it).
     promisc: bool,
     registered: bool,
@@ -31,6 +38,11 @@ pub struct Ingress {
     inputs: Vec<Input>,
     /// The eBPF data path's ring filter, when it runs.
     program: Option<OwnedFd>,
+    /// The ring channel to the supervisor.
+    keeper: Option<OwnedFd>,
+    /// Rings an earlier worker left, until the first table says which
+    /// are still wanted.
+    adopted: Vec<(u32, RxRing)>,
 }
 
 fn filter(spec: &FilterSpec) -> Vec<FilterInsn> {
@@ -53,13 +65,94 @@ fn fanout_group(seed: u16, ifindex: u32) -> u16 {
 
 impl Ingress {
     /// No rings yet; `fanout_seed` set means join fanout groups;
-    /// `program` is the eBPF ring filter to use instead of a classic one.
-    pub fn new(cfg: RingConfig, fanout_seed: Option<u16>, program: Option<OwnedFd>) -> Self {
-        Ingress {
+    /// `program` is the eBPF ring filter to use instead of a classic one;
+    /// `keeper` is the ring channel, whose waiting messages hand over the
+    /// rings of the worker this one replaces. Returns what could not be
+    /// adopted.
+    pub fn new(
+        cfg: RingConfig,
+        fanout_seed: Option<u16>,
+        program: Option<OwnedFd>,
+        keeper: Option<OwnedFd>,
+    ) -> (Self, Vec<String>) {
+        let mut ingress = Ingress {
             cfg,
             fanout_seed,
             inputs: Vec::new(),
             program,
+            keeper,
+            adopted: Vec::new(),
+        };
+        let troubles = ingress.adopt();
+        (ingress, troubles)
+    }
+
+    /// Takes the rings the supervisor handed over (sent before this
+    /// process started, so all of them are waiting).
+    fn adopt(&mut self) -> Vec<String> {
+        let mut troubles = Vec::new();
+        let Some(k) = &self.keeper else {
+            return troubles;
+        };
+        if let Err(e) = mcr_sys::fdpass::set_nonblocking(k.as_fd(), true) {
+            return vec![format!("ring channel: {e}")];
+        }
+        loop {
+            let m = match mcr_sys::fdpass::recv(k.as_fd()) {
+                Ok(Some(m)) => m,
+                Ok(None) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    troubles.push(format!("ring channel: {e}"));
+                    break;
+                }
+            };
+            let notes = match RingNote::decode(&m.text, m.fds.len()) {
+                Ok(n) => n,
+                Err(e) => {
+                    troubles.push(format!("ring channel: {e}"));
+                    continue;
+                }
+            };
+            let mut fds = m.fds.into_iter();
+            for n in notes {
+                let RingNote::Hold { ifindex, geometry } = n else {
+                    continue;
+                };
+                let Some(fd) = fds.next() else { break };
+                match RxRing::adopt(fd, geometry) {
+                    Ok(r) => self.adopted.push((ifindex, r)),
+                    Err(e) => troubles.push(format!("the ring of interface #{ifindex} ({geometry}): {e}")),
+                }
+            }
+        }
+        // From now on this process only sends on it, and waits if the
+        // supervisor is behind rather than lose a note.
+        if let Err(e) = mcr_sys::fdpass::set_nonblocking(k.as_fd(), false) {
+            troubles.push(format!("ring channel: {e}"));
+        }
+        troubles
+    }
+
+    /// Tells the supervisor which rings to keep and which to close.
+    fn tell_keeper(&self, notes: &[RingNote], troubles: &mut Vec<Problem>) {
+        let Some(k) = &self.keeper else { return };
+        let mut holds = notes.iter().filter_map(|n| match n {
+            RingNote::Hold { ifindex, .. } => self.inputs.iter().find(|i| i.ifindex == *ifindex),
+            RingNote::Release { .. } => None,
+        });
+        for chunk in notes.chunks(mcr_sys::fdpass::MAX_FDS) {
+            let fds: Vec<_> = holds
+                .by_ref()
+                .take(chunk.iter().filter(|n| matches!(n, RingNote::Hold { .. })).count())
+                .map(|i| i.ring.as_fd())
+                .collect();
+            if let Err(e) = mcr_sys::fdpass::send(k.as_fd(), &RingNote::encode(chunk), &fds) {
+                troubles.push(Problem {
+                    error: format!("could not hand the supervisor a copy of the rings (a restart of this worker would lose what they hold): {e}"),
+                    scope: Scope::Input(String::new()),
+                });
+            }
         }
     }
 
@@ -92,7 +185,24 @@ impl Ingress {
     /// could not be set up.
     pub fn reconcile(&mut self, table: &MatchTable, interfaces: &Interfaces) -> Vec<Problem> {
         let wanted = table.input_interfaces();
+        let mut notes = Vec::new();
+        for i in self.inputs.iter().filter(|i| !wanted.contains(&i.ifindex)) {
+            notes.push(RingNote::Release { ifindex: i.ifindex });
+        }
         self.inputs.retain(|i| wanted.contains(&i.ifindex));
+        for (ifindex, ring) in std::mem::take(&mut self.adopted) {
+            if wanted.contains(&ifindex) && !self.inputs.iter().any(|i| i.ifindex == ifindex) {
+                self.inputs.push(Input {
+                    ifindex,
+                    ring,
+                    spec: None,
+                    promisc: false,
+                    registered: false,
+                });
+            } else {
+                notes.push(RingNote::Release { ifindex });
+            }
+        }
         let mut troubles = Vec::new();
         for ifindex in wanted {
             let iface = interfaces.by_index(ifindex);
@@ -102,20 +212,24 @@ impl Ingress {
                 vlans: table.vlans(ifindex),
             };
             if let Some(i) = self.inputs.iter_mut().find(|i| i.ifindex == ifindex) {
-                // The eBPF filter reads what it needs from its maps.
-                if i.spec != spec && self.program.is_some() {
-                    i.spec = spec.clone();
-                }
-                if i.spec != spec {
-                    match i.ring.set_filter(Filter::Classic(&filter(&spec))) {
-                        Ok(()) => i.spec = spec,
+                // The eBPF filter reads what it needs from its maps: it is
+                // set once, or again on an adopted ring.
+                if i.spec != Some(spec.clone()) {
+                    let classic = filter(&spec);
+                    let f = match &self.program {
+                        Some(p) if i.spec.is_none() => Some(Filter::Program(p.as_fd())),
+                        Some(_) => None,
+                        None => Some(Filter::Classic(&classic)),
+                    };
+                    match f.map_or(Ok(()), |f| i.ring.set_filter(f)) {
+                        Ok(()) => i.spec = Some(spec.clone()),
                         Err(e) => troubles.push(Problem {
                             error: format!("input interface `{name}`: filter: {e}"),
                             scope: Scope::Input(name.clone()),
                         }),
                     }
                 }
-                if !i.promisc && !i.spec.vlans.is_empty() {
+                if !i.promisc && !spec.vlans.is_empty() {
                     match i.ring.add_promisc(ifindex) {
                         Ok(()) => i.promisc = true,
                         Err(e) => troubles.push(Problem {
@@ -145,10 +259,14 @@ impl Ingress {
                             scope: Scope::Input(name.clone()),
                         });
                     }
+                    notes.push(RingNote::Hold {
+                        ifindex,
+                        geometry: ring.geometry(),
+                    });
                     self.inputs.push(Input {
                         ifindex,
                         ring,
-                        spec,
+                        spec: Some(spec),
                         promisc,
                         registered: false,
                     })
@@ -158,6 +276,9 @@ impl Ingress {
                     scope: Scope::Input(name),
                 }),
             }
+        }
+        if !notes.is_empty() {
+            self.tell_keeper(&notes, &mut troubles);
         }
         troubles
     }

@@ -19,7 +19,9 @@ use mcr_sys::ring::{RingConfig, RingVersion};
 use mcr_sys::shm::SharedCounters;
 use rustc_hash::FxHashMap;
 
-use crate::channel::{FromWorker, Problem, Scope, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_STATS_FD};
+use crate::channel::{
+    FromWorker, Problem, Scope, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_RINGS_FD, WORKER_STATS_FD,
+};
 use egress::{Counts, FrameBatch, UdpSender, UdpSlab};
 use ingress::Ingress;
 
@@ -106,17 +108,24 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
     };
     let channel = UnixStream::from(chan_fd);
     channel.set_nonblocking(true).context("channel O_NONBLOCK")?;
+    // The rings of the worker this one replaces, if any, wait there.
+    let keeper = take_fd(WORKER_RINGS_FD)?;
+    let (ingress, troubles) = Ingress::new(
+        RingConfig {
+            version: args.ring,
+            bytes: args.ring_mb << 20,
+            max_frame: 1518,
+            block_timeout_ms: args.block_timeout_ms,
+        },
+        (args.workers > 1).then_some(args.fanout_seed),
+        ring_filter,
+        Some(keeper),
+    );
+    for t in troubles {
+        tracing::warn!("worker {}: {t}; the ring is opened afresh", args.index);
+    }
     let mut w = Worker {
-        ingress: Ingress::new(
-            RingConfig {
-                version: args.ring,
-                bytes: args.ring_mb << 20,
-                max_frame: 1518,
-                block_timeout_ms: args.block_timeout_ms,
-            },
-            (args.workers > 1).then_some(args.fanout_seed),
-            ring_filter,
-        ),
+        ingress,
         args,
         layout,
         counters,

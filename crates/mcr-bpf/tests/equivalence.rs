@@ -170,6 +170,7 @@ fn bed(d0: u32, d1: u32) -> Bed {
             iface("d0", d0, &["10.0.0.2", "fd00::2"]),
             iface("d1", d1, &["10.0.1.1", "fd00:1::1"]),
         ]),
+        fanout: Vec::new(),
     };
     let (table, errors) = MatchTable::compile(&snap);
     assert!(errors.is_empty(), "{errors:?}");

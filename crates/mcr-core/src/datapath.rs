@@ -567,6 +567,7 @@ mod tests {
                 })
                 .collect(),
             interfaces: Interfaces::new([iface("veth1", 2, "10.0.0.2"), iface("veth2", 3, "10.0.1.1")]),
+            fanout: Vec::new(),
         };
         let (t, errors) = MatchTable::compile(&snap);
         assert!(errors.is_empty(), "{errors:?}");

@@ -16,6 +16,11 @@ pub struct TableSnapshot {
     pub rules: Vec<SlottedRule>,
     /// The interfaces the rules name.
     pub interfaces: Interfaces,
+    /// With several workers: the fanout group each input interface's rings
+    /// join, by interface index (the supervisor founds each group, so its
+    /// id is one no other group has).
+    #[serde(default)]
+    pub fanout: Vec<(u32, u16)>,
 }
 
 /// A rule and where its counters live.

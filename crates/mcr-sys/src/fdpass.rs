@@ -119,6 +119,15 @@ fn take_rights(control: &[u8]) -> Vec<OwnedFd> {
 /// Sends `text` (not empty, at most [`MAX_TEXT`]) with `fds` (at most
 /// [`MAX_FDS`]) as one message.
 pub fn send(sock: BorrowedFd<'_>, text: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    send_with(sock, text, fds, 0)
+}
+
+/// [`send`], failing with `WouldBlock` rather than waiting for room.
+pub fn send_nowait(sock: BorrowedFd<'_>, text: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    send_with(sock, text, fds, libc::MSG_DONTWAIT)
+}
+
+fn send_with(sock: BorrowedFd<'_>, text: &[u8], fds: &[BorrowedFd<'_>], flags: libc::c_int) -> io::Result<()> {
     if text.is_empty() || text.len() > MAX_TEXT || fds.len() > MAX_FDS {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "message size"));
     }
@@ -139,7 +148,7 @@ pub fn send(sock: BorrowedFd<'_>, text: &[u8], fds: &[BorrowedFd<'_>]) -> io::Re
     loop {
         // SAFETY: `msg` points at live buffers of the lengths it states; the
         // kernel only reads them.
-        let rc = unsafe { libc::sendmsg(sock.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL) };
+        let rc = unsafe { libc::sendmsg(sock.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL | flags) };
         if rc >= 0 {
             return Ok(());
         }
@@ -164,6 +173,15 @@ pub struct Received {
 /// Receives one message; `None` when the peer has closed its end and
 /// nothing is left.
 pub fn recv(sock: BorrowedFd<'_>) -> io::Result<Option<Received>> {
+    recv_with(sock, 0)
+}
+
+/// [`recv`], failing with `WouldBlock` when no message is waiting.
+pub fn recv_nowait(sock: BorrowedFd<'_>) -> io::Result<Option<Received>> {
+    recv_with(sock, libc::MSG_DONTWAIT)
+}
+
+fn recv_with(sock: BorrowedFd<'_>, flags: libc::c_int) -> io::Result<Option<Received>> {
     let mut text = vec![0u8; MAX_TEXT];
     let mut iov = libc::iovec {
         iov_base: text.as_mut_ptr().cast(),
@@ -178,7 +196,7 @@ pub fn recv(sock: BorrowedFd<'_>) -> io::Result<Option<Received>> {
     msg.msg_controllen = cbuf.0.len();
     let n = loop {
         // SAFETY: `msg` points at writable buffers of the lengths it states.
-        let rc = unsafe { libc::recvmsg(sock.as_raw_fd(), &raw mut msg, libc::MSG_CMSG_CLOEXEC) };
+        let rc = unsafe { libc::recvmsg(sock.as_raw_fd(), &raw mut msg, libc::MSG_CMSG_CLOEXEC | flags) };
         if rc >= 0 {
             break rc as usize;
         }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use mcr_core::bpf::ingress_filter;
 use mcr_core::wire::{UDP_V4_HEADERS, UdpFrameSpec, ethernet, write_udp_v4_frame};
 use mcr_sys::packet::PacketTx;
-use mcr_sys::ring::{Filter, FilterInsn, RingConfig, RingVersion, RxRing};
+use mcr_sys::ring::{Fanout, Filter, FilterInsn, RingConfig, RingVersion, RxRing};
 use mcr_testbed::presets::Pipeline;
 
 fn filter_all() -> Vec<FilterInsn> {
@@ -172,18 +172,23 @@ fn both_ring_formats_deliver_every_frame_in_order_and_intact() {
 fn fanout_gives_each_frame_to_exactly_one_socket_and_keeps_flows_together() {
     let _lock = mcr_testbed::traffic_lock().expect("lock");
     let p = Pipeline::new("ring-fanout", 0).expect("link");
+    // The first ring founds a group with an id the kernel picks (no other
+    // group has it); the second joins it by that id.
     let mut rings = in_sink(&p, |idx| {
-        (0..2)
-            .map(|_| {
-                RxRing::open(
-                    idx,
-                    &cfg(RingVersion::V2, 16 << 20),
-                    Filter::Classic(&filter_core()),
-                    Some(0x4d43),
-                )
-                .expect("ring")
-            })
-            .collect::<Vec<_>>()
+        let open = |fanout| {
+            RxRing::open(
+                idx,
+                &cfg(RingVersion::V2, 16 << 20),
+                Filter::Classic(&filter_core()),
+                Some(fanout),
+            )
+            .expect("ring")
+        };
+        let first = open(Fanout::Found);
+        let id = first.fanout_id().expect("fanout id").expect("in a group");
+        let second = open(Fanout::Join(id));
+        assert_eq!(second.fanout_id().expect("fanout id"), Some(id));
+        vec![first, second]
     });
     let flows: Vec<SocketAddrV4> = (0..50)
         .map(|i| SocketAddrV4::new([239, 1, 1, i as u8 + 1].into(), 5001 + i))

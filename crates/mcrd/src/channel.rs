@@ -74,6 +74,15 @@ impl Problem {
     }
 }
 
+/// The ring config for an interface of this MTU (the frame, its Ethernet
+/// header and one VLAN tag), the same whoever opens the ring.
+pub fn ring_for_mtu(cfg: &mcr_sys::ring::RingConfig, mtu: Option<u32>) -> mcr_sys::ring::RingConfig {
+    mcr_sys::ring::RingConfig {
+        max_frame: mtu.map_or(1500, |m| m as usize) + 14 + 4,
+        ..*cfg
+    }
+}
+
 /// The worker's end of the ring channel (a `SOCK_SEQPACKET` pair that
 /// carries descriptors) is this descriptor number.
 pub const WORKER_RINGS_FD: i32 = 6;

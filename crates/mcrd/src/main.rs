@@ -251,10 +251,12 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
     if let Some(c) = cpus.iter().find(|c| !allowed.contains(c)) {
         anyhow::bail!("cpus: mcrd may not run on CPU {c} (it may use CPUs {allowed:?})");
     }
-    let ring = match a.ring.map(RingArg::format).or(f.ring).unwrap_or(RingFormat::V2) {
+    let ring_format = a.ring.map(RingArg::format).or(f.ring).unwrap_or(RingFormat::V2);
+    let ring = match ring_format {
         RingFormat::V2 => "v2",
         RingFormat::V3 => "v3",
     };
+    let block_timeout_ms = a.block_timeout_ms.or(f.block_timeout_ms).unwrap_or(1);
     let worker_args = vec![
         "--workers".into(),
         workers.to_string(),
@@ -263,9 +265,7 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         "--ring-mb".into(),
         ring_mb.to_string(),
         "--block-timeout-ms".into(),
-        a.block_timeout_ms.or(f.block_timeout_ms).unwrap_or(1).to_string(),
-        "--fanout-seed".into(),
-        (std::process::id() as u16).to_string(),
+        block_timeout_ms.to_string(),
         "--log-format".into(),
         logging::name(format).into(),
     ];
@@ -287,6 +287,16 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
             a.control_timeout.or(f.control_timeout_s).unwrap_or(60),
         )),
         datapath: a.datapath.map(DatapathArg::datapath).or(f.datapath).unwrap_or_default(),
+        // The same shape the workers give their rings (see `worker_args`).
+        ring: mcr_sys::ring::RingConfig {
+            version: match ring_format {
+                RingFormat::V2 => mcr_sys::ring::RingVersion::V2,
+                RingFormat::V3 => mcr_sys::ring::RingVersion::V3,
+            },
+            bytes: (ring_mb as usize) << 20,
+            max_frame: 1518,
+            block_timeout_ms,
+        },
         file_settings: config.settings,
         rules: config.rules,
         config_path,

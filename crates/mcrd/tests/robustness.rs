@@ -552,3 +552,61 @@ fn an_overload_of_30_seconds_is_dropped_with_reasons_and_forwarding_recovers() {
         pids
     );
 }
+
+/// The fanout group ids of the packet sockets in `ns` (from `ss`).
+fn fanout_ids(ns: &Ns) -> std::collections::BTreeSet<u16> {
+    let out = ns.exec("ss", ["-0", "-e", "-O", "-H"]).expect("ss");
+    out.split("fanout(id:")
+        .skip(1)
+        .filter_map(|rest| rest.split(',').next()?.parse().ok())
+        .collect()
+}
+
+/// Another program on the relay's input that shares the interface's frames
+/// through a fanout group of its own never joins the workers' group, even
+/// if it picks the same id: the supervisor founds the group with an id no
+/// group had, and with a flag a plain hash group lacks, so the kernel
+/// refuses the program (EINVAL) rather than give it part of MCR's frames.
+/// Both workers' rings are in that one group; a stream through them loses
+/// nothing while the program tries.
+#[test]
+fn a_program_that_picks_the_workers_fanout_id_is_refused_and_takes_no_frame() {
+    const N: u64 = 20_000;
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("relay-fanout-ids").expect("chain");
+    let relay = Relay::start(&c.relay, &["--workers", "2", "--datapath", "packet"]).expect("mcrd");
+    relay
+        .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
+        .expect("add");
+    let ids = fanout_ids(&c.relay);
+    assert_eq!(ids.len(), 1, "one group for the input's two rings: {ids:?}");
+    let rx = c.expect_at_sink("239.10.1.1:6001", N, &[]).expect("recv");
+    let sender = c.send_from_generator_meanwhile("239.1.1.1:5001", N, "4000", MINUTES);
+    let ns = c.relay.name().to_string();
+    let tries = std::thread::spawn(move || {
+        mcr_sys::netns::enter(&ns).expect("enter the relay's namespace");
+        let ifindex = mcr_sys::iface::index(Chain::RELAY_IN_IF).expect("input interface");
+        let mut tries = 0;
+        let until = std::time::Instant::now() + Duration::from_secs(3);
+        while std::time::Instant::now() < until {
+            for &id in &ids {
+                match mcr_sys::ring::join_foreign_fanout(ifindex, id) {
+                    Ok(_) => panic!("another program joined the workers' fanout group {id}"),
+                    Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "group {id}: {e}"),
+                }
+                tries += 1;
+            }
+        }
+        tries
+    })
+    .join()
+    .expect("the other program");
+    sender.join().expect("sender").expect("send");
+    let got = rx.finish(MINUTES).expect("recv done");
+    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+    for s in &got.report.streams {
+        assert!(s.problems(Some(N)).is_empty(), "{:?}", s.problems(Some(N)));
+    }
+    assert!(tries > 0);
+    assert_eq!(fanout_ids(&c.relay).len(), 1, "the group is unchanged");
+}

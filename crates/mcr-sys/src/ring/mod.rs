@@ -56,6 +56,18 @@ pub enum Filter<'a> {
     Program(BorrowedFd<'a>),
 }
 
+/// How a ring joins its interface's fanout group (hash mode: each frame
+/// reaches exactly one member, and a flow always the same one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fanout {
+    /// Join group `id` (made by the first member to join it).
+    Join(u16),
+    /// Make a new group with an id no group of this network namespace has
+    /// (`PACKET_FANOUT_FLAG_UNIQUEID`); [`RxRing::fanout_id`] tells it, for
+    /// the other members to join.
+    Found,
+}
+
 /// A received frame.
 #[derive(Debug, Clone, Copy)]
 pub struct RxFrame<'a> {
@@ -191,10 +203,9 @@ fn align(x: usize, to: usize) -> usize {
 
 impl RxRing {
     /// Opens a ring on interface `ifindex` that receives what `filter`
-    /// lets through. With `fanout`, the socket joins that fanout group in
-    /// hash mode with defragmentation: each frame reaches exactly one
-    /// member, and a flow always the same one.
-    pub fn open(ifindex: u32, cfg: &RingConfig, filter: Filter<'_>, fanout: Option<u16>) -> io::Result<RxRing> {
+    /// lets through. With `fanout`, the socket joins (or founds) a fanout
+    /// group in hash mode.
+    pub fn open(ifindex: u32, cfg: &RingConfig, filter: Filter<'_>, fanout: Option<Fanout>) -> io::Result<RxRing> {
         // SAFETY: socket(2) takes plain integers; protocol 0 means nothing
         // is queued before bind names a protocol.
         let raw = crate::check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
@@ -274,7 +285,15 @@ impl RxRing {
             // would only make a datagram too big for the ring's frames
             // and count it `truncated` instead. A datagram's fragments
             // share their addresses, hence their hash and their worker.
-            let arg: u32 = u32::from(group) | (libc::PACKET_FANOUT_HASH << 16);
+            // PACKET_FANOUT_FLAG_IGNORE_OUTGOING, as the socket itself: a
+            // member must ask for the same flags, which keeps a program
+            // that picked the same id by chance out of the group (and
+            // makes the group's word never 0, see `fanout_id`).
+            let mode = libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_IGNORE_OUTGOING;
+            let arg: u32 = match group {
+                Fanout::Join(id) => u32::from(id) | (mode << 16),
+                Fanout::Found => (mode | libc::PACKET_FANOUT_FLAG_UNIQUEID) << 16,
+            };
             setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)?;
         }
         let ring = RxRing {
@@ -334,6 +353,33 @@ impl RxRing {
             geometry,
             fd,
         })
+    }
+
+    /// Unmaps the ring and gives up the socket (to pass to another process,
+    /// which maps it again with [`RxRing::adopt`]).
+    pub fn into_socket(self) -> (RingGeometry, OwnedFd) {
+        let RxRing { map, geometry, fd, .. } = self;
+        drop(map);
+        (geometry, fd)
+    }
+
+    /// The id of the fanout group the socket is in, if any.
+    pub fn fanout_id(&self) -> io::Result<Option<u16>> {
+        let mut v: u32 = 0;
+        let mut len = mem::size_of::<u32>() as libc::socklen_t;
+        // SAFETY: `v` has `len` writable bytes.
+        crate::check(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_FANOUT,
+                (&raw mut v).cast(),
+                &mut len,
+            )
+        })?;
+        // The id in the low 16 bits, the mode and flags above (never all 0
+        // for MCR's groups, which set a flag); 0 when in no group.
+        Ok((v != 0).then_some(v as u16))
     }
 
     /// Its shape (for [`RxRing::adopt`]).
@@ -408,6 +454,36 @@ impl RxRing {
             drops: u64::from(st.tp_drops),
         })
     }
+}
+
+/// What another program than MCR would do to share an interface's frames
+/// with its own sockets: an AF_PACKET socket on `ifindex` that joins fanout
+/// group `id` in plain hash mode (no flags). Fails with `EINVAL` if a group
+/// with that id exists with other settings (such as MCR's). For tests.
+pub fn join_foreign_fanout(ifindex: u32, id: u16) -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) takes plain integers; protocol 0 means nothing is
+    // queued before bind names a protocol.
+    let raw = crate::check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `raw` is a freshly created fd that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    crate::sockopt::drop_everything(fd.as_fd())?;
+    // SAFETY: sockaddr_ll is plain data; all zeroes is valid.
+    let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    sll.sll_ifindex = ifindex as libc::c_int;
+    // SAFETY: `sll` is a valid sockaddr_ll of the length passed.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw const sll).cast(),
+            mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    crate::check(rc)?;
+    let arg: u32 = u32::from(id) | (libc::PACKET_FANOUT_HASH << 16);
+    setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)?;
+    Ok(fd)
 }
 
 impl AsFd for RxRing {

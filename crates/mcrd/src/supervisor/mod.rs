@@ -6,6 +6,7 @@
 mod config_file;
 mod control;
 mod datapath;
+mod fanout;
 mod links;
 mod membership;
 mod metrics;
@@ -66,6 +67,8 @@ pub struct Options {
     pub control_group: Option<String>,
     /// Which data path forwards.
     pub datapath: Datapath,
+    /// The workers' receive rings (`max_frame` follows each interface).
+    pub ring: mcr_sys::ring::RingConfig,
 }
 
 pub use config_file::load as load_config;
@@ -137,6 +140,10 @@ struct Supervisor {
     file_settings: Settings,
     /// Those it started with (what a reload compares against).
     started_settings: Settings,
+    /// The workers' fanout groups, with several workers.
+    fanout: Option<fanout::FanoutGroups>,
+    /// The shape of the workers' rings.
+    ring: mcr_sys::ring::RingConfig,
 }
 
 /// Everything the host's interfaces offer, read afresh.
@@ -236,6 +243,8 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
         ifs: interfaces(),
         file_settings: opts.file_settings.clone(),
         started_settings: opts.file_settings.clone(),
+        fanout: (opts.workers > 1).then(|| fanout::FanoutGroups::new(std::process::id() as u16)),
+        ring: opts.ring,
     };
     sup.start_with(std::mem::take(&mut opts.rules))?;
     let metrics = match opts.metrics_listen {
@@ -336,13 +345,21 @@ impl Supervisor {
     /// [`Supervisor::publish`] with the interfaces as just read.
     fn publish_with(&mut self, ifs: Interfaces) {
         self.ifs = ifs;
-        let snap = self.rules.snapshot(&self.ifs);
+        let mut snap = self.rules.snapshot(&self.ifs);
+        let (table, _) = mcr_core::table::MatchTable::compile(&snap);
         // The kernel's maps first: a worker that gets the table before they
         // are written still has every rule, and a frame is forwarded by
         // whichever side the maps say, never by both.
         if let Some(k) = &mut self.kernel {
-            let (table, _) = mcr_core::table::MatchTable::compile(&snap);
             k.reconcile(&table, &self.ifs, &self.stats.layout());
+        }
+        // A fanout group for each new input interface, founded with worker
+        // 0's ring, which reaches it before the table does.
+        if let Some(groups) = &mut self.fanout {
+            for (ifindex, ring) in groups.reconcile(&table.input_interfaces(), &self.ifs, &self.ring) {
+                self.workers[0].give_ring(ifindex, ring);
+            }
+            snap.fanout = groups.table();
         }
         match serde_json::to_vec(&ToWorker::Table(snap)) {
             Ok(mut line) => {

@@ -326,6 +326,7 @@ impl RuleTable {
             version: self.version,
             rules: self.rules.clone(),
             interfaces: Interfaces::new(interfaces.iter().filter(|i| used.contains(i.name.as_str())).cloned()),
+            fanout: Vec::new(),
         }
     }
 }

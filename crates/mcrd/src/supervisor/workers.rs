@@ -110,6 +110,9 @@ pub struct Worker {
     stop: Option<oneshot::Sender<()>>,
     /// The rings of the dead process, for the next one.
     kept: KeptRings,
+    /// The supervisor's end of the live process's ring channel, to hand it
+    /// new rings.
+    ring_tx: Option<OwnedFd>,
 }
 
 /// The longest message line a worker may send (its largest, an `applied`
@@ -146,6 +149,7 @@ impl Worker {
             backoff: MIN_BACKOFF,
             stop: None,
             kept: KeptRings::new(),
+            ring_tx: None,
         }
     }
 
@@ -268,6 +272,7 @@ impl Worker {
 
         // Keeper: the copies of its rings, as it reports them, until its
         // end of the ring channel closes.
+        self.ring_tx = keeper.try_clone().ok();
         let kept = std::mem::take(&mut self.kept);
         let keeping = tokio::task::spawn_blocking(move || keep_rings(&keeper, kept, index));
 
@@ -293,6 +298,7 @@ impl Worker {
     /// returns the delay before it restarts.
     pub fn died(&mut self, how: String, rings: KeptRings) -> Duration {
         self.pid = None;
+        self.ring_tx = None;
         self.kept.extend(rings);
         self.cpu_before_s += self.cpu_now.take().map_or(0.0, |(_, s)| s);
         self.busy = 0.0;
@@ -305,6 +311,25 @@ impl Worker {
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
         self.state = State::Restarting;
         delay
+    }
+
+    /// Hands it a ring it did not open (the founding member of a fanout
+    /// group): through its ring channel while it runs (it takes the ring
+    /// when it next applies a table, and tells the keeper it holds it),
+    /// else kept for the process that starts next.
+    pub fn give_ring(&mut self, ifindex: u32, ring: mcr_sys::ring::RxRing) {
+        let (geometry, fd) = ring.into_socket();
+        if let Some(tx) = &self.ring_tx {
+            let note = RingNote::encode(&[RingNote::Hold { ifindex, geometry }]);
+            match mcr_sys::fdpass::send_nowait(tx.as_fd(), &note, &[fd.as_fd()]) {
+                Ok(()) => return,
+                Err(e) => tracing::warn!(
+                    "worker {}: could not hand over the ring of interface #{ifindex} ({e}); kept for its next start",
+                    self.index
+                ),
+            }
+        }
+        self.kept.insert(ifindex, (geometry, fd));
     }
 
     /// Reads the CPU time of its process, for [`Worker::cpu_s`] and

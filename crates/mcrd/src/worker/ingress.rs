@@ -16,33 +16,44 @@ use mcr_core::bpf::{FilterSpec, ingress_filter};
 use mcr_core::interfaces::Interfaces;
 use mcr_core::table::MatchTable;
 use mcr_sys::epoll::Epoll;
-use mcr_sys::ring::{Filter, FilterInsn, RingConfig, RxRing};
+use mcr_sys::ring::{Fanout, Filter, FilterInsn, RingConfig, RxRing};
 
-use crate::channel::{Problem, RingNote, Scope};
+use super::keeper::Keeper;
+use crate::channel::{Problem, RingNote, Scope, ring_for_mtu};
 
 struct Input {
     ifindex: u32,
     ring: RxRing,
-    /// What its filter lets in; `None` for a ring adopted from an earlier
-    /// worker, whose filter is set again.
+    /// What its filter lets in; `None` for a ring this worker did not open
+    /// (an earlier worker's, or a group's founding ring), whose filter is
+    /// set again.
     spec: Option<FilterSpec>,
+    /// Its fanout group.
+    group: Option<u16>,
     /// `PACKET_MR_PROMISC` is set (the rules take a VLAN of it).
     promisc: bool,
     registered: bool,
 }
 
+/// A ring handed over on the ring channel, until a table says whether it
+/// is wanted.
+struct Adopted {
+    ifindex: u32,
+    ring: RxRing,
+    /// The supervisor holds a copy already (an earlier worker's ring).
+    held: bool,
+}
+
 /// The rings of a worker.
 pub struct Ingress {
     cfg: RingConfig,
-    fanout_seed: Option<u16>,
+    /// Several workers share each interface, through fanout groups.
+    shared: bool,
     inputs: Vec<Input>,
     /// The eBPF data path's ring filter, when it runs.
     program: Option<OwnedFd>,
-    /// The ring channel to the supervisor.
-    keeper: Option<OwnedFd>,
-    /// Rings an earlier worker left, until the first table says which
-    /// are still wanted.
-    adopted: Vec<(u32, RxRing)>,
+    keeper: Option<Keeper>,
+    adopted: Vec<Adopted>,
 }
 
 fn filter(spec: &FilterSpec) -> Vec<FilterInsn> {
@@ -57,103 +68,35 @@ fn filter(spec: &FilterSpec) -> Vec<FilterInsn> {
         .collect()
 }
 
-/// The fanout group of an interface: the same in every worker of one
-/// supervisor, different for another supervisor's.
-fn fanout_group(seed: u16, ifindex: u32) -> u16 {
-    seed ^ (ifindex as u16).wrapping_mul(0x9e37).rotate_left(7)
-}
-
 impl Ingress {
-    /// No rings yet; `fanout_seed` set means join fanout groups;
-    /// `program` is the eBPF ring filter to use instead of a classic one;
-    /// `keeper` is the ring channel, whose waiting messages hand over the
-    /// rings of the worker this one replaces. Returns what could not be
-    /// adopted.
-    pub fn new(
-        cfg: RingConfig,
-        fanout_seed: Option<u16>,
-        program: Option<OwnedFd>,
-        keeper: Option<OwnedFd>,
-    ) -> (Self, Vec<String>) {
+    /// No rings yet; `shared` means several workers share each interface
+    /// (fanout groups); `program` is the eBPF ring filter to use instead of
+    /// a classic one; `keeper` is the ring channel, whose waiting messages
+    /// hand over the rings of the worker this one replaces. Returns what
+    /// could not be adopted.
+    pub fn new(cfg: RingConfig, shared: bool, program: Option<OwnedFd>, keeper: Option<Keeper>) -> (Self, Vec<String>) {
         let mut ingress = Ingress {
             cfg,
-            fanout_seed,
+            shared,
             inputs: Vec::new(),
             program,
             keeper,
             adopted: Vec::new(),
         };
-        let troubles = ingress.adopt();
+        let troubles = ingress.take_handed_over(true);
         (ingress, troubles)
     }
 
-    /// Takes the rings the supervisor handed over (sent before this
-    /// process started, so all of them are waiting).
-    fn adopt(&mut self) -> Vec<String> {
-        let mut troubles = Vec::new();
+    /// Takes the rings waiting on the ring channel; `held` if the
+    /// supervisor keeps copies of them already.
+    fn take_handed_over(&mut self, held: bool) -> Vec<String> {
         let Some(k) = &self.keeper else {
-            return troubles;
+            return Vec::new();
         };
-        if let Err(e) = mcr_sys::fdpass::set_nonblocking(k.as_fd(), true) {
-            return vec![format!("ring channel: {e}")];
-        }
-        loop {
-            let m = match mcr_sys::fdpass::recv(k.as_fd()) {
-                Ok(Some(m)) => m,
-                Ok(None) => break,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    troubles.push(format!("ring channel: {e}"));
-                    break;
-                }
-            };
-            let notes = match RingNote::decode(&m.text, m.fds.len()) {
-                Ok(n) => n,
-                Err(e) => {
-                    troubles.push(format!("ring channel: {e}"));
-                    continue;
-                }
-            };
-            let mut fds = m.fds.into_iter();
-            for n in notes {
-                let RingNote::Hold { ifindex, geometry } = n else {
-                    continue;
-                };
-                let Some(fd) = fds.next() else { break };
-                match RxRing::adopt(fd, geometry) {
-                    Ok(r) => self.adopted.push((ifindex, r)),
-                    Err(e) => troubles.push(format!("the ring of interface #{ifindex} ({geometry}): {e}")),
-                }
-            }
-        }
-        // From now on this process only sends on it, and waits if the
-        // supervisor is behind rather than lose a note.
-        if let Err(e) = mcr_sys::fdpass::set_nonblocking(k.as_fd(), false) {
-            troubles.push(format!("ring channel: {e}"));
-        }
+        let (rings, troubles) = k.take();
+        self.adopted
+            .extend(rings.into_iter().map(|(ifindex, ring)| Adopted { ifindex, ring, held }));
         troubles
-    }
-
-    /// Tells the supervisor which rings to keep and which to close.
-    fn tell_keeper(&self, notes: &[RingNote], troubles: &mut Vec<Problem>) {
-        let Some(k) = &self.keeper else { return };
-        let mut holds = notes.iter().filter_map(|n| match n {
-            RingNote::Hold { ifindex, .. } => self.inputs.iter().find(|i| i.ifindex == *ifindex),
-            RingNote::Release { .. } => None,
-        });
-        for chunk in notes.chunks(mcr_sys::fdpass::MAX_FDS) {
-            let fds: Vec<_> = holds
-                .by_ref()
-                .take(chunk.iter().filter(|n| matches!(n, RingNote::Hold { .. })).count())
-                .map(|i| i.ring.as_fd())
-                .collect();
-            if let Err(e) = mcr_sys::fdpass::send(k.as_fd(), &RingNote::encode(chunk), &fds) {
-                troubles.push(Problem {
-                    error: format!("could not hand the supervisor a copy of the rings (a restart of this worker would lose what they hold): {e}"),
-                    scope: Scope::Input(String::new()),
-                });
-            }
-        }
     }
 
     /// Each ring with its interface index.
@@ -181,26 +124,43 @@ impl Ingress {
             .is_some()
     }
 
-    /// Opens, refilters and closes rings to match `table`; returns what
+    /// Opens, refilters and closes rings to match `table`, joining the
+    /// fanout groups `groups` names (by interface index); returns what
     /// could not be set up.
-    pub fn reconcile(&mut self, table: &MatchTable, interfaces: &Interfaces) -> Vec<Problem> {
+    pub fn reconcile(&mut self, table: &MatchTable, interfaces: &Interfaces, groups: &[(u32, u16)]) -> Vec<Problem> {
         let wanted = table.input_interfaces();
+        let shared = self.shared;
+        let group_of = |ifindex: u32| groups.iter().find(|g| g.0 == ifindex).map(|g| g.1);
+        // A ring is kept while its interface has rules and it is in the
+        // group the table names (a group founded anew replaces it).
+        let fits =
+            |ifindex: u32, group: Option<u16>| wanted.contains(&ifindex) && (!shared || group == group_of(ifindex));
+        let mut handed = self.take_handed_over(false);
         let mut notes = Vec::new();
-        for i in self.inputs.iter().filter(|i| !wanted.contains(&i.ifindex)) {
+        for i in self.inputs.iter().filter(|i| !fits(i.ifindex, i.group)) {
             notes.push(RingNote::Release { ifindex: i.ifindex });
         }
-        self.inputs.retain(|i| wanted.contains(&i.ifindex));
-        for (ifindex, ring) in std::mem::take(&mut self.adopted) {
-            if wanted.contains(&ifindex) && !self.inputs.iter().any(|i| i.ifindex == ifindex) {
+        self.inputs.retain(|i| fits(i.ifindex, i.group));
+        for a in std::mem::take(&mut self.adopted) {
+            let group = a.ring.fanout_id().ok().flatten();
+            let taken = self.inputs.iter().any(|i| i.ifindex == a.ifindex);
+            if fits(a.ifindex, group) && !taken {
+                if !a.held {
+                    notes.push(RingNote::Hold {
+                        ifindex: a.ifindex,
+                        geometry: a.ring.geometry(),
+                    });
+                }
                 self.inputs.push(Input {
-                    ifindex,
-                    ring,
+                    ifindex: a.ifindex,
+                    ring: a.ring,
                     spec: None,
+                    group,
                     promisc: false,
                     registered: false,
                 });
-            } else {
-                notes.push(RingNote::Release { ifindex });
+            } else if a.held && !taken {
+                notes.push(RingNote::Release { ifindex: a.ifindex });
             }
         }
         let mut troubles = Vec::new();
@@ -240,14 +200,21 @@ impl Ingress {
                 }
                 continue;
             }
-            let mut cfg = self.cfg;
-            cfg.max_frame = iface.map_or(1500, |i| i.mtu as usize) + 14 + 4;
+            let cfg = ring_for_mtu(&self.cfg, iface.map(|i| i.mtu));
             let classic = filter(&spec);
             let f = match &self.program {
                 Some(p) => Filter::Program(p.as_fd()),
                 None => Filter::Classic(&classic),
             };
-            match RxRing::open(ifindex, &cfg, f, self.fanout_seed.map(|s| fanout_group(s, ifindex))) {
+            let group = group_of(ifindex);
+            if shared && group.is_none() {
+                troubles.push(Problem {
+                    error: format!("input interface `{name}`: the table names no fanout group for it"),
+                    scope: Scope::Input(name),
+                });
+                continue;
+            }
+            match RxRing::open(ifindex, &cfg, f, group.filter(|_| shared).map(Fanout::Join)) {
                 Ok(ring) => {
                     // A trunk's VLANs have no membership or sub-interface
                     // on the host that would open the NIC's multicast and
@@ -267,6 +234,7 @@ impl Ingress {
                         ifindex,
                         ring,
                         spec: Some(spec),
+                        group: group.filter(|_| shared),
                         promisc,
                         registered: false,
                     })
@@ -277,9 +245,19 @@ impl Ingress {
                 }),
             }
         }
-        if !notes.is_empty() {
-            self.tell_keeper(&notes, &mut troubles);
+        if let (Some(k), false) = (&self.keeper, notes.is_empty()) {
+            let inputs = &self.inputs;
+            let fd_of = |ifindex| inputs.iter().find(|i| i.ifindex == ifindex).map(|i| i.ring.as_fd());
+            if let Err(e) = k.tell(&notes, fd_of) {
+                handed.push(format!(
+                    "could not hand the supervisor a copy of the rings (a restart of this worker would lose what they hold): {e}"
+                ));
+            }
         }
+        troubles.extend(handed.into_iter().map(|error| Problem {
+            error,
+            scope: Scope::Input(String::new()),
+        }));
         troubles
     }
 
@@ -291,17 +269,5 @@ impl Ingress {
             .filter_map(|i| i.ring.stats().ok())
             .map(|s| s.drops)
             .sum()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fanout_groups_differ_by_interface_and_by_supervisor() {
-        assert_ne!(fanout_group(1000, 2), fanout_group(1000, 3));
-        assert_ne!(fanout_group(1000, 2), fanout_group(1001, 2));
-        assert_eq!(fanout_group(1000, 2), fanout_group(1000, 2));
     }
 }

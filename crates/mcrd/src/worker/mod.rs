@@ -5,6 +5,7 @@
 
 pub mod egress;
 mod ingress;
+mod keeper;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -46,9 +47,6 @@ pub struct WorkerArgs {
     /// V3 block retire timeout in ms.
     #[arg(long, default_value_t = 1)]
     pub block_timeout_ms: u32,
-    /// Fanout group ids are derived from this (the supervisor's pid).
-    #[arg(long)]
-    pub fanout_seed: u16,
     /// How to write logs (the supervisor's format).
     #[arg(long, value_parser = crate::logging::parse_format)]
     pub log_format: Option<mcr_core::config::LogFormat>,
@@ -117,9 +115,9 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
             max_frame: 1518,
             block_timeout_ms: args.block_timeout_ms,
         },
-        (args.workers > 1).then_some(args.fanout_seed),
+        args.workers > 1,
         ring_filter,
-        Some(keeper),
+        Some(keeper::Keeper::new(keeper)),
     );
     for t in troubles {
         tracing::warn!("worker {}: {t}; the ring is opened afresh", args.index);
@@ -264,7 +262,7 @@ impl Worker {
         };
         // Ingress: a ring per input interface, its filter following the
         // unicast inputs. (A closed ring leaves the epoll set by itself.)
-        problems.extend(self.ingress.reconcile(&table, &snap.interfaces));
+        problems.extend(self.ingress.reconcile(&table, &snap.interfaces, &snap.fanout));
         // Egress: a frame batch per output interface, a UDP sender per
         // (interface, source) of unicast outputs.
         let mut frame_ifs: FxHashMap<u32, usize> = FxHashMap::default();

@@ -1,0 +1,91 @@
+//! The fanout groups of the workers' rings, one per input interface when
+//! there are several workers. The supervisor founds each group itself with
+//! a ring for worker 0 (`PACKET_FANOUT_FLAG_UNIQUEID`: the kernel picks an
+//! id that no group of the namespace has), hands that ring to worker 0 and
+//! the id to every worker with the table; the other workers join by id.
+//! A group lives as long as its interface has rules: a worker's death does
+//! not change it (the supervisor keeps every ring).
+
+use std::collections::BTreeMap;
+
+use mcr_core::interfaces::Interfaces;
+use mcr_sys::ring::{Fanout, Filter, FilterInsn, RingConfig, RxRing};
+
+use crate::channel::ring_for_mtu;
+
+/// A filter that lets nothing in: the founding ring's until worker 0 puts
+/// the table's filter in its place.
+const NOTHING: [FilterInsn; 1] = [FilterInsn {
+    code: 0x06, // BPF_RET | BPF_K
+    jt: 0,
+    jf: 0,
+    k: 0,
+}];
+
+/// The groups, by interface index.
+#[derive(Debug)]
+pub struct FanoutGroups {
+    ids: BTreeMap<u32, u16>,
+    /// Ids to fall back on if a group cannot be founded (from the
+    /// supervisor's pid).
+    seed: u16,
+}
+
+/// The group id derived from `seed` (a fallback only).
+fn derived_id(seed: u16, ifindex: u32) -> u16 {
+    seed ^ (ifindex as u16).wrapping_mul(0x9e37).rotate_left(7)
+}
+
+impl FanoutGroups {
+    /// No groups yet.
+    pub fn new(seed: u16) -> Self {
+        FanoutGroups {
+            ids: BTreeMap::new(),
+            seed,
+        }
+    }
+
+    /// Founds a group for each of `wanted` that has none, forgets those no
+    /// longer wanted; returns the founding rings, for worker 0.
+    pub fn reconcile(&mut self, wanted: &[u32], ifs: &Interfaces, cfg: &RingConfig) -> Vec<(u32, RxRing)> {
+        self.ids.retain(|i, _| wanted.contains(i));
+        let mut founded = Vec::new();
+        let new: Vec<u32> = wanted.iter().copied().filter(|i| !self.ids.contains_key(i)).collect();
+        for ifindex in new {
+            let cfg = ring_for_mtu(cfg, ifs.by_index(ifindex).map(|i| i.mtu));
+            let ring = RxRing::open(ifindex, &cfg, Filter::Classic(&NOTHING), Some(Fanout::Found))
+                .and_then(|r| Ok((r.fanout_id()?, r)));
+            match ring {
+                Ok((Some(id), ring)) => {
+                    self.ids.insert(ifindex, id);
+                    founded.push((ifindex, ring));
+                }
+                Ok((None, _)) | Err(_) => {
+                    let id = derived_id(self.seed, ifindex);
+                    let why = ring.err().map_or_else(|| "no group id".to_string(), |e| e.to_string());
+                    tracing::warn!(
+                        "interface #{ifindex}: could not found the workers' fanout group ({why}); they use group {id}"
+                    );
+                    self.ids.insert(ifindex, id);
+                }
+            }
+        }
+        founded
+    }
+
+    /// The groups, for the table.
+    pub fn table(&self) -> Vec<(u32, u16)> {
+        self.ids.iter().map(|(i, g)| (*i, *g)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_ids_differ_by_interface_and_by_supervisor() {
+        assert_ne!(derived_id(1000, 2), derived_id(1000, 3));
+        assert_ne!(derived_id(1000, 2), derived_id(1001, 2));
+    }
+}

@@ -44,9 +44,22 @@ fn cfg(version: RingVersion, bytes: usize) -> RingConfig {
 
 /// A frame to `dst`, carrying `seq` in its payload.
 fn frame(dst: SocketAddrV4, seq: u32) -> Vec<u8> {
-    let payload_len = 100;
+    frame_of(dst, seq, 100)
+}
+
+/// The payload byte at `at` of frame `seq` (after the seq itself).
+fn pattern(seq: u32, at: usize) -> u8 {
+    (seq as usize).wrapping_mul(31).wrapping_add(at) as u8
+}
+
+/// A frame to `dst` with `payload_len` bytes of payload: `seq`, then
+/// [`pattern`].
+fn frame_of(dst: SocketAddrV4, seq: u32, payload_len: usize) -> Vec<u8> {
     let mut f = vec![0u8; UDP_V4_HEADERS + payload_len];
     f[UDP_V4_HEADERS..UDP_V4_HEADERS + 4].copy_from_slice(&seq.to_be_bytes());
+    for (i, b) in f[UDP_V4_HEADERS + 4..].iter_mut().enumerate() {
+        *b = pattern(seq, i);
+    }
     let dst_mac = ethernet::multicast_mac((*dst.ip()).into()).unwrap_or([2, 0, 0, 0, 0, 2]);
     let spec = UdpFrameSpec {
         dst_mac,
@@ -325,5 +338,91 @@ fn a_ring_adopted_by_another_reader_goes_on_where_the_first_stopped() {
         assert_eq!(got.len() as u64 + drops, 10000, "{version:?}: read + dropped = sent");
         assert_eq!(got.first(), Some(&700), "{version:?}: from the oldest");
         assert!(got.windows(2).all(|w| w[0] < w[1]), "{version:?}: in order");
+    }
+}
+
+/// The interface's MTU grew past what the ring's slots hold (9000 on a
+/// ring made for 1500): long frames still arrive whole and in their
+/// place among the short ones, in both formats (V2 reads them from the
+/// socket's queue, a V3 block holds them). A V2 reader that died after
+/// taking a frame's copy and before handing back its slot leaves the
+/// queue one frame ahead: the next reader gets that one frame cut (so it
+/// is counted) and every later one whole.
+#[test]
+fn frames_longer_than_the_ring_slots_arrive_whole_and_in_order() {
+    let _lock = mcr_testbed::traffic_lock().expect("lock");
+    for version in [RingVersion::V2, RingVersion::V3] {
+        let p = Pipeline::new("ring-jumbo", 0).expect("link");
+        p.generator.mtu("veth0", 9000).expect("mtu");
+        p.sink.mtu("veth1", 9000).expect("mtu");
+        let dst: SocketAddrV4 = "239.1.1.3:5001".parse().expect("literal");
+        let mut ring = in_sink(&p, move |idx| {
+            RxRing::open(idx, &cfg(version, 4 << 20), Filter::Classic(&filter_core()), None).expect("ring")
+        });
+        // The long frames do not fit a V2 slot; a V3 block holds them.
+        let fits = ring.slot_frame_bytes() >= UDP_V4_HEADERS + 8000;
+        assert_eq!(
+            fits,
+            version == RingVersion::V3,
+            "{version:?}: {}",
+            ring.slot_frame_bytes()
+        );
+        let len_of = |seq: u32| if seq.is_multiple_of(3) { 8000 } else { 100 };
+        send_from(&p, (0..600).map(|s| frame_of(dst, s, len_of(s))).collect());
+        let mut got = Vec::new();
+        let mut last = Instant::now();
+        while got.len() < 600 && last.elapsed() < Duration::from_secs(1) {
+            let n = ring.for_each_ready(64, |f| {
+                let Some((d, seq)) = seq_of(f) else { return };
+                assert_eq!(d, dst);
+                assert_eq!(f.data.len(), f.wire_len, "{version:?}: frame {seq} whole");
+                assert_eq!(f.data.len(), UDP_V4_HEADERS + len_of(seq), "{version:?}: frame {seq}");
+                let payload = &f.data[UDP_V4_HEADERS + 4..];
+                assert!(
+                    payload.iter().enumerate().all(|(i, b)| *b == pattern(seq, i)),
+                    "{version:?}: frame {seq}'s payload"
+                );
+                got.push(seq);
+            });
+            if n > 0 {
+                last = Instant::now();
+            } else {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        assert_eq!(got, (0..600).collect::<Vec<_>>(), "{version:?}");
+        assert_eq!(ring.stats().expect("stats").drops, 0, "{version:?}");
+
+        if version == RingVersion::V2 {
+            send_from(&p, (0..10).map(|s| frame_of(dst, s, 8000)).collect());
+            // A reader takes the first copy and dies before its slot.
+            let mut buf = vec![0u8; 1 << 16];
+            let (n, _) = mcr_sys::sockopt::recv_gro(ring.as_fd(), &mut buf, true).expect("a copy waits");
+            assert_eq!(n, UDP_V4_HEADERS + 8000);
+            let mut seen = Vec::new();
+            let mut last = Instant::now();
+            while seen.len() < 10 && last.elapsed() < Duration::from_secs(1) {
+                if ring.for_each_ready(64, |f| {
+                    // A cut frame does not parse: its seq is read in place.
+                    if f.data[12..14] == [0x08, 0x00] {
+                        let at = UDP_V4_HEADERS;
+                        let seq = u32::from_be_bytes(f.data[at..at + 4].try_into().expect("4 bytes"));
+                        let whole = f.data.len() == f.wire_len;
+                        if whole {
+                            let payload = &f.data[UDP_V4_HEADERS + 4..];
+                            assert!(payload.iter().enumerate().all(|(i, b)| *b == pattern(seq, i)));
+                        }
+                        seen.push((seq, whole));
+                    }
+                }) > 0
+                {
+                    last = Instant::now();
+                } else {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            let want: Vec<(u32, bool)> = (0..10).map(|s| (s, s != 0)).collect();
+            assert_eq!(seen, want, "only the frame whose copy was taken is cut");
+        }
     }
 }

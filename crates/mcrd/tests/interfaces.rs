@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use mcr_core::control::RuleStatus;
+use mcr_core::control::{Reply, RuleStatus};
 use mcr_core::forward::{RxChecksum, parse};
 use mcr_testbed::capture::Capture;
 use mcr_testbed::relay::Relay;
@@ -283,4 +283,96 @@ fn a_new_address_on_the_output_is_the_source_of_what_leaves() {
         after.iter().all(|s| *s == std::net::IpAddr::from([10, 1, 3, 77])),
         "{after:?}"
     );
+}
+
+/// The input's and the output's MTU go from 1500 to 9000 while a stream
+/// of 1024-byte datagrams flows through two workers: it loses nothing
+/// (the rings keep their slots: a frame longer than one is read whole
+/// from the ring socket's queue, in its place); then 8,000-byte datagrams
+/// cross whole, none counted `truncated`. On both data paths.
+#[test]
+fn the_mtu_grows_under_a_flowing_stream_and_then_jumbo_datagrams_cross_whole() {
+    use mcr_testbed::presets::Chain;
+    let _lock = traffic_lock().expect("lock");
+    for (tag, args) in [
+        ("mtu-grow-ebpf", &["--workers", "2"][..]),
+        ("mtu-grow-packet", &["--workers", "2", "--datapath", "packet"][..]),
+    ] {
+        let c = Chain::new(tag).expect("chain");
+        let mut relay = Relay::start(&c.relay, args).expect("mcrd");
+        relay
+            .add_rule("small", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
+            .expect("small");
+        let rx = c
+            .expect_at_sink("239.10.1.1:6001", 6000, &["--idle-timeout", "3s"])
+            .expect("recv");
+        let sender = c.send_from_generator_meanwhile("239.1.1.1:5001", 6000, "2k", MINUTES);
+        std::thread::sleep(Duration::from_millis(1000));
+        for (ns, ifname) in [
+            (&c.sink, Chain::SINK_IF),
+            (&c.relay, Chain::RELAY_OUT_IF),
+            (&c.relay, Chain::RELAY_IN_IF),
+            (&c.generator, Chain::GEN_IF),
+        ] {
+            ns.mtu(ifname, 9000).expect("mtu 9000");
+        }
+        for ifname in [Chain::RELAY_IN_IF, Chain::RELAY_OUT_IF] {
+            relay
+                .wait_for_log(&format!("`{ifname}` changed: MTU 1500 -> 9000"), MINUTES)
+                .unwrap_or_else(|e| panic!("{tag}: {e}"));
+        }
+        assert_eq!(sender.join().expect("sender").expect("send").packets, 6000);
+        let got = rx.finish(MINUTES).expect("recv");
+        assert_eq!(got.code, Some(0), "{tag}: {:?}\n{}", got.report.problems, relay.log());
+        // On the packet path the workers' rings carry the stream, and
+        // they say they read long frames the slow way now. (The eBPF data
+        // path forwards it in the kernel.)
+        if args.contains(&"packet") {
+            relay
+                .wait_for_log("`veth1`: MTU 9000 outgrows its ring's slots", MINUTES)
+                .unwrap_or_else(|e| panic!("{tag}: {e}"));
+        }
+
+        // A rule added now is answered once the workers run a table made
+        // from the interfaces as they are.
+        let Reply::Added { applied, .. } = relay
+            .ask(&[
+                "add",
+                "jumbo",
+                "--input",
+                "veth1:239.1.1.2:5002",
+                "--output",
+                "veth2:239.10.1.2:6002",
+            ])
+            .expect("jumbo")
+        else {
+            panic!("an add reply")
+        };
+        assert!(applied, "{tag}");
+        let rx = c.expect_at_sink("239.10.1.2:6002", 2000, &[]).expect("recv");
+        let sent = send(
+            &c.generator,
+            &[
+                "-s",
+                "239.1.1.2:5002",
+                "-i",
+                Chain::GEN_IF,
+                "--count",
+                "2000",
+                "--rate",
+                "1000",
+                "--size",
+                "8000",
+            ],
+            MINUTES,
+        )
+        .expect("send");
+        assert_eq!(sent.packets, 2000);
+        let got = rx.finish(MINUTES).expect("recv");
+        assert_eq!(got.code, Some(0), "{tag}: {:?}\n{}", got.report.problems, relay.log());
+        assert_eq!(got.report.total.bytes, 2000 * 8000, "{tag}");
+        let st = relay.stats().expect("stats");
+        let truncated: u64 = st.workers.iter().map(|w| w.drops["truncated"]).sum();
+        assert_eq!(truncated, 0, "{tag}");
+    }
 }

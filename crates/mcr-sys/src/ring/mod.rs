@@ -36,8 +36,9 @@ pub struct RingConfig {
     pub version: RingVersion,
     /// Bytes of memory for the ring.
     pub bytes: usize,
-    /// The largest frame to receive whole (the interface's MTU plus link
-    /// headers); longer frames are cut and counted as truncated.
+    /// The largest frame a slot holds (the interface's MTU plus link
+    /// headers). A V2 ring reads a longer one whole from its socket's
+    /// queue, a system call each; a V3 block holds frames up to its size.
     pub max_frame: usize,
     /// V3: how long a part-filled block waits before it is handed over, in
     /// milliseconds (at least 1).
@@ -196,6 +197,10 @@ fn page_size() -> usize {
     if n > 0 { n as usize } else { 4096 }
 }
 
+/// The most bytes of frames too long for their V2 slots that wait on a
+/// ring's socket.
+const MAX_WHOLE_QUEUE: usize = 64 << 20;
+
 /// Rounds `x` up to a multiple of `to` (a power of two).
 fn align(x: usize, to: usize) -> usize {
     (x + to - 1) & !(to - 1)
@@ -234,6 +239,11 @@ impl RxRing {
                     tp_frame_nr: (blocks * block_size / frame_size) as u32,
                 };
                 setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
+                // A frame longer than a slot (the MTU grew since) is queued
+                // on the socket whole, for the cursor to read at its slot;
+                // the queue may hold as many bytes as the ring.
+                setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_COPY_THRESH, &1 as &libc::c_int)?;
+                crate::sockopt::force_recv_buffer(fd.as_fd(), cfg.bytes.min(MAX_WHOLE_QUEUE))?;
                 (frame_size, blocks * block_size / frame_size)
             }
             RingVersion::V3 => {
@@ -382,6 +392,19 @@ impl RxRing {
         Ok((v != 0).then_some(v as u16))
     }
 
+    /// The longest Ethernet frame (headers included) that fits in one of
+    /// its slots (V2) or blocks (V3), and so is read without a system call.
+    pub fn slot_frame_bytes(&self) -> usize {
+        // The kernel puts the frame after its header, the address and a
+        // 16-byte aligned gap: 80 bytes in all for Ethernet with TPACKET_V2,
+        // and a little more room than that with V3's block header.
+        let before = match self.geometry.version {
+            RingVersion::V2 => 80,
+            RingVersion::V3 => 128,
+        };
+        self.geometry.unit_bytes.saturating_sub(before)
+    }
+
     /// Its shape (for [`RxRing::adopt`]).
     pub fn geometry(&self) -> RingGeometry {
         self.geometry
@@ -415,7 +438,7 @@ impl RxRing {
     /// to the kernel after `f` is done with it. Returns how many.
     pub fn for_each_ready(&mut self, max: usize, f: impl FnMut(&RxFrame<'_>)) -> usize {
         match &mut self.cursor {
-            Cursor::V2(c) => c.for_each_ready(&self.map, max, f),
+            Cursor::V2(c) => c.for_each_ready(&self.map, self.fd.as_fd(), max, f),
             Cursor::V3(c) => c.for_each_ready(&self.map, max, f),
         }
     }

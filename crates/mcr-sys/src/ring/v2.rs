@@ -6,7 +6,14 @@
 //! newest mark is the last one taken, so a process that maps the ring
 //! after another one stopped reading it (see [`Cursor::resume`]) knows
 //! where to go on.
+//!
+//! A frame longer than a slot (the interface's MTU grew after the ring was
+//! made) is not cut: the socket asks for a copy of it whole
+//! (`PACKET_COPY_THRESH`), which the kernel queues on the socket, in ring
+//! order, and marks the slot `TP_STATUS_COPY`; the cursor reads it from
+//! the queue when it reaches that slot.
 
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::{RxFrame, frame_flags};
@@ -22,7 +29,16 @@ pub(super) struct Cursor {
     next: usize,
     /// The mark of the next slot taken.
     mark: u32,
+    /// Where a frame too long for its slot is read whole (allocated at the
+    /// first one).
+    whole: Vec<u8>,
+    /// A frame read from the queue that belongs to a later slot than the
+    /// one it was read for (its length in `whole`).
+    held: Option<usize>,
 }
+
+/// The longest frame read whole from the socket's queue.
+const WHOLE_MAX: usize = 1 << 17;
 
 /// The next mark after `m` (0 means "not taken" and is skipped).
 fn next_mark(m: u32) -> u32 {
@@ -36,6 +52,57 @@ impl Cursor {
             frames,
             next: 0,
             mark: 1,
+            whole: Vec::new(),
+            held: None,
+        }
+    }
+
+    /// The whole frame of a slot marked `TP_STATUS_COPY`, whose first bytes
+    /// are `cut`: the next one on the socket's queue, which holds the copies
+    /// in the order of their slots. A reader that died between taking a
+    /// copy and handing back its slot leaves the queue one frame ahead:
+    /// then the frame taken fits no slot until a later one, and is kept
+    /// for it. Returns its length in `self.whole`, or `None` (the frame is
+    /// then handed over cut, and counted so).
+    fn whole_frame(&mut self, fd: BorrowedFd<'_>, cut: &[u8]) -> Option<usize> {
+        if self.whole.is_empty() {
+            self.whole = vec![0; WHOLE_MAX];
+        }
+        let mut stale = self.held.is_some();
+        loop {
+            let n = match self.held {
+                Some(n) => n,
+                None => {
+                    // SAFETY: `whole` has `WHOLE_MAX` writable bytes; the
+                    // kernel writes at most that many (MSG_TRUNC only makes
+                    // it report the frame's full length).
+                    let rc = unsafe {
+                        libc::recv(
+                            fd.as_raw_fd(),
+                            self.whole.as_mut_ptr().cast(),
+                            WHOLE_MAX,
+                            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                        )
+                    };
+                    if rc < 0 {
+                        return None;
+                    }
+                    let n = (rc as usize).min(WHOLE_MAX);
+                    self.held = Some(n);
+                    n
+                }
+            };
+            if n >= cut.len() && self.whole[..cut.len()] == *cut {
+                self.held = None;
+                return Some(n);
+            }
+            if !stale {
+                return None;
+            }
+            // One kept for a later slot that fits this one neither: it
+            // belongs to none; read the queue afresh.
+            self.held = None;
+            stale = false;
         }
     }
 
@@ -88,7 +155,13 @@ impl Cursor {
         c
     }
 
-    pub(super) fn for_each_ready(&mut self, map: &Mmap, max: usize, mut f: impl FnMut(&RxFrame<'_>)) -> usize {
+    pub(super) fn for_each_ready(
+        &mut self,
+        map: &Mmap,
+        fd: BorrowedFd<'_>,
+        max: usize,
+        mut f: impl FnMut(&RxFrame<'_>),
+    ) -> usize {
         let mut n = 0;
         while n < max {
             let base = self.next * self.frame_size;
@@ -112,7 +185,12 @@ impl Cursor {
             // SAFETY: the kernel placed `tp_snaplen` bytes of frame at
             // `tp_mac` within the slot (clamped to the slot above), and the
             // slot stays ours until the status is handed back below.
-            let data = unsafe { std::slice::from_raw_parts(map.ptr().wrapping_add(base + start), len) };
+            let mut data = unsafe { std::slice::from_raw_parts(map.ptr().wrapping_add(base + start), len) };
+            if status & libc::TP_STATUS_COPY != 0
+                && let Some(n) = self.whole_frame(fd, data)
+            {
+                data = &self.whole[..n];
+            }
             let (csum_valid, csum_not_ready) = frame_flags(status);
             f(&RxFrame {
                 data,

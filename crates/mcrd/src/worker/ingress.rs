@@ -33,6 +33,30 @@ struct Input {
     /// `PACKET_MR_PROMISC` is set (the rules take a VLAN of it).
     promisc: bool,
     registered: bool,
+    /// The MTU last said to be more than its slots hold.
+    outgrown_at: Option<u32>,
+}
+
+impl Input {
+    /// Says (once per MTU) when the interface's frames have outgrown the
+    /// ring's slots. Nothing is lost or cut: the ring reads a longer frame
+    /// whole from its socket's queue, in its place (see `mcr_sys::ring`),
+    /// at the cost of a system call. A ring is not made anew for the new
+    /// MTU while it runs: a socket that joins a fanout group moves flows
+    /// between its members, and one that leaves takes what its ring holds.
+    fn note_mtu(&mut self, name: &str, mtu: u32) {
+        let holds = self.ring.slot_frame_bytes();
+        let frame = mtu as usize + 18;
+        if frame <= holds || self.outgrown_at == Some(mtu) {
+            return;
+        }
+        self.outgrown_at = Some(mtu);
+        tracing::warn!(
+            "input interface `{name}`: MTU {mtu} outgrows its ring's slots ({holds} bytes of frame): \
+             longer frames are read whole from the ring socket's queue (a system call each); \
+             mcrd sizes the ring for the MTU when it next starts"
+        );
+    }
 }
 
 /// A ring handed over on the ring channel, until a table says whether it
@@ -158,6 +182,7 @@ impl Ingress {
                     group,
                     promisc: false,
                     registered: false,
+                    outgrown_at: None,
                 });
             } else if a.held && !taken {
                 notes.push(RingNote::Release { ifindex: a.ifindex });
@@ -172,6 +197,9 @@ impl Ingress {
                 vlans: table.vlans(ifindex),
             };
             if let Some(i) = self.inputs.iter_mut().find(|i| i.ifindex == ifindex) {
+                if let Some(mtu) = iface.map(|f| f.mtu) {
+                    i.note_mtu(&name, mtu);
+                }
                 // The eBPF filter reads what it needs from its maps: it is
                 // set once, or again on an adopted ring.
                 if i.spec != Some(spec.clone()) {
@@ -237,6 +265,7 @@ impl Ingress {
                         group: group.filter(|_| shared),
                         promisc,
                         registered: false,
+                        outgrown_at: None,
                     })
                 }
                 Err(e) => troubles.push(Problem {

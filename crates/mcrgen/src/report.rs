@@ -33,6 +33,11 @@ pub struct StreamStats {
     pub unrecognized: u64,
     /// Payload bytes received.
     pub bytes: u64,
+    /// Where the sequence skipped ahead: (first number skipped, how many),
+    /// in order, the first 1,024 (see `tracker`); with nothing reordered,
+    /// exactly what was lost before the highest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holes: Vec<(u64, u64)>,
     /// The highest sequence number seen.
     pub highest_seq: Option<u64>,
     /// One-way latency from the send time in the header.
@@ -232,9 +237,31 @@ impl RecvReport {
             if self.problems.len() > 20 {
                 let _ = writeln!(out, "... and {} more problems", self.problems.len() - 20);
             }
+            for s in self.streams.iter().filter(|s| !s.holes.is_empty()).take(5) {
+                let _ = writeln!(out, "{}", where_skipped(s));
+            }
         }
         out
     }
+}
+
+/// Where a stream's sequence skipped ahead, the first few places.
+fn where_skipped(s: &StreamStats) -> String {
+    const SHOWN: usize = 8;
+    let places: Vec<String> = s
+        .holes
+        .iter()
+        .take(SHOWN)
+        .map(|&(first, n)| match n {
+            1 => first.to_string(),
+            _ => format!("{first}-{}", first + n - 1),
+        })
+        .collect();
+    let more = match s.holes.len() {
+        n if n > SHOWN => format!(" ... ({n} places)"),
+        _ => String::new(),
+    };
+    format!("{} skipped {}{more}", s.destination, places.join(", "))
 }
 
 fn row(s: &StreamStats) -> String {
@@ -312,6 +339,25 @@ mod tests {
         assert_eq!(human_ns(12_340), "12.3µs");
         assert_eq!(human_ns(4_560_000), "4.56ms");
         assert_eq!(human_ns(1_200_000_000), "1.20s");
+    }
+
+    #[test]
+    fn the_places_a_sequence_skipped_are_named() {
+        let s = StreamStats {
+            destination: "239.1.1.1:5001".into(),
+            holes: vec![(3, 1), (10, 5)],
+            ..Default::default()
+        };
+        assert_eq!(where_skipped(&s), "239.1.1.1:5001 skipped 3, 10-14");
+        let many = StreamStats {
+            destination: "x".into(),
+            holes: (0..10).map(|i| (i * 10, 2)).collect(),
+            ..Default::default()
+        };
+        assert_eq!(
+            where_skipped(&many),
+            "x skipped 0-1, 10-11, 20-21, 30-31, 40-41, 50-51, 60-61, 70-71 ... (10 places)"
+        );
     }
 
     #[test]

@@ -11,6 +11,12 @@
 //!   `0..expected` when the sender's count is known and larger); for a
 //!   receiver that joined late, out of `lowest..=highest`.
 //!
+//! Where the sequence skipped ahead, it notes the *holes*: the first number
+//! skipped and how many (the first [`SeqTracker::MAX_HOLES`] of them). A
+//! hole is noted when it opens; an arrival that comes late fills it in the
+//! counts but not in the list, so with nothing reordered the holes are
+//! exactly what was lost, and where.
+//!
 //! Memory is bounded: the tracker remembers the last `window` sequence
 //! numbers. An arrival further behind the highest than that is counted as
 //! *too late*: it is reordered, but whether it is also a duplicate cannot be
@@ -44,9 +50,13 @@ pub struct SeqTracker {
     duplicated: u64,
     reordered: u64,
     too_late: u64,
+    holes: Vec<(u64, u64)>,
 }
 
 impl SeqTracker {
+    /// The most holes a tracker lists.
+    pub const MAX_HOLES: usize = 1024;
+
     /// The most sequence numbers a tracker remembers (2 MiB of bits).
     pub const MAX_WINDOW: u64 = 1 << 24;
 
@@ -65,6 +75,13 @@ impl SeqTracker {
             duplicated: 0,
             reordered: 0,
             too_late: 0,
+            holes: Vec::new(),
+        }
+    }
+
+    fn note_hole(&mut self, first: u64, count: u64) {
+        if count > 0 && self.holes.len() < Self::MAX_HOLES {
+            self.holes.push((first, count));
         }
     }
 
@@ -103,12 +120,16 @@ impl SeqTracker {
         self.lowest = Some(self.lowest.map_or(seq, |l| l.min(seq)));
         let arrival = match self.highest {
             None => {
+                if !self.late_join {
+                    self.note_hole(0, seq);
+                }
                 self.highest = Some(seq);
                 self.mark(seq);
                 Arrival::InOrder
             }
             Some(h) if seq > h => {
                 let gap = seq - h;
+                self.note_hole(h + 1, gap - 1);
                 if gap >= self.window {
                     self.bits.iter_mut().for_each(|w| *w = 0);
                 } else {
@@ -160,6 +181,11 @@ impl SeqTracker {
     pub fn too_late(&self) -> u64 {
         self.too_late
     }
+    /// Where the sequence skipped ahead: (first number skipped, how many),
+    /// in order; at most [`Self::MAX_HOLES`].
+    pub fn holes(&self) -> &[(u64, u64)] {
+        &self.holes
+    }
     /// The highest sequence number seen.
     pub fn highest(&self) -> Option<u64> {
         self.highest
@@ -193,6 +219,26 @@ mod tests {
         }
         assert_eq!((t.received(), t.unique(), t.lost(Some(100))), (100, 100, 0));
         assert_eq!(t.lost(Some(150)), 50, "the tail that never came is lost");
+    }
+
+    #[test]
+    fn holes_say_where_the_sequence_skipped_and_by_how_many() {
+        let mut t = SeqTracker::new(1024);
+        for s in [2, 3, 7, 8, 9, 20, 5] {
+            t.record(s);
+        }
+        assert_eq!(t.holes(), [(0, 2), (4, 3), (10, 10)]);
+        assert_eq!(t.lost(None), 21 - 7);
+        let mut late = SeqTracker::late_join(1024);
+        for s in [100, 101, 103] {
+            late.record(s);
+        }
+        assert_eq!(late.holes(), [(102, 1)], "a late join's start is no hole");
+        let mut many = SeqTracker::new(1 << 16);
+        for s in (0..5000).map(|i| i * 2) {
+            many.record(s);
+        }
+        assert_eq!(many.holes().len(), SeqTracker::MAX_HOLES);
     }
 
     #[test]

@@ -377,6 +377,7 @@ fn report(cfg: &RecvConfig, o: &Outcome) -> RecvReport {
                 wrong_stream: d.wrong_stream,
                 unrecognized: d.unrecognized,
                 bytes: d.bytes,
+                holes: d.tracker.holes().to_vec(),
                 highest_seq: d.tracker.highest(),
                 latency: d.latency.summary(),
                 dscp: (0..64u8).filter(|v| d.dscp_seen & (1u64 << v) != 0).collect(),

@@ -111,18 +111,17 @@ pub enum LogLevel {
     Trace,
 }
 
-impl LogLevel {
-    /// The name, as written in the file and on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogLevel::Error => "error",
-            LogLevel::Warn => "warn",
-            LogLevel::Info => "info",
-            LogLevel::Debug => "debug",
-            LogLevel::Trace => "trace",
-        }
-    }
-}
+crate::named::named!(
+    LogLevel,
+    "log level",
+    [
+        (LogLevel::Error, "error"),
+        (LogLevel::Warn, "warn"),
+        (LogLevel::Info, "info"),
+        (LogLevel::Debug, "debug"),
+        (LogLevel::Trace, "trace"),
+    ]
+);
 
 /// How logs are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,6 +136,16 @@ pub enum LogFormat {
     Journal,
 }
 
+crate::named::named!(
+    LogFormat,
+    "log format",
+    [
+        (LogFormat::Text, "text"),
+        (LogFormat::Json, "json"),
+        (LogFormat::Journal, "journal")
+    ]
+);
+
 /// Which data path forwards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -149,15 +158,11 @@ pub enum Datapath {
     Packet,
 }
 
-impl Datapath {
-    /// Its name in the config file and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Datapath::Ebpf => "ebpf",
-            Datapath::Packet => "packet",
-        }
-    }
-}
+crate::named::named!(
+    Datapath,
+    "data path",
+    [(Datapath::Ebpf, "ebpf"), (Datapath::Packet, "packet")]
+);
 
 /// Receive ring formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,6 +173,12 @@ pub enum RingFormat {
     /// TPACKET_V3, block by block.
     V3,
 }
+
+crate::named::named!(
+    RingFormat,
+    "ring format",
+    [(RingFormat::V2, "v2"), (RingFormat::V3, "v3")]
+);
 
 impl Settings {
     /// The keys whose values differ between `self` and `other`, sorted.

@@ -23,6 +23,7 @@ pub mod datapath;
 pub mod forward;
 pub mod interfaces;
 pub mod metrics;
+pub mod named;
 pub mod rule;
 pub mod snapshot;
 pub mod stats;

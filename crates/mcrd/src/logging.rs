@@ -23,27 +23,10 @@ pub fn default_format() -> LogFormat {
     }
 }
 
-/// The name of `format`, as `--log-format` takes it.
-pub fn name(format: LogFormat) -> &'static str {
-    match format {
-        LogFormat::Text => "text",
-        LogFormat::Json => "json",
-        LogFormat::Journal => "journal",
-    }
-}
-
-/// `--log-format` of a worker (the supervisor passes its own on).
-pub fn parse_format(s: &str) -> Result<LogFormat, String> {
-    [LogFormat::Text, LogFormat::Json, LogFormat::Journal]
-        .into_iter()
-        .find(|f| name(*f) == s)
-        .ok_or_else(|| format!("`{s}`: write text, json or journal"))
-}
-
 /// Starts logging at `level` in `format`. `RUST_LOG`, when set, overrides
 /// the level (per module, as `tracing` filters are written).
 pub fn init(level: LogLevel, format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level.as_str()));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level.to_string()));
     let base = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 use mcr_core::config::{self, Config, Datapath, LogFormat, LogLevel, RingFormat};
+use mcr_core::named::Named;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -82,8 +83,8 @@ struct RunArgs {
     metrics_listen: Option<SocketAddr>,
     /// Receive ring format: v2 (frame by frame) or v3 (block by block)
     /// [default: v2].
-    #[arg(long, value_enum)]
-    ring: Option<RingArg>,
+    #[arg(long, value_parser = named_arg::<RingFormat>())]
+    ring: Option<RingFormat>,
     /// Receive ring memory per worker and input interface, in MiB [default: 32].
     #[arg(long)]
     ring_mb: Option<u32>,
@@ -94,56 +95,23 @@ struct RunArgs {
     /// interface's tc ingress hook, for every rule it can carry; the
     /// workers forward the rest) or packet (the workers, from their
     /// AF_PACKET rings, forward every rule) [default: ebpf].
-    #[arg(long, value_enum)]
-    datapath: Option<DatapathArg>,
+    #[arg(long, value_parser = named_arg::<Datapath>())]
+    datapath: Option<Datapath>,
     /// Log level [default: info].
-    #[arg(long, value_enum)]
-    log_level: Option<LevelArg>,
+    #[arg(long, value_parser = named_arg::<LogLevel>())]
+    log_level: Option<LogLevel>,
     /// Log format: text, json (one object per line, for collectors) or
     /// journal [default: journal under systemd, text otherwise].
-    #[arg(long, value_enum)]
-    log_format: Option<FormatArg>,
+    #[arg(long, value_parser = named_arg::<LogFormat>())]
+    log_format: Option<LogFormat>,
 }
 
-/// Ring formats on the command line.
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-enum RingArg {
-    V2,
-    V3,
-}
-
-/// Data paths on the command line.
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-enum DatapathArg {
-    Ebpf,
-    Packet,
-}
-
-impl DatapathArg {
-    fn datapath(self) -> Datapath {
-        match self {
-            DatapathArg::Ebpf => Datapath::Ebpf,
-            DatapathArg::Packet => Datapath::Packet,
-        }
-    }
-}
-
-/// Log levels on the command line.
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-enum LevelArg {
-    Error,
-    Warn,
-    Info,
-    Debug,
-    Trace,
-}
-
-/// Log formats on the command line.
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-enum FormatArg {
-    Text,
-    Json,
-    Journal,
+/// A setting written by name (see [`mcr_core::named`]): its names are the
+/// possible values that clap checks, lists in `--help` and completes.
+pub(crate) fn named_arg<T: Named + Clone + Send + Sync>() -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(mcr_core::named::names::<T>())
+        .try_map(|s: String| mcr_core::named::parse_name::<T>(&s))
 }
 
 fn main() -> ExitCode {
@@ -217,16 +185,8 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         None => Config::parse("").map_err(|e| anyhow::anyhow!("{e}"))?,
     };
     let f = &config.settings;
-    let level = a
-        .log_level
-        .map(LevelArg::level)
-        .or(f.log_level)
-        .unwrap_or(LogLevel::Info);
-    let format = a
-        .log_format
-        .map(FormatArg::format)
-        .or(f.log_format)
-        .unwrap_or_else(logging::default_format);
+    let level = a.log_level.or(f.log_level).unwrap_or(LogLevel::Info);
+    let format = a.log_format.or(f.log_format).unwrap_or_else(logging::default_format);
     logging::init(level, format);
     raise_fd_limit();
     let workers = a.workers.or(f.workers).unwrap_or(1);
@@ -251,23 +211,19 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
     if let Some(c) = cpus.iter().find(|c| !allowed.contains(c)) {
         anyhow::bail!("cpus: mcrd may not run on CPU {c} (it may use CPUs {allowed:?})");
     }
-    let ring_format = a.ring.map(RingArg::format).or(f.ring).unwrap_or(RingFormat::V2);
-    let ring = match ring_format {
-        RingFormat::V2 => "v2",
-        RingFormat::V3 => "v3",
-    };
+    let ring_format = a.ring.or(f.ring).unwrap_or(RingFormat::V2);
     let block_timeout_ms = a.block_timeout_ms.or(f.block_timeout_ms).unwrap_or(1);
     let worker_args = vec![
         "--workers".into(),
         workers.to_string(),
         "--ring".into(),
-        ring.into(),
+        ring_format.to_string(),
         "--ring-mb".into(),
         ring_mb.to_string(),
         "--block-timeout-ms".into(),
         block_timeout_ms.to_string(),
         "--log-format".into(),
-        logging::name(format).into(),
+        format.to_string(),
     ];
     if let Some(p) = &config_path {
         tracing::info!("config {}: {} rule(s)", p.display(), config.rules.len());
@@ -286,13 +242,10 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         control_timeout: std::time::Duration::from_secs(u64::from(
             a.control_timeout.or(f.control_timeout_s).unwrap_or(60),
         )),
-        datapath: a.datapath.map(DatapathArg::datapath).or(f.datapath).unwrap_or_default(),
+        datapath: a.datapath.or(f.datapath).unwrap_or_default(),
         // The same shape the workers give their rings (see `worker_args`).
         ring: mcr_sys::ring::RingConfig {
-            version: match ring_format {
-                RingFormat::V2 => mcr_sys::ring::RingVersion::V2,
-                RingFormat::V3 => mcr_sys::ring::RingVersion::V3,
-            },
+            version: worker::ring_version(ring_format),
             bytes: (ring_mb as usize) << 20,
             max_frame: 1518,
             block_timeout_ms,
@@ -301,35 +254,4 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         rules: config.rules,
         config_path,
     })
-}
-
-impl RingArg {
-    fn format(self) -> RingFormat {
-        match self {
-            RingArg::V2 => RingFormat::V2,
-            RingArg::V3 => RingFormat::V3,
-        }
-    }
-}
-
-impl LevelArg {
-    fn level(self) -> LogLevel {
-        match self {
-            LevelArg::Error => LogLevel::Error,
-            LevelArg::Warn => LogLevel::Warn,
-            LevelArg::Info => LogLevel::Info,
-            LevelArg::Debug => LogLevel::Debug,
-            LevelArg::Trace => LogLevel::Trace,
-        }
-    }
-}
-
-impl FormatArg {
-    fn format(self) -> LogFormat {
-        match self {
-            FormatArg::Text => LogFormat::Text,
-            FormatArg::Json => LogFormat::Json,
-            FormatArg::Journal => LogFormat::Journal,
-        }
-    }
 }

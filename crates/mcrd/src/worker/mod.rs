@@ -12,6 +12,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use anyhow::Context;
+use mcr_core::config::RingFormat;
 use mcr_core::forward::{RxChecksum, output_ttl, parse};
 use mcr_core::stats::{RuleCounter, StatsLayout, WorkerCounter};
 use mcr_core::table::{Lookup, MatchTable, OutputKind};
@@ -38,9 +39,9 @@ pub struct WorkerArgs {
     /// The CPU to pin to.
     #[arg(long)]
     pub cpu: Option<usize>,
-    /// Ring format: v2 or v3.
-    #[arg(long, default_value = "v2", value_parser = parse_ring)]
-    pub ring: RingVersion,
+    /// Ring format.
+    #[arg(long, default_value_t = RingFormat::V2, value_parser = crate::named_arg::<RingFormat>())]
+    pub ring: RingFormat,
     /// Ring memory per input interface, in MiB.
     #[arg(long, default_value_t = 32)]
     pub ring_mb: usize,
@@ -48,7 +49,7 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 1)]
     pub block_timeout_ms: u32,
     /// How to write logs (the supervisor's format).
-    #[arg(long, value_parser = crate::logging::parse_format)]
+    #[arg(long, value_parser = crate::named_arg::<mcr_core::config::LogFormat>())]
     pub log_format: Option<mcr_core::config::LogFormat>,
     /// The supervisor passed the eBPF data path's ring filter (the rings
     /// use it instead of a classic filter).
@@ -56,12 +57,11 @@ pub struct WorkerArgs {
     pub ring_filter: bool,
 }
 
-/// Parses `v2` or `v3`.
-pub fn parse_ring(s: &str) -> Result<RingVersion, String> {
-    match s {
-        "v2" => Ok(RingVersion::V2),
-        "v3" => Ok(RingVersion::V3),
-        _ => Err(format!("`{s}`: write v2 or v3")),
+/// The ring format's kernel version (mcr-sys knows nothing of settings).
+pub fn ring_version(f: RingFormat) -> RingVersion {
+    match f {
+        RingFormat::V2 => RingVersion::V2,
+        RingFormat::V3 => RingVersion::V3,
     }
 }
 
@@ -110,7 +110,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let keeper = take_fd(WORKER_RINGS_FD)?;
     let (ingress, troubles) = Ingress::new(
         RingConfig {
-            version: args.ring,
+            version: ring_version(args.ring),
             bytes: args.ring_mb << 20,
             max_frame: 1518,
             block_timeout_ms: args.block_timeout_ms,

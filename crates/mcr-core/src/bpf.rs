@@ -140,7 +140,7 @@ pub fn ingress_filter(spec: &FilterSpec) -> Vec<Insn> {
     if spec.vlans.len() <= MAX_VLANS {
         a.jump(JEQ_K, 0x8100, To::Next, To::L(drop_tagged));
         a.op(LD_W_ABS, VLAN_TAG);
-        a.op(AND_K, 0x0fff);
+        a.op(AND_K, u32::from(crate::wire::ethernet::VID_MASK));
         a.jump(JEQ_K, 0, To::L(ip), To::Next);
         for &v in &spec.vlans {
             a.jump(JEQ_K, u32::from(v), To::L(ip), To::Next);

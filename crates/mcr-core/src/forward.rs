@@ -101,8 +101,8 @@ pub fn parse(frame: &[u8], wire_len: usize, checksum: RxChecksum, tag: Option<u1
         _ => return Err(WorkerCounter::NotIp),
     };
     if let Some(t) = tci {
-        d.vlan = t & 0x0fff;
-        d.pcp = (t >> 13) as u8;
+        d.vlan = ethernet::tci_vid(t);
+        d.pcp = ethernet::tci_pcp(t);
     }
     Ok(d)
 }
@@ -371,10 +371,7 @@ pub fn rewrite(frame: &[u8], d: &Datagram, out: &FrameRewrite, buf: &mut [u8]) -
     };
     eth_bytes.copy_from_slice(eth.as_bytes());
     if let Some(vid) = out.vlan {
-        let tag = VlanTag {
-            tci: U16::new((u16::from(d.pcp) << 13) | (vid & 0x0fff)),
-            ethertype: U16::new(ethertype),
-        };
+        let tag = VlanTag::new(d.pcp, vid, ethertype);
         tag_bytes.copy_from_slice(tag.as_bytes());
     }
     let src = out.src.unwrap_or(d.src);

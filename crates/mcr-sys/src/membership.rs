@@ -3,9 +3,8 @@
 //! IPv4 (IGMP) and IPv6 (MLD) alike, any-source or source-specific.
 
 use std::io;
-use std::mem;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 
 use crate::sockaddr::RawSockAddr;
 
@@ -24,21 +23,6 @@ fn level(group: IpAddr) -> libc::c_int {
     } else {
         libc::IPPROTO_IPV6
     }
-}
-
-fn set<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
-    // SAFETY: `v` points to a live `T` of the size passed; the kernel only
-    // reads it.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (v as *const T).cast(),
-            mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    crate::check(rc).map(|_| ())
 }
 
 /// A UDP socket that holds group memberships and never receives a
@@ -87,7 +71,7 @@ fn change(fd: BorrowedFd<'_>, ifindex: u32, group: IpAddr, source: Option<IpAddr
             } else {
                 libc::MCAST_LEAVE_GROUP
             };
-            set(fd, level(group), name, &req)
+            crate::sockopt::set_raw(fd, level(group), name, &req)
         }
         Some(src) => {
             let req = libc::group_source_req {
@@ -100,7 +84,7 @@ fn change(fd: BorrowedFd<'_>, ifindex: u32, group: IpAddr, source: Option<IpAddr
             } else {
                 libc::MCAST_LEAVE_SOURCE_GROUP
             };
-            set(fd, level(group), name, &req)
+            crate::sockopt::set_raw(fd, level(group), name, &req)
         }
     }
 }

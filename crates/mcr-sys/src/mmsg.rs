@@ -403,18 +403,8 @@ mod tests {
         let rx = UdpSocket::bind("127.0.0.1:0").expect("bind rx");
         // Ask for each datagram's TTL and TOS on receipt.
         for opt in [libc::IP_RECVTTL, libc::IP_RECVTOS] {
-            let on: libc::c_int = 1;
-            // SAFETY: test only; the option takes an int by pointer with its size.
-            let rc = unsafe {
-                libc::setsockopt(
-                    std::os::fd::AsRawFd::as_raw_fd(&rx),
-                    libc::IPPROTO_IP,
-                    opt,
-                    (&raw const on).cast(),
-                    4,
-                )
-            };
-            assert_eq!(rc, 0);
+            crate::sockopt::set_raw(rx.as_fd(), libc::IPPROTO_IP, opt, &(1 as libc::c_int))
+                .expect("ask for TTL and TOS");
         }
         let to = RawSockAddr::new(rx.local_addr().expect("addr"));
         let tx = UdpSocket::bind("127.0.0.1:0").expect("bind tx");

@@ -80,19 +80,7 @@ fn bind(fd: &OwnedFd, ifindex: u32, protocol: u16) -> io::Result<()> {
 
 /// Turns on an integer SOL_PACKET option.
 fn set_packet_flag(fd: &OwnedFd, option: libc::c_int) -> io::Result<()> {
-    let on: libc::c_int = 1;
-    // SAFETY: the SOL_PACKET flags used here take an int, passed by pointer
-    // with its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            option,
-            (&raw const on).cast(),
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    crate::check(rc).map(|_| ())
+    crate::sockopt::set_raw(fd.as_fd(), libc::SOL_PACKET, option, &(1 as libc::c_int))
 }
 
 /// An AF_PACKET raw socket that receives every frame arriving on one

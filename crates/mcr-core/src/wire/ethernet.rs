@@ -42,10 +42,43 @@ pub struct VlanTag {
     pub ethertype: U16,
 }
 
+/// The VLAN id's bits of a TCI.
+pub const VID_MASK: u16 = 0x0fff;
+/// Where the priority (PCP) starts in a TCI.
+pub const PCP_SHIFT: u16 = 13;
+
+/// The VLAN id of a TCI.
+pub fn tci_vid(tci: u16) -> u16 {
+    tci & VID_MASK
+}
+
+/// The priority (PCP, 0-7) of a TCI.
+pub fn tci_pcp(tci: u16) -> u8 {
+    (tci >> PCP_SHIFT) as u8
+}
+
+/// A TCI of priority `pcp` and VLAN id `vid` (drop eligibility clear).
+pub fn tci(pcp: u8, vid: u16) -> u16 {
+    (u16::from(pcp & 7) << PCP_SHIFT) | (vid & VID_MASK)
+}
+
 impl VlanTag {
+    /// A tag of priority `pcp`, VLAN `vid`, before `ethertype`.
+    pub fn new(pcp: u8, vid: u16, ethertype: u16) -> VlanTag {
+        VlanTag {
+            tci: U16::new(tci(pcp, vid)),
+            ethertype: U16::new(ethertype),
+        }
+    }
+
     /// The VLAN id.
     pub fn vid(&self) -> u16 {
-        self.tci.get() & 0x0fff
+        tci_vid(self.tci.get())
+    }
+
+    /// The priority (PCP).
+    pub fn pcp(&self) -> u8 {
+        tci_pcp(self.tci.get())
     }
 }
 

@@ -19,6 +19,7 @@ use std::mem;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use crate::mmap::Mmap;
+use crate::sockopt::set_raw;
 
 /// Which ring format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,21 +176,6 @@ impl std::fmt::Debug for RxRing {
     }
 }
 
-fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
-    // SAFETY: `value` points to a live `T` of the size passed; the kernel
-    // only reads it.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (value as *const T).cast(),
-            mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    crate::check(rc).map(|_| ())
-}
-
 /// The system's page size (ring blocks must be multiples of it).
 fn page_size() -> usize {
     // SAFETY: sysconf takes a constant and touches no memory.
@@ -217,12 +203,17 @@ impl RxRing {
         // SAFETY: `raw` is a freshly created fd that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         // The relay never reads back what it sends.
-        setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1 as &libc::c_int)?;
+        set_raw(
+            fd.as_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_IGNORE_OUTGOING,
+            &1 as &libc::c_int,
+        )?;
         let version = match cfg.version {
             RingVersion::V2 => libc::tpacket_versions::TPACKET_V2 as libc::c_int,
             RingVersion::V3 => libc::tpacket_versions::TPACKET_V3 as libc::c_int,
         };
-        setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_VERSION, &version)?;
+        set_raw(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VERSION, &version)?;
         let page = page_size();
         let map_len = match cfg.version {
             RingVersion::V2 => {
@@ -238,11 +229,16 @@ impl RxRing {
                     tp_frame_size: frame_size as u32,
                     tp_frame_nr: (blocks * block_size / frame_size) as u32,
                 };
-                setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
+                set_raw(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
                 // A frame longer than a slot (the MTU grew since) is queued
                 // on the socket whole, for the cursor to read at its slot;
                 // the queue may hold as many bytes as the ring.
-                setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_COPY_THRESH, &1 as &libc::c_int)?;
+                set_raw(
+                    fd.as_fd(),
+                    libc::SOL_PACKET,
+                    libc::PACKET_COPY_THRESH,
+                    &1 as &libc::c_int,
+                )?;
                 crate::sockopt::force_recv_buffer(fd.as_fd(), cfg.bytes.min(MAX_WHOLE_QUEUE))?;
                 (frame_size, blocks * block_size / frame_size)
             }
@@ -259,7 +255,7 @@ impl RxRing {
                     tp_sizeof_priv: 0,
                     tp_feature_req_word: 0,
                 };
-                setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
+                set_raw(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
                 (block_size, blocks)
             }
         };
@@ -304,7 +300,7 @@ impl RxRing {
                 Fanout::Join(id) => u32::from(id) | (mode << 16),
                 Fanout::Found => (mode | libc::PACKET_FANOUT_FLAG_UNIQUEID) << 16,
             };
-            setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)?;
+            set_raw(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)?;
         }
         let ring = RxRing {
             map,
@@ -431,7 +427,7 @@ impl RxRing {
             mr_alen: 0,
             mr_address: [0; 8],
         };
-        setsockopt(&self.fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mr)
+        set_raw(self.fd.as_fd(), libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mr)
     }
 
     /// Hands every ready frame, at most `max`, to `f`, returning each slot
@@ -505,7 +501,7 @@ pub fn join_foreign_fanout(ifindex: u32, id: u16) -> io::Result<OwnedFd> {
     };
     crate::check(rc)?;
     let arg: u32 = u32::from(id) | (libc::PACKET_FANOUT_HASH << 16);
-    setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)?;
+    set_raw(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)?;
     Ok(fd)
 }
 

@@ -148,7 +148,7 @@ fn privilege_hint(e: &io::Error) -> &'static str {
 fn join_error(cfg: &RecvConfig, group: IpAddr, source: io::Error) -> RecvError {
     let interface = match &cfg.interface {
         Some(i) => i.clone(),
-        None if source.raw_os_error() == Some(19) => {
+        None if source.raw_os_error() == Some(libc::ENODEV) => {
             "the default interface (there is no route for it: give --interface)".into()
         }
         None => "the default interface".into(),

@@ -37,7 +37,7 @@ fn join_quietly(cfg: &RecvConfig, ifindex: u32) -> Result<Vec<Socket>, RecvError
                 socks.push((ipv6, s));
             }
             // The same group on several ports is joined once.
-            Err(e) if e.raw_os_error() == Some(98) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => {}
             Err(e) => return Err(join_error(cfg, g, e)),
         }
     }

@@ -116,8 +116,8 @@ impl FramePath {
                 .map(|_| vec![0u8; VLAN_TAG + UDP_V4_HEADERS + cfg.payload_bytes])
                 .collect(),
             vlan: cfg.vlan.map(|id| {
-                let [tpid_hi, tpid_lo] = 0x8100u16.to_be_bytes();
-                let [tci_hi, tci_lo] = (id & 0x0fff).to_be_bytes();
+                let [tpid_hi, tpid_lo] = mcr_core::wire::ethernet::ETHERTYPE_VLAN.to_be_bytes();
+                let [tci_hi, tci_lo] = mcr_core::wire::ethernet::tci(0, id).to_be_bytes();
                 [tpid_hi, tpid_lo, tci_hi, tci_lo]
             }),
             ident: 0,

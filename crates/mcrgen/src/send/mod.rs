@@ -243,10 +243,8 @@ fn send_all(
                 sleep_until_ns(monotonic_ns().saturating_add(50_000));
             }
             Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc_errno::ECONNREFUSED | libc_errno::EHOSTUNREACH)
-                ) && icmp_in_a_row < MAX_ICMP_RETRIES =>
+                if matches!(e.raw_os_error(), Some(libc::ECONNREFUSED | libc::EHOSTUNREACH))
+                    && icmp_in_a_row < MAX_ICMP_RETRIES =>
             {
                 r.icmp_errors += 1;
                 icmp_in_a_row += 1;
@@ -262,11 +260,6 @@ fn send_all(
 }
 
 /// The error numbers `send_all` tells apart (Linux values).
-mod libc_errno {
-    pub const ECONNREFUSED: i32 = 111;
-    pub const EHOSTUNREACH: i32 = 113;
-}
-
 fn validate(cfg: &SendConfig) -> Result<(bool, Option<f64>), SendError> {
     if !(MIN_PAYLOAD..=MAX_PAYLOAD).contains(&cfg.payload_bytes) {
         return Err(SendError::Size(cfg.payload_bytes));

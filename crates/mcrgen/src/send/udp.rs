@@ -79,7 +79,7 @@ impl Transmit for UdpPath {
         send_all(n, stop, |off| send_batch(fd, &msgs[off..n], false)).map_err(|(off, source)| {
             let destination = self.streams[stream_and_seq(first + off as u64, s).0];
             match source.raw_os_error() {
-                Some(101) => SendError::NoRoute { destination },
+                Some(libc::ENETUNREACH) => SendError::NoRoute { destination },
                 _ => SendError::Send { destination, source },
             }
         })

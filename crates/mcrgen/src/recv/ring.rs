@@ -4,6 +4,7 @@
 //! verified as they were on the wire. Groups are joined with sockets bound
 //! to the loopback address, which never receive a datagram themselves.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::atomic::AtomicBool;
@@ -12,36 +13,28 @@ use mcr_core::forward::{RxChecksum, parse, udp_checksum_ok};
 use mcr_core::stats::WorkerCounter;
 use mcr_sys::clock::monotonic_ns;
 use mcr_sys::epoll::Epoll;
+use mcr_sys::membership::{JoinError, JoinSockets};
 use mcr_sys::ring::{FilterInsn, RingConfig, RingVersion, RxRing};
-use socket2::Socket;
 
-use super::{Counters, Outcome, RecvConfig, RecvError, Timing, is_limit, join_error, setup};
+use super::{Counters, Outcome, RecvConfig, RecvError, Timing, join_error, setup};
 
-/// Joins every group on `ifindex` from sockets that receive nothing (one
-/// family to a socket).
-fn join_quietly(cfg: &RecvConfig, ifindex: u32) -> Result<Vec<Socket>, RecvError> {
-    let open = mcr_sys::membership::quiet_socket;
-    let mut socks: Vec<(bool, Socket)> = Vec::new();
+/// Joins every group on `ifindex` from sockets that receive nothing, as
+/// many as the kernel's per-socket limit requires.
+fn join_quietly(cfg: &RecvConfig, ifindex: u32) -> Result<JoinSockets, RecvError> {
+    let mut joins = JoinSockets::default();
+    let mut joined = HashSet::new();
     for d in &cfg.streams {
         let g = d.ip();
-        let ipv6 = g.is_ipv6();
-        if !socks.iter().any(|(v6, _)| *v6 == ipv6) {
-            socks.push((ipv6, open(ipv6).map_err(setup("open a membership socket"))?));
+        // The same group on several ports is joined once.
+        if !joined.insert(g) {
+            continue;
         }
-        let last = socks.iter().rposition(|(v6, _)| *v6 == ipv6).unwrap_or(0);
-        match mcr_sys::membership::join(socks[last].1.as_fd(), ifindex, g, None) {
-            Ok(()) => {}
-            Err(e) if is_limit(&e) => {
-                let s = open(ipv6).map_err(setup("open a membership socket"))?;
-                mcr_sys::membership::join(s.as_fd(), ifindex, g, None).map_err(|e| join_error(cfg, g, e))?;
-                socks.push((ipv6, s));
-            }
-            // The same group on several ports is joined once.
-            Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => {}
-            Err(e) => return Err(join_error(cfg, g, e)),
-        }
+        joins.join(ifindex, g, None).map_err(|e| match e {
+            JoinError::Open(e) => setup("open a membership socket")(e),
+            JoinError::Refused { error, .. } => join_error(cfg, g, error),
+        })?;
     }
-    Ok(socks.into_iter().map(|(_, s)| s).collect())
+    Ok(joins)
 }
 
 pub(super) fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str)) -> Result<Outcome, RecvError> {

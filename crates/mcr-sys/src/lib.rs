@@ -11,7 +11,7 @@
 //! cover ([`sockopt`]), interface lookups ([`iface`]), process helpers
 //! ([`process`]), AF_PACKET receive rings with fanout and filters
 //! ([`ring`]),
-//! counters in shared memory ([`shm`]), UDP through io_uring ([`uring`]),
+//! counters in shared memory ([`shm`]), UDP through io_uring (`uring`, with the `uring` feature),
 //! descriptors passed between processes ([`fdpass`]),
 //! users, groups and capabilities
 //! ([`privilege`]) and network namespaces
@@ -34,6 +34,7 @@ pub mod ring;
 pub mod shm;
 pub mod sockaddr;
 pub mod sockopt;
+#[cfg(feature = "uring")]
 pub mod uring;
 
 /// Turns a `-1` return into the thread's `errno` as an [`std::io::Error`].

@@ -38,7 +38,7 @@ use membership::{JoinKey, Memberships};
 use ports::Ports;
 use rules::{ChangeError, RuleTable};
 use stats::Stats;
-use workers::{Recipe, State, Worker, WorkerEvent};
+use workers::{Recipe, State, WorkerEvent, WorkerSlot};
 
 /// How the daemon runs.
 #[derive(Debug, Clone)]
@@ -120,7 +120,7 @@ struct Supervisor {
     /// Each rule's claim, as acquired (released as acquired, whatever the
     /// interfaces have become since).
     claims: HashMap<String, Claim>,
-    workers: Vec<Worker>,
+    workers: Vec<WorkerSlot>,
     recipe: Recipe,
     counters: SharedCounters,
     /// The in-kernel data path, when it is chosen and could be loaded.
@@ -128,7 +128,8 @@ struct Supervisor {
     /// Why it is not there, when it was chosen.
     kernel_missing: Option<String>,
     stats: Stats,
-    table: watch::Sender<Arc<Vec<u8>>>,
+    /// The current table, encoded as the line every worker is sent.
+    table_line: watch::Sender<Arc<Vec<u8>>>,
     events: mpsc::UnboundedSender<WorkerEvent>,
     pending: Vec<Pending>,
     config_path: Option<PathBuf>,
@@ -226,7 +227,7 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
         ports: Ports::default(),
         claims: HashMap::new(),
         workers: (0..opts.workers)
-            .map(|i| Worker::new(i, opts.cpus[i % opts.cpus.len()]))
+            .map(|i| WorkerSlot::new(i, opts.cpus[i % opts.cpus.len()]))
             .collect(),
         recipe: Recipe {
             exe,
@@ -236,7 +237,7 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
         kernel,
         kernel_missing,
         stats: Stats::new(layout),
-        table: table_tx,
+        table_line: table_tx,
         events: events_tx,
         pending: Vec::new(),
         config_path: opts.config_path.clone(),
@@ -364,7 +365,7 @@ impl Supervisor {
         match serde_json::to_vec(&ToWorker::Table(snap)) {
             Ok(mut line) => {
                 line.push(b'\n');
-                self.table.send_replace(Arc::new(line));
+                self.table_line.send_replace(Arc::new(line));
             }
             Err(e) => tracing::error!("could not encode the table: {e}"),
         }
@@ -373,7 +374,7 @@ impl Supervisor {
     fn start_worker(&mut self, i: usize) {
         let w = &mut self.workers[i];
         let filter = self.kernel.as_ref().and_then(datapath::Datapath::ring_filter);
-        match w.spawn(&self.recipe, &self.counters, filter, &self.table, &self.events) {
+        match w.spawn(&self.recipe, &self.counters, filter, &self.table_line, &self.events) {
             Ok(()) => tracing::info!("worker {i} started (pid {:?}, CPU {})", w.pid, w.cpu),
             Err(e) => {
                 let delay = w.died(format!("could not start: {e}"), Default::default());
@@ -583,7 +584,7 @@ impl Supervisor {
                 error: ControlError::new(ErrorKind::BadRequest, "watch is answered by the connection"),
             },
             Request::Workers {} => Reply::Workers {
-                workers: self.workers.iter().map(Worker::status).collect(),
+                workers: self.workers.iter().map(WorkerSlot::status).collect(),
             },
         };
         let _ = reply_to.send(reply.into());

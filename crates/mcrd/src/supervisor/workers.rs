@@ -79,9 +79,11 @@ pub enum State {
     Stopping,
 }
 
-/// One worker.
+/// The supervisor's hold on one worker process: its state, its process,
+/// its restarts and the rings kept for its successor (the process itself
+/// runs `worker::Worker`).
 #[derive(Debug)]
-pub struct Worker {
+pub struct WorkerSlot {
     /// Its index (also its statistics block).
     pub index: usize,
     /// The CPU it is pinned to.
@@ -129,10 +131,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// the delay must stay short for a worker that is not in a crash loop.)
 const STABLE: Duration = Duration::from_secs(1);
 
-impl Worker {
+impl WorkerSlot {
     /// A worker slot, not started yet.
     pub fn new(index: usize, cpu: usize) -> Self {
-        Worker {
+        WorkerSlot {
             index,
             cpu,
             state: State::Restarting,
@@ -332,8 +334,8 @@ impl Worker {
         self.kept.insert(ifindex, (geometry, fd));
     }
 
-    /// Reads the CPU time of its process, for [`Worker::cpu_s`] and
-    /// [`Worker::busy`].
+    /// Reads the CPU time of its process, for [`WorkerSlot::cpu_s`] and
+    /// [`WorkerSlot::busy`].
     pub fn sample_cpu(&mut self) {
         let Some(now_s) = self.pid.and_then(|p| mcr_sys::process::cpu_seconds(p, false)) else {
             return;

@@ -124,29 +124,18 @@ impl Supervisor {
             })?;
         self.stats.zero(self.counts(), &done.reused.rules, &done.reused.outputs);
         // Every new membership is taken before the table changes and every
-        // old one left after, so a group that a changed rule keeps, or that
-        // moves from one rule to another, is never left.
-        let mut old_claims = Vec::new();
-        for r in done.added.iter().chain(done.changed.iter().map(|(_, new)| new)) {
-            let (joins, old) = self.claim(r, &ifs);
-            old_claims.extend(old);
-            for j in joins.iter().filter(|j| !j.joined) {
-                tracing::warn!(
-                    "rule `{}`: joining {} on {}: {}",
-                    r.name,
-                    j.group,
-                    j.interface,
-                    j.error.as_deref().unwrap_or("?")
-                );
-            }
-        }
-        if done.version != before {
-            self.publish();
-        }
-        old_claims.extend(done.removed.iter().filter_map(|r| self.claims.remove(&r.name)));
-        for c in old_claims {
-            self.release(c);
-        }
+        // old one left after ([`Supervisor::change_rules`]).
+        let version = done.version;
+        self.change_rules(
+            done.added.iter().chain(done.changed.iter().map(|(_, new)| new)),
+            done.removed.iter().map(|r| r.name.as_str()),
+            ifs,
+            |s, ifs| {
+                if version != before {
+                    s.publish_with(ifs);
+                }
+            },
+        );
         let restart_needed = self.started_settings.changed_keys(&config.settings);
         for k in &restart_needed {
             tracing::warn!(

@@ -109,37 +109,24 @@ impl Supervisor {
         // (a rule change in between may have published the new interfaces
         // already, without retaking other rules' memberships): taken before
         // the table changes, the old ones left after.
-        let mut old_claims = Vec::new();
-        let mut reclaimed = false;
-        for r in self.rules.rules().to_vec() {
-            if claim_of(&r.rule, &ifs).as_ref() == self.claims.get(&r.rule.name) {
-                continue;
-            }
-            reclaimed = true;
-            let (joins, old) = self.claim(&r.rule, &ifs);
-            old_claims.extend(old);
-            for j in joins.iter().filter(|j| !j.joined) {
-                tracing::warn!(
-                    "rule `{}`: joining {} on {}: {}",
-                    r.rule.name,
-                    j.group,
-                    j.interface,
-                    j.error.as_deref().unwrap_or("?")
-                );
-            }
-        }
-        // A unicast input's port may be holdable now that its address is.
-        let ports = self.ports.retry_failed();
-        if changed.is_empty() && !reclaimed {
+        let rules = self.rules.rules().to_vec();
+        let reclaim: Vec<&mcr_core::rule::Rule> = rules
+            .iter()
+            .map(|r| &r.rule)
+            .filter(|r| claim_of(r, &ifs).as_ref() != self.claims.get(&r.name))
+            .collect();
+        if changed.is_empty() && reclaim.is_empty() {
+            // A unicast input's port may be holdable now that its address is.
+            self.ports.retry_failed();
             return;
         }
-        if ports > 0 {
-            tracing::info!("{ports} unicast port(s) held now");
-        }
-        self.rules.touch();
-        self.publish_with(ifs);
-        for c in old_claims {
-            self.release(c);
-        }
+        self.change_rules(reclaim, [], ifs, |s, ifs| {
+            let ports = s.ports.retry_failed();
+            if ports > 0 {
+                tracing::info!("{ports} unicast port(s) held now");
+            }
+            s.rules.touch();
+            s.publish_with(ifs);
+        });
     }
 }

@@ -629,6 +629,46 @@ impl Supervisor {
         }
     }
 
+    /// Every change of the rules goes through here, in three steps: the
+    /// claims the rules in `claim` need on `ifs` are taken (new memberships
+    /// joined, ports held; a join that fails is logged here and shown on
+    /// its rule, and stops nothing), then `publish` sends the workers the
+    /// new table, then the claims those rules held before and those of the
+    /// rules named in `drop` are given up. So a group that a changed rule
+    /// keeps, or that moves from one rule to another, is never left, and
+    /// an old one is left only once the workers stop reading it. Returns
+    /// the joins of each rule of `claim`, in order.
+    fn change_rules<'a>(
+        &mut self,
+        claim: impl IntoIterator<Item = &'a Rule>,
+        drop: impl IntoIterator<Item = &'a str>,
+        ifs: Interfaces,
+        publish: impl FnOnce(&mut Self, Interfaces),
+    ) -> Vec<Vec<JoinState>> {
+        let mut old = Vec::new();
+        let mut joins_of = Vec::new();
+        for rule in claim {
+            let (joins, before) = self.claim(rule, &ifs);
+            old.extend(before);
+            for j in joins.iter().filter(|j| !j.joined) {
+                tracing::warn!(
+                    "rule `{}`: joining {} on {}: {}",
+                    rule.name,
+                    j.group,
+                    j.interface,
+                    j.error.as_deref().unwrap_or("?")
+                );
+            }
+            joins_of.push(joins);
+        }
+        publish(self, ifs);
+        old.extend(drop.into_iter().filter_map(|name| self.claims.remove(name)));
+        for c in old {
+            self.release(c);
+        }
+        joins_of
+    }
+
     /// What keeps `rule` from forwarding: what the live workers could not
     /// set up for it, and a port that could not be held.
     fn problems_of(&self, rule: &Rule) -> Vec<String> {
@@ -689,19 +729,10 @@ impl Supervisor {
             Ok(added) => {
                 self.stats
                     .zero(self.counts(), &added.reused.rules, &added.reused.outputs);
-                let (joins, old) = self.claim(&rule, &ifs);
-                for j in joins.iter().filter(|j| !j.joined) {
-                    tracing::warn!(
-                        "rule `{name}`: joining {} on {}: {}",
-                        j.group,
-                        j.interface,
-                        j.error.as_deref().unwrap_or("?")
-                    );
-                }
-                self.publish();
-                if let Some(old) = old {
-                    self.release(old);
-                }
+                let joins = self
+                    .change_rules([&rule], [], ifs, Self::publish_with)
+                    .pop()
+                    .unwrap_or_default();
                 let reply = PendingReply::Added {
                     rule: name,
                     replaced: added.replaced.is_some(),
@@ -763,18 +794,8 @@ impl Supervisor {
         self.rules
             .replace_all(rules, &ifs, 0)
             .map_err(|e| anyhow::anyhow!("the config file's rules: {e}"))?;
-        for r in self.rules.rules().to_vec() {
-            for j in self.claim(&r.rule, &ifs).0.iter().filter(|j| !j.joined) {
-                tracing::warn!(
-                    "rule `{}`: joining {} on {}: {}",
-                    r.rule.name,
-                    j.group,
-                    j.interface,
-                    j.error.as_deref().unwrap_or("?")
-                );
-            }
-        }
-        self.publish();
+        let rules = self.rules.rules().to_vec();
+        self.change_rules(rules.iter().map(|r| &r.rule), [], ifs, Self::publish_with);
         Ok(())
     }
 

@@ -21,6 +21,7 @@ mod bed;
 mod bins;
 pub mod capture;
 mod command;
+pub mod config_file;
 mod lock;
 mod naming;
 mod ns;

@@ -136,6 +136,20 @@ impl Relay {
         self.proc.stderr_so_far()
     }
 
+    /// The daemon's log once it holds `needle`, or as it is after 30 s (its
+    /// stderr is collected by a thread, so a line may show up a little
+    /// after the fact): for a test to assert on, with the whole log to show.
+    pub fn log_with(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let log = self.log();
+            if log.contains(needle) || Instant::now() > deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Waits up to `timeout` for the daemon's log to contain `needle`.
     pub fn wait_for_log(&mut self, needle: &str, timeout: std::time::Duration) -> Result<()> {
         self.proc.wait_for_stderr(needle, timeout)
@@ -214,6 +228,11 @@ impl Relay {
             Reply::Rules { rules } => Ok(rules),
             other => Err(self.unexpected("list", &other)),
         }
+    }
+
+    /// The rules as `list` gives them, without their state.
+    pub fn rule_list(&self) -> Result<Vec<mcr_core::rule::Rule>> {
+        Ok(self.rules()?.into_iter().map(|r| r.rule).collect())
     }
 
     fn unexpected(&self, what: &str, reply: &Reply) -> Error {

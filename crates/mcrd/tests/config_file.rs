@@ -1,58 +1,16 @@
-//! Running MCR as an operator does: from a config file, reloaded while
-//! streams flow, saved back, scraped by Prometheus, watched, and started
-//! by systemd (readiness notifications).
+//! Running MCR from a config file as an operator does: checked, reloaded
+//! while streams flow (also with mistakes in it), and saved back.
 
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use mcr_core::control::Reply;
+use mcr_testbed::config_file::{HEAD, rules_toml, stream_rule};
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
 use mcr_testbed::traffic::{Receiver, send};
 use mcr_testbed::{Signal, TempDir, bin, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
-
-/// `[[rule]]` tables: (name, input, outputs).
-fn rules_toml(rules: &[(String, String, Vec<String>)]) -> String {
-    let mut t = String::new();
-    for (name, input, outputs) in rules {
-        let outs: Vec<String> = outputs.iter().map(|o| format!("\"{o}\"")).collect();
-        t.push_str(&format!(
-            "[[rule]]\nname = \"{name}\"\ninput = \"{input}\"\noutputs = [{}]\n\n",
-            outs.join(", ")
-        ));
-    }
-    t
-}
-
-/// Rule `s{i}`: 239.1.1.i:5000+i on veth1 to 239.10.1.i:6000+i on veth2.
-fn stream_rule(i: u32) -> (String, String, Vec<String>) {
-    (
-        format!("s{i}"),
-        format!("veth1:239.1.1.{i}:{}", 5000 + i),
-        vec![format!("veth2:239.10.1.{i}:{}", 6000 + i)],
-    )
-}
-
-fn list_rules(relay: &Relay) -> Vec<mcr_core::rule::Rule> {
-    relay.rules().expect("list").into_iter().map(|r| r.rule).collect()
-}
-
-/// The daemon's log once it holds `needle` (its stderr is collected by a
-/// thread, so a line may show up a little after the fact).
-fn log_with(relay: &Relay, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let log = relay.log();
-        if log.contains(needle) || Instant::now() > deadline {
-            return log;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-const HEAD: &str = "[daemon]\nlog_level = \"info\"\n\n";
 
 #[test]
 fn a_reload_applies_only_the_difference_and_untouched_streams_lose_nothing() {
@@ -66,7 +24,11 @@ fn a_reload_applies_only_the_difference_and_untouched_streams_lose_nothing() {
         .expect("write file");
     let path_s = path.to_str().expect("utf-8 path");
     let relay = Relay::start(&c.relay, &["--config", path_s]).expect("mcrd");
-    assert_eq!(list_rules(&relay).len(), 10, "the file's rules run from the start");
+    assert_eq!(
+        relay.rule_list().expect("list").len(),
+        10,
+        "the file's rules run from the start"
+    );
 
     // The new file: s9 changed (a new output group), s10 removed, s11 added,
     // and s8 renamed (the same stream under a new name: its group changes
@@ -191,7 +153,7 @@ fn a_reload_applies_only_the_difference_and_untouched_streams_lose_nothing() {
     for r in st.rules.iter().filter(|r| r.name.len() == 2) {
         assert_eq!(r.packets, N, "rule {}", r.name);
     }
-    let mut names: Vec<String> = list_rules(&relay).into_iter().map(|r| r.name).collect();
+    let mut names: Vec<String> = relay.rule_list().expect("list").into_iter().map(|r| r.name).collect();
     names.sort();
     let mut want: Vec<String> = after.iter().map(|r| r.0.clone()).collect();
     want.sort();
@@ -209,7 +171,7 @@ fn a_broken_file_on_reload_changes_nothing_and_forwarding_goes_on() {
     let path = dir.file("mcrd.toml", &good).expect("write file");
     let path_s = path.to_str().expect("utf-8 path");
     let mut relay = Relay::start(&c.relay, &["--config", path_s]).expect("mcrd");
-    let rules_before = list_rules(&relay);
+    let rules_before = relay.rule_list().expect("list");
     let rx = Receiver::start(
         &c.sink,
         &[
@@ -287,7 +249,7 @@ fn a_broken_file_on_reload_changes_nothing_and_forwarding_goes_on() {
         "{}",
         relay.log()
     );
-    assert_eq!(list_rules(&relay), rules_before);
+    assert_eq!(relay.rule_list().expect("list"), rules_before);
     assert_eq!(sender.join().expect("sender").packets, 2 * N);
     let got = rx.finish(MINUTES).expect("recv done");
     assert_eq!(
@@ -398,7 +360,7 @@ fn saving_and_loading_gives_back_exactly_the_running_rules() {
     ] {
         relay.ctl_ok(&args).expect("add");
     }
-    let running = list_rules(&relay);
+    let running = relay.rule_list().expect("list");
     // To the config file itself, and elsewhere with --to (a relative path
     // is made absolute by mcrctl).
     let saved = relay.ask(&["save"]).expect("save");
@@ -437,7 +399,7 @@ fn saving_and_loading_gives_back_exactly_the_running_rules() {
     relay.stop().expect("stopped");
     // A new daemon from the saved file runs exactly those rules.
     let again = Relay::start(&c.relay, &["--config", path_s]).expect("mcrd again");
-    assert_eq!(list_rules(&again), running);
+    assert_eq!(again.rule_list().expect("list"), running);
     // Reloading the file it was started from changes nothing.
     let reply = again.ask(&["reload"]).expect("reload");
     assert!(
@@ -542,296 +504,4 @@ fn saving_writes_only_in_the_config_files_directory_and_never_through_a_link() {
     );
     assert_eq!(mcr_core::config::Config::parse(&saved).expect("parses").rules.len(), 1);
     relay.stop().expect("stopped");
-}
-
-/// `GET /metrics` from inside `ns` (the daemon listens on its loopback).
-fn scrape(ns: &str, addr: &str) -> String {
-    let (ns, addr) = (ns.to_string(), addr.to_string());
-    std::thread::spawn(move || {
-        mcr_sys::netns::enter(&ns).expect("enter the namespace");
-        let mut s = std::net::TcpStream::connect(&addr).expect("connect to /metrics");
-        s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
-            .expect("request");
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).expect("response");
-        answer
-    })
-    .join()
-    .expect("scrape thread")
-}
-
-/// The value of the sample `name{labels}` in a scrape.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("no `{series}` in\n{text}"))
-        .parse()
-        .expect("a number")
-}
-
-#[test]
-fn metrics_pass_promtool_and_match_stats_and_what_was_received() {
-    const N: u64 = 5000;
-    let _lock = traffic_lock().expect("lock");
-    let c = Chain::new("ops-metrics").expect("chain");
-    let relay = Relay::start(&c.relay, &["--metrics-listen", "127.0.0.1:9808"]).expect("mcrd");
-    relay
-        .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
-        .expect("add");
-    let rx = c.expect_at_sink("239.10.1.1:6001", N, &[]).expect("recv");
-    send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            &N.to_string(),
-            "--rate",
-            "5k",
-            "--size",
-            "500",
-        ],
-        MINUTES,
-    )
-    .expect("send");
-    let got = rx.finish(MINUTES).expect("recv done");
-    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
-    assert_eq!(got.report.total.received, N);
-
-    // The worker's CPU time is sampled once a second: wait for a sample.
-    let deadline = Instant::now() + MINUTES;
-    while relay.stats().expect("stats").workers[0].cpu_s == 0.0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let answer = scrape(c.relay.name(), "127.0.0.1:9808");
-    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
-    assert!(head.contains("Content-Type: text/plain; version=0.0.4"), "{head}");
-    // Prometheus' own linter.
-    let mut promtool = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus; scripts/deps installs it)");
-    promtool
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(body.as_bytes())
-        .expect("feed promtool");
-    let checked = promtool.wait_with_output().expect("promtool ran");
-    assert!(
-        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
-        "promtool: {}{}\n{body}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
-    );
-    // The same numbers as `mcrctl stats` and as the sink received.
-    let st = relay.stats().expect("stats");
-    let out = &st.rules[0].outputs[0];
-    let series = "{rule=\"feed\",output=\"veth2:239.10.1.1:6001\"}";
-    assert_eq!(sample(body, &format!("mcr_output_packets_total{series}")), N as f64);
-    assert_eq!(out.packets, N);
-    assert_eq!(
-        sample(body, &format!("mcr_output_bytes_total{series}")),
-        (N * 500) as f64
-    );
-    assert_eq!(out.bytes, N * 500);
-    assert_eq!(got.report.total.bytes, N * 500);
-    let rule = "{rule=\"feed\",input=\"veth1:239.1.1.1:5001\"}";
-    assert_eq!(
-        sample(body, &format!("mcr_rule_packets_total{rule}")),
-        st.rules[0].packets as f64
-    );
-    assert_eq!(
-        sample(
-            body,
-            "mcr_membership_joined{rule=\"feed\",interface=\"veth1\",group=\"239.1.1.1\",source=\"\"}"
-        ),
-        1.0
-    );
-    assert_eq!(
-        sample(body, "mcr_worker_rx_frames_total{worker=\"0\"}"),
-        st.workers[0].rx_frames as f64
-    );
-    assert!(st.workers[0].cpu_s > 0.0, "the worker's CPU time is sampled");
-    assert!(sample(body, "mcr_worker_cpu_seconds_total{worker=\"0\"}") > 0.0);
-    assert_eq!(sample(body, "mcr_rules"), 1.0);
-    assert_eq!(sample(body, "mcr_worker_up{worker=\"0\"}"), 1.0);
-    relay.stop().expect("stopped");
-}
-
-#[test]
-fn watch_shows_every_rule_with_its_state_and_stats_json_is_one_object() {
-    let c = Chain::new("ops-watch").expect("chain");
-    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
-    relay
-        .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
-        .expect("add");
-    let out = relay
-        .ctl_ok(&["watch", "--count", "2", "--interval", "0.2"])
-        .expect("watch");
-    assert_eq!(out.matches("mcrctl watch").count(), 2, "two screens: {out}");
-    assert!(
-        out.contains("feed") && out.contains("-> veth2:239.10.1.1:6001"),
-        "{out}"
-    );
-    assert!(out.contains("idle (no packets)"), "{out}");
-    let lines = relay
-        .ctl_ok(&["--json", "watch", "--count", "3", "--interval", "0.1"])
-        .expect("watch --json");
-    assert_eq!(lines.lines().count(), 3, "{lines}");
-    for l in lines.lines() {
-        let r: mcr_core::control::Response = serde_json::from_str(l).expect("a response per line");
-        assert!(matches!(r.reply, Reply::Stats(_)));
-    }
-    let once = relay.ctl_ok(&["stats", "--json"]).expect("stats --json");
-    let r: mcr_core::control::Response = serde_json::from_str(once.trim()).expect("one JSON object");
-    let Reply::Stats(s) = r.reply else { panic!("not stats") };
-    assert_eq!(s.rules[0].name, "feed");
-    let bad = relay.ctl(&["watch", "--interval", "0.01"]).expect("watch");
-    assert_eq!(bad.code, Some(2), "{bad:?}");
-    relay.stop().expect("stopped");
-}
-
-/// Reads the readiness messages mcrd sends to `NOTIFY_SOCKET`.
-fn notifications(sock: &std::os::unix::net::UnixDatagram, until: &str) -> Vec<String> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if let Ok(n) = sock.recv(&mut buf) {
-            let m = String::from_utf8_lossy(&buf[..n]).into_owned();
-            let done = m.contains(until);
-            got.push(m);
-            if done {
-                break;
-            }
-        }
-    }
-    got
-}
-
-#[test]
-fn systemd_is_told_ready_reloading_and_stopping() {
-    let c = Chain::new("ops-notify").expect("chain");
-    let dir = TempDir::new("ops-notify").expect("temp dir");
-    let path = dir
-        .file("mcrd.toml", &format!("{HEAD}{}", rules_toml(&[stream_rule(1)])))
-        .expect("write file");
-    let sock_path = dir.path().join("notify.sock");
-    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).expect("notify socket");
-    sock.set_read_timeout(Some(Duration::from_millis(200)))
-        .expect("timeout");
-    let mut relay = Relay::start_with_env(
-        &c.relay,
-        &["--config", path.to_str().expect("utf-8")],
-        &[("NOTIFY_SOCKET", sock_path.to_str().expect("utf-8"))],
-    )
-    .expect("mcrd");
-    let ready = notifications(&sock, "READY=1");
-    assert!(
-        ready
-            .last()
-            .is_some_and(|m| m.contains("READY=1") && m.contains("1 rule(s)")),
-        "{ready:?}"
-    );
-    assert!(
-        ready.iter().any(|m| m.contains(&format!("MAINPID={}", relay.pid()))),
-        "{ready:?}"
-    );
-    std::fs::write(
-        &path,
-        format!("{HEAD}{}", rules_toml(&[stream_rule(1), stream_rule(2)])),
-    )
-    .expect("write");
-    relay.signal(Signal::Hup).expect("SIGHUP");
-    let reload = notifications(&sock, "READY=1");
-    assert!(
-        reload
-            .first()
-            .is_some_and(|m| m.contains("RELOADING=1") && m.contains("MONOTONIC_USEC=")),
-        "{reload:?}"
-    );
-    assert!(reload.last().is_some_and(|m| m.contains("READY=1")), "{reload:?}");
-    assert_eq!(list_rules(&relay).len(), 2, "SIGHUP reloaded the file");
-    let log = log_with(&relay, "reloaded");
-    assert!(log.contains("reloaded"), "{log}");
-    relay.stop().expect("stopped");
-    let stopping = notifications(&sock, "STOPPING=1");
-    assert!(stopping.iter().any(|m| m.contains("STOPPING=1")), "{stopping:?}");
-}
-
-#[test]
-fn logs_can_be_json_or_journal_lines() {
-    let c = Chain::new("ops-logs").expect("chain");
-    let relay = Relay::start(&c.relay, &["--log-format", "json"]).expect("mcrd");
-    let log = log_with(&relay, "running");
-    let line = log.lines().find(|l| l.contains("running")).expect("a start line");
-    let v: serde_json::Value = serde_json::from_str(line).expect("a JSON object per line");
-    assert_eq!(v["level"], "INFO", "{line}");
-    assert!(
-        v["fields"]["message"].as_str().is_some_and(|m| m.contains("running")),
-        "{line}"
-    );
-    relay.stop().expect("stopped");
-    let relay = Relay::start_with_env(&c.relay, &[], &[("JOURNAL_STREAM", "8:1234")]).expect("mcrd");
-    let log = log_with(&relay, "running");
-    assert!(
-        log.lines().any(|l| l.starts_with("<6>") && l.contains("running")),
-        "{log}"
-    );
-    relay.stop().expect("stopped");
-}
-
-#[test]
-fn completions_and_manual_pages_come_from_the_command_line_definitions() {
-    let dir = TempDir::new("ops-man").expect("temp dir");
-    let mcrctl = bin("mcrctl").expect("mcrctl");
-    for shell in ["bash", "zsh", "fish"] {
-        let out = std::process::Command::new(&mcrctl)
-            .args(["completions", shell])
-            .output()
-            .expect("run");
-        assert!(out.status.success());
-        let script = String::from_utf8_lossy(&out.stdout);
-        for cmd in ["reload", "save", "watch", "stats", "add"] {
-            assert!(script.contains(cmd), "{shell} completion lacks {cmd}");
-        }
-        if shell == "bash" {
-            let f = dir.file("mcrctl.bash", &script).expect("write file");
-            let syntax = std::process::Command::new("bash")
-                .arg("-n")
-                .arg(&f)
-                .status()
-                .expect("bash -n");
-            assert!(syntax.success(), "the bash completion parses");
-        }
-    }
-    let out = std::process::Command::new(&mcrctl)
-        .args(["man", "--dir"])
-        .arg(dir.path())
-        .output()
-        .expect("man");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let page = std::fs::read_to_string(dir.path().join("mcrctl.1")).expect("mcrctl.1");
-    for cmd in ["reload", "save", "watch"] {
-        assert!(page.contains(cmd), "mcrctl.1 names {cmd}");
-        assert!(dir.path().join(format!("mcrctl-{cmd}.1")).exists(), "mcrctl-{cmd}.1");
-    }
-    let out = std::process::Command::new(bin("mcrd").expect("mcrd"))
-        .args(["man", "--dir"])
-        .arg(dir.path())
-        .output()
-        .expect("mcrd man");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let page = std::fs::read_to_string(dir.path().join("mcrd.8")).expect("mcrd.8");
-    for flag in ["config", "check\\-config", "metrics\\-listen", "log\\-format"] {
-        assert!(page.contains(flag), "mcrd.8 documents --{flag}");
-    }
 }

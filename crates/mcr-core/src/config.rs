@@ -26,6 +26,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer, Serialize};
 use toml::Spanned;
 
+use crate::field::Field;
 use crate::interfaces::Interfaces;
 use crate::rule::{Input, Output, Rule};
 use crate::validate::{RuleError, RuleIndex, check_rule_in};
@@ -275,24 +276,15 @@ struct RuleSpans {
 }
 
 impl RuleSpans {
-    /// The span of `field` as [`RuleError`] names it (`outputs[2].ttl`).
-    fn of(&self, field: &str) -> Range<usize> {
-        if field == "name" {
-            return self.name.clone();
+    /// The span of `field`: the value of the key it is in, for an output
+    /// the output's string, else the whole `[[rule]]` table.
+    fn of(&self, field: Field) -> Range<usize> {
+        match field {
+            Field::Name => self.name.clone(),
+            Field::Input(_) => self.input.clone(),
+            Field::Output(i, _) => self.output.get(i).unwrap_or(&self.outputs).clone(),
+            Field::Outputs => self.outputs.clone(),
         }
-        if field.starts_with("input") {
-            return self.input.clone();
-        }
-        if let Some(rest) = field.strip_prefix("outputs[")
-            && let Some(i) = rest.split(']').next().and_then(|i| i.parse::<usize>().ok())
-            && let Some(s) = self.output.get(i)
-        {
-            return s.clone();
-        }
-        if field.starts_with("outputs") {
-            return self.outputs.clone();
-        }
-        self.rule.clone()
     }
 }
 
@@ -443,7 +435,7 @@ impl Config {
     }
 
     fn rule_error(&self, text: &str, spans: &RuleSpans, e: &RuleError) -> ConfigError {
-        locate(text, &self.lines, spans.of(&e.field).start, e.to_string())
+        locate(text, &self.lines, spans.of(e.field).start, e.to_string())
     }
 
     /// `settings` and `rules` as a config file that parses back to them.

@@ -4,8 +4,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use serde::{Deserialize, Serialize};
-
+use crate::field::{Field, Part};
 use crate::interfaces::Interfaces;
 use crate::rule::{Input, Rule, SourcePolicy, Ttl};
 
@@ -15,21 +14,21 @@ pub const MAX_OUTPUTS_PER_RULE: usize = 4096;
 pub const MAX_NAME_LEN: usize = 64;
 
 /// Why a rule was refused: which rule, which field, and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("rule `{rule}`: {field}: {reason}")]
 pub struct RuleError {
     /// The rule's name.
     pub rule: String,
     /// The field, e.g. `input.destination` or `outputs[2].interface`.
-    pub field: String,
+    pub field: Field,
     /// What is wrong, and what would be right.
     pub reason: String,
 }
 
-fn err(rule: &Rule, field: impl Into<String>, reason: impl Into<String>) -> RuleError {
+fn err(rule: &Rule, field: Field, reason: impl Into<String>) -> RuleError {
     RuleError {
         rule: rule.name.clone(),
-        field: field.into(),
+        field,
         reason: reason.into(),
     }
 }
@@ -111,7 +110,7 @@ fn input_place(i: &Input) -> InputPlace<'_> {
 
 /// A VLAN id must be 1 to 4094 (0 means untagged, 4095 is reserved); the
 /// text form checks this too, but a rule may come as JSON.
-fn check_vlan(rule: &Rule, field: &str, vlan: Option<u16>) -> Result<(), RuleError> {
+fn check_vlan(rule: &Rule, field: Field, vlan: Option<u16>) -> Result<(), RuleError> {
     match vlan {
         Some(v) if !(1..=4094).contains(&v) => Err(err(
             rule,
@@ -159,12 +158,12 @@ pub fn check_rule_in(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces
     check_name(rule)?;
     check_input(rule, interfaces)?;
     if rule.outputs.is_empty() {
-        return Err(err(rule, "outputs", "a rule needs at least one output"));
+        return Err(err(rule, Field::Outputs, "a rule needs at least one output"));
     }
     if rule.outputs.len() > MAX_OUTPUTS_PER_RULE {
         return Err(err(
             rule,
-            "outputs",
+            Field::Outputs,
             format!(
                 "{} outputs is more than the {MAX_OUTPUTS_PER_RULE} one rule may have",
                 rule.outputs.len()
@@ -183,7 +182,7 @@ pub fn check_rule_in(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces
         let vlan = rule.input.vlan.map(|v| format!(" vlan {v}")).unwrap_or_default();
         return Err(err(
             rule,
-            "input",
+            Field::Input(Part::Whole),
             format!(
                 "rule `{o}` already takes {}{vlan} {} ({from}); one input feeds one rule, which may have many outputs",
                 rule.input.interface, rule.input.destination
@@ -202,7 +201,7 @@ fn check_name(rule: &Rule) -> Result<(), RuleError> {
     if n.is_empty() || n.len() > MAX_NAME_LEN || !ok_chars || !starts_ok {
         return Err(err(
             rule,
-            "name",
+            Field::Name,
             format!(
                 "`{n}` is not a rule name: use 1-{MAX_NAME_LEN} letters, digits, `.`, `_` or `-`, starting with a letter or digit"
             ),
@@ -229,7 +228,7 @@ const MAX_IFNAME: usize = 15;
 /// An interface that does not exist is no mistake: the rule waits for it
 /// (and everything that depends on the interface is checked when the
 /// workers set the rule up). Its name must be one Linux could give.
-fn check_interface(rule: &Rule, field: &str, name: &str, interfaces: &Interfaces) -> Result<(), RuleError> {
+fn check_interface(rule: &Rule, field: Field, name: &str, interfaces: &Interfaces) -> Result<(), RuleError> {
     let impossible = name.is_empty()
         || name.len() > MAX_IFNAME
         || name == "."
@@ -256,7 +255,7 @@ fn check_interface(rule: &Rule, field: &str, name: &str, interfaces: &Interfaces
     }
 }
 
-fn check_port(rule: &Rule, field: &str, a: &SocketAddr) -> Result<(), RuleError> {
+fn check_port(rule: &Rule, field: Field, a: &SocketAddr) -> Result<(), RuleError> {
     if a.port() == 0 {
         return Err(err(
             rule,
@@ -269,14 +268,14 @@ fn check_port(rule: &Rule, field: &str, a: &SocketAddr) -> Result<(), RuleError>
 
 fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
     let input = &rule.input;
-    check_interface(rule, "input.interface", &input.interface, interfaces)?;
+    check_interface(rule, Field::Input(Part::Interface), &input.interface, interfaces)?;
     let dst = input.destination.ip();
-    check_vlan(rule, "input.vlan", input.vlan)?;
-    check_port(rule, "input.destination", &input.destination)?;
+    check_vlan(rule, Field::Input(Part::Vlan), input.vlan)?;
+    check_port(rule, Field::Input(Part::Destination), &input.destination)?;
     if dst.is_unspecified() || dst == IpAddr::V4(Ipv4Addr::BROADCAST) {
         return Err(err(
             rule,
-            "input.destination",
+            Field::Input(Part::Destination),
             format!(
                 "{dst} is not a stream's destination: give a multicast group or an address of {}",
                 input.interface
@@ -287,7 +286,7 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
         if is_link_local_multicast(dst) {
             return Err(err(
                 rule,
-                "input.destination",
+                Field::Input(Part::Destination),
                 format!(
                     "{dst} is a link-local group (224.0.0.0/24, ff02::/16) where IGMP, MLD and neighbour discovery live; routers do not forward it; use another group"
                 ),
@@ -302,7 +301,7 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
                 .unwrap_or_default();
             return Err(err(
                 rule,
-                "input.destination",
+                Field::Input(Part::Destination),
                 format!(
                     "{dst} is neither a multicast group nor an address of {} (it has: {}); a unicast input takes traffic sent to this host",
                     input.interface,
@@ -314,7 +313,7 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
     if input.sources.len() > MAX_SOURCES {
         return Err(err(
             rule,
-            "input.source",
+            Field::Input(Part::Source),
             format!(
                 "{} sources is more than the {MAX_SOURCES} one input may list",
                 input.sources.len()
@@ -325,14 +324,14 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
         if src.is_multicast() || src.is_unspecified() || src == IpAddr::V4(Ipv4Addr::BROADCAST) {
             return Err(err(
                 rule,
-                "input.source",
+                Field::Input(Part::Source),
                 format!("{src} is not a sender's address: give a unicast address"),
             ));
         }
         if src.is_ipv4() != dst.is_ipv4() {
             return Err(err(
                 rule,
-                "input.source",
+                Field::Input(Part::Source),
                 format!(
                     "{src} is {} but the group {dst} is {}: a source sends to its group in one family",
                     family(src),
@@ -341,7 +340,7 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
             ));
         }
         if input.sources[..i].contains(&src) {
-            return Err(err(rule, "input.source", format!("{src} is listed twice")));
+            return Err(err(rule, Field::Input(Part::Source), format!("{src} is listed twice")));
         }
     }
     Ok(())
@@ -349,29 +348,33 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
 
 fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), RuleError> {
     let o = &rule.outputs[i];
-    let f = |name: &str| format!("outputs[{i}].{name}");
-    check_interface(rule, &f("interface"), &o.interface, interfaces)?;
+    let f = |part: Part| Field::Output(i, part);
+    check_interface(rule, f(Part::Interface), &o.interface, interfaces)?;
     let dst = o.destination.ip();
-    check_vlan(rule, &f("vlan"), o.vlan)?;
-    check_port(rule, &f("destination"), &o.destination)?;
+    check_vlan(rule, f(Part::Vlan), o.vlan)?;
+    check_port(rule, f(Part::Destination), &o.destination)?;
     if dst.is_unspecified() || dst == IpAddr::V4(Ipv4Addr::BROADCAST) || dst.is_loopback() {
         return Err(err(
             rule,
-            f("destination"),
+            f(Part::Destination),
             format!("{dst} is not a destination: give a multicast group or a unicast host"),
         ));
     }
     if dst.is_multicast() && is_link_local_multicast(dst) {
         return Err(err(
             rule,
-            f("destination"),
+            f(Part::Destination),
             format!(
                 "{dst} is a link-local group (224.0.0.0/24, ff02::/16), which never leaves its link; use another group"
             ),
         ));
     }
     if let Ttl::Fixed(0) = o.ttl {
-        return Err(err(rule, f("ttl"), "a TTL of 0 never leaves; use 1-255 or decrement"));
+        return Err(err(
+            rule,
+            f(Part::Ttl),
+            "a TTL of 0 never leaves; use 1-255 or decrement",
+        ));
     }
     let iface = interfaces.get(&o.interface);
     match o.source {
@@ -380,7 +383,7 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
             if iface.is_some_and(|i| i.address_like(dst).is_none()) {
                 return Err(err(
                     rule,
-                    f("source"),
+                    f(Part::Source),
                     format!(
                         "interface `{}` has no {} address to send from; give it one, or set source=keep or source=ADDRESS",
                         o.interface,
@@ -391,12 +394,12 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
         }
         SourcePolicy::Address(a) => {
             if a.is_multicast() || a.is_unspecified() {
-                return Err(err(rule, f("source"), format!("{a} cannot be a source address")));
+                return Err(err(rule, f(Part::Source), format!("{a} cannot be a source address")));
             }
             if a.is_ipv4() != dst.is_ipv4() {
                 return Err(err(
                     rule,
-                    f("source"),
+                    f(Part::Source),
                     format!(
                         "{a} is {} but {dst} is {}: give an {} source",
                         family(a),
@@ -411,7 +414,7 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
             if input.is_ipv4() != dst.is_ipv4() {
                 return Err(err(
                     rule,
-                    f("source"),
+                    f(Part::Source),
                     format!(
                         "source=keep cannot carry an {} source into an {} packet; use source=interface or source=ADDRESS",
                         family(input),
@@ -424,14 +427,14 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
     if o.vlan.is_some() && !dst.is_multicast() {
         return Err(err(
             rule,
-            f("vlan"),
+            f(Part::Vlan),
             "a unicast output is sent through the kernel, which routes and tags it; vlan= is for multicast outputs (use a VLAN sub-interface for unicast)",
         ));
     }
     if !dst.is_multicast() && o.source != SourcePolicy::Interface {
         return Err(err(
             rule,
-            f("source"),
+            f(Part::Source),
             "a unicast output sends through the kernel from the interface's address; source=keep and source=ADDRESS are for multicast outputs",
         ));
     }
@@ -441,7 +444,7 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
     {
         return Err(err(
             rule,
-            f("destination"),
+            f(Part::Destination),
             format!("outputs[{j}] already sends to {} on {}", o.destination, o.interface),
         ));
     }
@@ -459,7 +462,7 @@ fn check_loops(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces) -> R
         if segment == input_segment && vlan == input_vlan && o.destination == rule.input.destination {
             return Err(err(
                 rule,
-                format!("outputs[{i}]"),
+                Field::Output(i, Part::Whole),
                 format!(
                     "{} {} is this rule's own input{}: a loop",
                     o.interface,
@@ -475,7 +478,7 @@ fn check_loops(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces) -> R
         if let Some((r, input_if)) = fed {
             return Err(err(
                 rule,
-                format!("outputs[{i}]"),
+                Field::Output(i, Part::Whole),
                 format!(
                     "{} {} is rule `{r}`'s input{}: a loop",
                     o.interface,
@@ -492,7 +495,7 @@ fn check_loops(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces) -> R
     if let Some((r, j, out_if)) = feeding {
         return Err(err(
             rule,
-            "input",
+            Field::Input(Part::Whole),
             format!(
                 "rule `{r}` sends to {out_if} {} (its outputs[{j}]){}: taking it as input would make a loop",
                 rule.input.destination,

@@ -110,7 +110,7 @@ impl Supervisor {
             .map_err(|e| match e {
                 ChangeError::Invalid(r) => ControlError {
                     kind: ErrorKind::InvalidConfig,
-                    field: Some(r.field.clone()),
+                    field: Some(r.field.to_string()),
                     message: format!("{}: {r}", path.display()),
                 },
                 ChangeError::Full(what) => ControlError::new(

@@ -716,7 +716,7 @@ impl Supervisor {
                 let error = match e {
                     ChangeError::Invalid(r) => ControlError {
                         kind: ErrorKind::InvalidRule,
-                        field: Some(r.field.clone()),
+                        field: Some(r.field.to_string()),
                         message: r.to_string(),
                     },
                     ChangeError::Full(what) => ControlError::new(

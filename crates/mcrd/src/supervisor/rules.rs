@@ -163,7 +163,7 @@ impl RuleTable {
             if !seen.insert(r.name.as_str()) {
                 return Err(ChangeError::Invalid(RuleError {
                     rule: r.name.clone(),
-                    field: "name".into(),
+                    field: mcr_core::field::Field::Name,
                     reason: format!("rule name `{}` is used twice", r.name),
                 }));
             }

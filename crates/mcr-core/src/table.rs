@@ -95,12 +95,21 @@ pub struct MatchTable {
     /// The snapshot version it was built from.
     pub version: u64,
     rules: Vec<CompiledRule>,
-    entries: FxHashMap<Key, Entry>,
+    entries: FxHashMap<InputKey, Entry>,
 }
 
-/// What a packet is looked up by: input interface, VLAN id (0: untagged),
-/// destination, port.
-type Key = (u32, u16, IpAddr, u16);
+/// What a packet is looked up by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct InputKey {
+    /// The interface it arrived on.
+    ifindex: u32,
+    /// Its VLAN id (0: untagged).
+    vlan: u16,
+    /// Its destination address.
+    dst: IpAddr,
+    /// Its destination port.
+    port: u16,
+}
 
 /// Why a snapshot could not be compiled (the supervisor validated it, so
 /// this means an interface changed under it).
@@ -200,12 +209,12 @@ impl MatchTable {
                 slot: sr.slot,
                 outputs,
             });
-            let key = (
-                input_if.index,
-                r.input.vlan.unwrap_or(0),
-                r.input.destination.ip(),
-                r.input.destination.port(),
-            );
+            let key = InputKey {
+                ifindex: input_if.index,
+                vlan: r.input.vlan.unwrap_or(0),
+                dst: r.input.destination.ip(),
+                port: r.input.destination.port(),
+            };
             let e = t.entries.entry(key).or_default();
             if r.input.sources.is_empty() {
                 e.any_source = Some(idx);
@@ -219,7 +228,12 @@ impl MatchTable {
     /// if untagged), sent from `src` to `dst:port`: the (S,G) rule for its
     /// source if there is one, otherwise the (*,G) rule.
     pub fn lookup(&self, ifindex: u32, vlan: u16, dst: IpAddr, port: u16, src: IpAddr) -> Lookup<'_> {
-        let Some(e) = self.entries.get(&(ifindex, vlan, dst, port)) else {
+        let Some(e) = self.entries.get(&InputKey {
+            ifindex,
+            vlan,
+            dst,
+            port,
+        }) else {
             return Lookup::NoRule;
         };
         let idx = e
@@ -242,11 +256,11 @@ impl MatchTable {
     /// Every destination rules take, with the rules that take it: the
     /// any-source rule, if there is one, and the source-specific ones.
     pub fn destinations(&self) -> impl Iterator<Item = Destination<'_>> {
-        self.entries.iter().map(|(&(ifindex, vlan, dst, port), e)| Destination {
-            ifindex,
-            vlan,
-            dst,
-            port,
+        self.entries.iter().map(|(k, e)| Destination {
+            ifindex: k.ifindex,
+            vlan: k.vlan,
+            dst: k.dst,
+            port: k.port,
             any_source: e.any_source.map(|i| &self.rules[i]),
             by_source: e.by_source.iter().map(|&(s, i)| (s, &self.rules[i])).collect(),
         })
@@ -258,8 +272,8 @@ impl MatchTable {
         let mut v: Vec<IpAddr> = self
             .entries
             .keys()
-            .filter(|k| k.0 == ifindex && !k.2.is_multicast())
-            .map(|k| k.2)
+            .filter(|k| k.ifindex == ifindex && !k.dst.is_multicast())
+            .map(|k| k.dst)
             .collect();
         v.sort();
         v.dedup();
@@ -272,8 +286,8 @@ impl MatchTable {
         let mut v: Vec<u16> = self
             .entries
             .keys()
-            .filter(|k| k.0 == ifindex && k.1 != 0)
-            .map(|k| k.1)
+            .filter(|k| k.ifindex == ifindex && k.vlan != 0)
+            .map(|k| k.vlan)
             .collect();
         v.sort();
         v.dedup();
@@ -282,7 +296,7 @@ impl MatchTable {
 
     /// The input interfaces the rules use.
     pub fn input_interfaces(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self.entries.keys().map(|k| k.0).collect();
+        let mut v: Vec<u32> = self.entries.keys().map(|k| k.ifindex).collect();
         v.sort();
         v.dedup();
         v

@@ -178,8 +178,23 @@ impl FrameBatch {
 /// one interface, and what waits in it.
 pub struct UdpSender {
     sock: Socket,
-    /// Pending: (slab entry, output slot, destination index, TTL).
-    pending: Vec<(usize, u32, usize, u8, u8)>,
+    /// What waits to be sent, in order.
+    pending: Vec<PendingSend>,
+}
+
+/// A datagram waiting in a [`UdpSender`].
+#[derive(Debug, Clone, Copy)]
+struct PendingSend {
+    /// Its payload's entry in the slab.
+    entry: usize,
+    /// The output it is for (its statistics slot).
+    slot: u32,
+    /// Its destination, an index into the worker's destinations.
+    dest: usize,
+    /// The TTL or hop limit it leaves with.
+    ttl: u8,
+    /// The TOS byte or traffic class it leaves with.
+    tos: u8,
 }
 
 impl UdpSender {
@@ -237,7 +252,13 @@ impl UdpSlab {
         let i = self.lens.len();
         self.buf[i * self.entry_bytes..i * self.entry_bytes + payload.len()].copy_from_slice(payload);
         self.lens.push(payload.len());
-        sender.pending.push((i, slot, dest, ttl, tos));
+        sender.pending.push(PendingSend {
+            entry: i,
+            slot,
+            dest,
+            ttl,
+            tos,
+        });
         true
     }
 
@@ -256,14 +277,15 @@ impl UdpSlab {
                 let mut msgs = [Outgoing::new(None, &[]); MAX_BATCH];
                 let mut outputs = [0u32; MAX_BATCH];
                 let mut bytes = [0u32; MAX_BATCH];
-                for (k, &(i, slot, dest, ttl, tos)) in chunk.iter().enumerate() {
+                for (k, p) in chunk.iter().enumerate() {
+                    let i = p.entry;
                     msgs[k] = Outgoing {
-                        to: dests.get(dest),
+                        to: dests.get(p.dest),
                         data: &self.buf[i * self.entry_bytes..i * self.entry_bytes + self.lens[i]],
-                        ttl: Some(ttl),
-                        tos: Some(tos),
+                        ttl: Some(p.ttl),
+                        tos: Some(p.tos),
                     };
-                    outputs[k] = slot;
+                    outputs[k] = p.slot;
                     bytes[k] = self.lens[i] as u32;
                 }
                 let n = chunk.len();

@@ -339,8 +339,20 @@ fn addr_sum(a: IpAddr) -> u64 {
 /// is computed in full, and so is one an IPv4 sender left out (0) when the
 /// output is IPv6, which requires it.
 pub fn rewrite(frame: &[u8], d: &Datagram, out: &FrameRewrite, buf: &mut [u8]) -> Result<usize, OutputCounter> {
-    let ttl = output_ttl(out.ttl, d.ttl)?;
-    let tos = output_tos(out.dscp, d.tos);
+    let (ttl, tos) = crate::dispatch::leaves_with(out.ttl, out.dscp, d)?;
+    rewrite_as(frame, d, out, ttl, tos, buf)
+}
+
+/// [`rewrite`] with the TTL and TOS already decided (by
+/// [`crate::dispatch::Taken::verdict`]).
+pub fn rewrite_as(
+    frame: &[u8],
+    d: &Datagram,
+    out: &FrameRewrite,
+    ttl: u8,
+    tos: u8,
+    buf: &mut [u8],
+) -> Result<usize, OutputCounter> {
     let udp_len = udp::HEADER_LEN + d.payload_len;
     let ip_header = if out.dst.is_ipv4() {
         ipv4::HEADER_LEN

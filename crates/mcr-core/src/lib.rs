@@ -20,6 +20,7 @@ pub mod bpf;
 pub mod config;
 pub mod control;
 pub mod datapath;
+pub mod dispatch;
 pub mod field;
 pub mod forward;
 pub mod interfaces;

@@ -9,7 +9,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 
-use mcr_core::forward::{Datagram, FrameRewrite, rewrite};
+use mcr_core::forward::{Datagram, FrameRewrite, rewrite_as};
 use mcr_core::stats::{OutputCounter, StatsLayout, WorkerCounter};
 use mcr_sys::mmsg::{MAX_BATCH, Outgoing, is_queue_full, send_batch};
 use mcr_sys::packet::PacketTx;
@@ -139,14 +139,23 @@ impl FrameBatch {
         self.slot_bytes
     }
 
-    /// Builds output `slot`'s frame for datagram `d` into the batch.
+    /// Builds output `slot`'s frame for datagram `d`, leaving with `(ttl,
+    /// tos)`, into the batch.
     #[inline]
-    pub fn push(&mut self, frame: &[u8], d: &Datagram, rw: &FrameRewrite, slot: u32, counts: &Counts<'_>) {
+    pub fn push(
+        &mut self,
+        frame: &[u8],
+        d: &Datagram,
+        rw: &FrameRewrite,
+        (ttl, tos): (u8, u8),
+        slot: u32,
+        counts: &Counts<'_>,
+    ) {
         if self.n == MAX_BATCH {
             self.flush(counts);
         }
         let at = self.n * self.slot_bytes;
-        match rewrite(frame, d, rw, &mut self.buf[at..at + self.slot_bytes]) {
+        match rewrite_as(frame, d, rw, ttl, tos, &mut self.buf[at..at + self.slot_bytes]) {
             Ok(len) => {
                 self.lens[self.n] = len;
                 self.outputs[self.n] = slot;

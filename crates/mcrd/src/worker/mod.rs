@@ -13,9 +13,10 @@ use std::os::unix::net::UnixStream;
 
 use anyhow::Context;
 use mcr_core::config::RingFormat;
-use mcr_core::forward::{RxChecksum, output_ttl, parse};
-use mcr_core::stats::{RuleCounter, StatsLayout, WorkerCounter};
-use mcr_core::table::{Lookup, MatchTable, OutputKind};
+use mcr_core::dispatch::{self, RxMeta, Verdict};
+use mcr_core::forward::RxChecksum;
+use mcr_core::stats::{OutputCounter, RuleCounter, StatsLayout, WorkerCounter};
+use mcr_core::table::{MatchTable, OutputKind};
 use mcr_sys::epoll::Epoll;
 use mcr_sys::ring::{RingConfig, RingVersion};
 use mcr_sys::shm::SharedCounters;
@@ -349,33 +350,27 @@ impl Worker {
                 let n = ring.for_each_ready(RING_BUDGET, |f| {
                     counts.worker(WorkerCounter::RxFrames, 1);
                     counts.worker(WorkerCounter::RxBytes, f.wire_len as u64);
-                    let csum = if f.csum_not_ready {
+                    let checksum = if f.csum_not_ready {
                         RxChecksum::NotReady
                     } else if f.csum_valid {
                         RxChecksum::Valid
                     } else {
                         RxChecksum::Unknown
                     };
-                    let d = match mcr_core::forward::kernel_tag(f.vlan_tci, f.vlan_tpid)
-                        .and_then(|tag| parse(f.data, f.wire_len, csum, tag))
-                    {
-                        Ok(d) => d,
+                    let meta = RxMeta {
+                        wire_len: f.wire_len,
+                        checksum,
+                        vlan_tci: f.vlan_tci,
+                        vlan_tpid: f.vlan_tpid,
+                    };
+                    let taken = match dispatch::take(table, ifindex, f.data, meta) {
+                        Ok(t) => t,
                         Err(reason) => {
                             counts.worker(reason, 1);
                             return;
                         }
                     };
-                    let rule = match table.lookup(ifindex, d.vlan, d.dst, d.dst_port, d.src) {
-                        Lookup::Rule(r) => r,
-                        Lookup::NoRule => {
-                            counts.worker(WorkerCounter::NoRule, 1);
-                            return;
-                        }
-                        Lookup::WrongSource => {
-                            counts.worker(WorkerCounter::WrongSource, 1);
-                            return;
-                        }
-                    };
+                    let (rule, d) = (taken.rule, &taken.datagram);
                     counts
                         .counters
                         .add(counts.layout.rule(counts.worker, rule.slot, RuleCounter::Packets), 1);
@@ -384,34 +379,27 @@ impl Worker {
                         d.payload_len as u64,
                     );
                     for o in &rule.outputs {
-                        match &o.kind {
-                            OutputKind::Frame(rw) => match frames.get_mut(&o.ifindex) {
-                                Some(b) => b.push(f.data, &d, rw, o.slot, &counts),
-                                None => counts.output(o.slot, mcr_core::stats::OutputCounter::SendError, 1),
+                        match taken.verdict(o) {
+                            Verdict::Drop(reason) => counts.output(o.slot, reason, 1),
+                            Verdict::Frame { rewrite, ttl, tos } => match frames.get_mut(&o.ifindex) {
+                                Some(b) => b.push(f.data, d, rewrite, (ttl, tos), o.slot, &counts),
+                                None => counts.output(o.slot, OutputCounter::SendError, 1),
                             },
-                            OutputKind::Udp { ttl, dscp, .. } => {
-                                let ttl = match output_ttl(*ttl, d.ttl) {
-                                    Ok(t) => t,
-                                    Err(reason) => {
-                                        counts.output(o.slot, reason, 1);
-                                        continue;
-                                    }
-                                };
+                            Verdict::Datagram { ttl, tos } => {
                                 let Some(&(key, dest)) = udp_routes.get(&o.slot) else {
-                                    counts.output(o.slot, mcr_core::stats::OutputCounter::SendError, 1);
+                                    counts.output(o.slot, OutputCounter::SendError, 1);
                                     continue;
                                 };
                                 if slab.needs_flush() {
                                     slab.flush(udp.values_mut(), dests, &counts);
                                 }
                                 let Some(u) = udp.get_mut(&key) else {
-                                    counts.output(o.slot, mcr_core::stats::OutputCounter::SendError, 1);
+                                    counts.output(o.slot, OutputCounter::SendError, 1);
                                     continue;
                                 };
                                 let payload = &f.data[d.payload_at..d.payload_at + d.payload_len];
-                                let tos = mcr_core::forward::output_tos(*dscp, d.tos);
                                 if !slab.push(u, payload, o.slot, dest, ttl, tos) {
-                                    counts.output(o.slot, mcr_core::stats::OutputCounter::QueueFull, 1);
+                                    counts.output(o.slot, OutputCounter::QueueFull, 1);
                                 }
                             }
                         }

@@ -1,0 +1,242 @@
+//! The per-frame decision, in one place: a frame as a ring hands it over
+//! and the match table in; the rule that takes it (or why none does) and,
+//! per output, what to send (a frame built by
+//! [`crate::forward::rewrite_as`], or the
+//! payload as a datagram, with the TTL and TOS decided here for both) or
+//! why not. A worker only moves the bytes.
+
+use crate::forward::{Datagram, FrameRewrite, RxChecksum, kernel_tag, output_tos, output_ttl, parse};
+use crate::rule::{Dscp, Ttl};
+use crate::stats::{OutputCounter, WorkerCounter};
+use crate::table::{CompiledOutput, CompiledRule, Lookup, MatchTable, OutputKind};
+
+/// What the ring says about a frame besides its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxMeta {
+    /// Its length on the wire (more than the bytes if the ring cut it).
+    pub wire_len: usize,
+    /// What the kernel knows of its UDP checksum.
+    pub checksum: RxChecksum,
+    /// The 802.1Q TCI the kernel took off it, if any.
+    pub vlan_tci: Option<u16>,
+    /// That tag's TPID, if the kernel says.
+    pub vlan_tpid: Option<u16>,
+}
+
+/// A datagram a rule takes.
+#[derive(Debug, Clone, Copy)]
+pub struct Taken<'t> {
+    /// Where it is in the frame, and its headers as they came.
+    pub datagram: Datagram,
+    /// The rule.
+    pub rule: &'t CompiledRule,
+}
+
+/// What to do for one output of the rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict<'t> {
+    /// Build a frame with `rewrite`, this TTL and TOS
+    /// ([`crate::forward::rewrite_as`]),
+    /// and send it on the output's interface.
+    Frame {
+        /// The output's headers.
+        rewrite: &'t FrameRewrite,
+        /// The TTL or hop limit it leaves with.
+        ttl: u8,
+        /// The TOS byte or traffic class it leaves with.
+        tos: u8,
+    },
+    /// Send the payload through the output's UDP socket.
+    Datagram {
+        /// The TTL or hop limit it leaves with.
+        ttl: u8,
+        /// The TOS byte or traffic class it leaves with.
+        tos: u8,
+    },
+    /// Send nothing; count it for the output by this reason.
+    Drop(OutputCounter),
+}
+
+/// Parses the frame that arrived on `ifindex` and finds the rule that
+/// takes it, or says why none does (the reason it is counted by).
+pub fn take<'t>(table: &'t MatchTable, ifindex: u32, frame: &[u8], meta: RxMeta) -> Result<Taken<'t>, WorkerCounter> {
+    let tag = kernel_tag(meta.vlan_tci, meta.vlan_tpid)?;
+    let d = parse(frame, meta.wire_len, meta.checksum, tag)?;
+    match table.lookup(ifindex, d.vlan, d.dst, d.dst_port, d.src) {
+        Lookup::Rule(rule) => Ok(Taken { datagram: d, rule }),
+        Lookup::NoRule => Err(WorkerCounter::NoRule),
+        Lookup::WrongSource => Err(WorkerCounter::WrongSource),
+    }
+}
+
+/// The TTL and TOS an output with these policies gives datagram `d`, or
+/// why it sends nothing.
+pub fn leaves_with(ttl: Ttl, dscp: Dscp, d: &Datagram) -> Result<(u8, u8), OutputCounter> {
+    Ok((output_ttl(ttl, d.ttl)?, output_tos(dscp, d.tos)))
+}
+
+impl<'t> Taken<'t> {
+    /// What output `o` of the rule sends.
+    #[inline]
+    pub fn verdict(&self, o: &'t CompiledOutput) -> Verdict<'t> {
+        match &o.kind {
+            OutputKind::Frame(rewrite) => match leaves_with(rewrite.ttl, rewrite.dscp, &self.datagram) {
+                Ok((ttl, tos)) => Verdict::Frame { rewrite, ttl, tos },
+                Err(reason) => Verdict::Drop(reason),
+            },
+            OutputKind::Udp { ttl, dscp, .. } => match leaves_with(*ttl, *dscp, &self.datagram) {
+                Ok((ttl, tos)) => Verdict::Datagram { ttl, tos },
+                Err(reason) => Verdict::Drop(reason),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interfaces::{InterfaceInfo, Interfaces};
+    use crate::rule::Rule;
+    use crate::snapshot::{SlottedRule, TableSnapshot};
+    use crate::wire::{UDP_V4_HEADERS, UdpFrameSpec, write_udp_v4_frame};
+
+    fn table(rules: &[(&str, &str, &[&str])]) -> MatchTable {
+        let iface = |name: &str, index: u32, addr: &str| InterfaceInfo {
+            name: name.into(),
+            index,
+            mac: [2, 0, 0, 0, 0, index as u8],
+            mtu: 1500,
+            addresses: vec![addr.parse().expect("literal")],
+            ethernet: true,
+            master: None,
+        };
+        let snap = TableSnapshot {
+            version: 1,
+            rules: rules
+                .iter()
+                .enumerate()
+                .map(|(i, (name, input, outs))| SlottedRule {
+                    rule: Rule {
+                        name: name.to_string(),
+                        input: input.parse().expect("input"),
+                        outputs: outs.iter().map(|o| o.parse().expect("output")).collect(),
+                    },
+                    slot: i as u32,
+                    output_slots: (0..outs.len() as u32).collect(),
+                })
+                .collect(),
+            interfaces: Interfaces::new([iface("in0", 2, "10.0.0.2"), iface("out0", 3, "10.0.1.1")]),
+            fanout: Vec::new(),
+        };
+        let (t, errors) = MatchTable::compile(&snap);
+        assert!(errors.is_empty(), "{errors:?}");
+        t
+    }
+
+    fn frame(src: &str, dst: &str, ttl: u8, dscp: u8) -> Vec<u8> {
+        let payload = [7u8; 32];
+        let mut f = vec![0u8; UDP_V4_HEADERS + payload.len()];
+        f[UDP_V4_HEADERS..].copy_from_slice(&payload);
+        let spec = UdpFrameSpec {
+            dst_mac: [1, 0, 0x5e, 1, 1, 1],
+            src_mac: [2, 0, 0, 0, 0, 1],
+            src: src.parse().expect("literal"),
+            dst: dst.parse().expect("literal"),
+            ttl,
+            dscp,
+            ident: 7,
+        };
+        write_udp_v4_frame(&mut f, &spec, payload.len()).expect("fits");
+        f
+    }
+
+    fn meta(f: &[u8]) -> RxMeta {
+        RxMeta {
+            wire_len: f.len(),
+            checksum: RxChecksum::Unknown,
+            vlan_tci: None,
+            vlan_tpid: None,
+        }
+    }
+
+    #[test]
+    fn a_frame_is_taken_by_its_rule_or_counted_by_why_not() {
+        let t = table(&[
+            ("any", "in0:239.1.1.1:5001", &["out0:239.10.1.1:6001"]),
+            ("ssm", "in0:239.1.1.2:5002,source=10.0.0.7", &["out0:239.10.1.2:6002"]),
+        ]);
+        let f = frame("10.0.0.1:4000", "239.1.1.1:5001", 9, 0);
+        let taken = take(&t, 2, &f, meta(&f)).expect("taken");
+        assert_eq!(taken.rule.name, "any");
+        assert_eq!(
+            take(&t, 3, &f, meta(&f)).map(|t| t.rule.name.clone()),
+            Err(WorkerCounter::NoRule)
+        );
+        let other = frame("10.0.0.1:4000", "239.1.1.2:5002", 9, 0);
+        assert_eq!(
+            take(&t, 2, &other, meta(&other)).map(|t| t.rule.name.clone()),
+            Err(WorkerCounter::WrongSource)
+        );
+        let ssm = frame("10.0.0.7:4000", "239.1.1.2:5002", 9, 0);
+        assert_eq!(take(&t, 2, &ssm, meta(&ssm)).expect("taken").rule.name, "ssm");
+        // What the parser refuses is counted by its reason.
+        assert_eq!(
+            take(&t, 2, &f[..20], meta(&f[..20])).map(|t| t.rule.name.clone()),
+            Err(WorkerCounter::BadLength)
+        );
+        // An 802.1ad service tag the kernel took off is no rule's VLAN.
+        let tagged = RxMeta {
+            vlan_tci: Some(100),
+            vlan_tpid: Some(0x88a8),
+            ..meta(&f)
+        };
+        assert_eq!(
+            take(&t, 2, &f, tagged).map(|t| t.rule.name.clone()),
+            Err(WorkerCounter::VlanTagged)
+        );
+    }
+
+    #[test]
+    fn ttl_and_dscp_are_decided_here_for_frames_and_datagrams_alike() {
+        let t = table(&[(
+            "r",
+            "in0:239.1.1.1:5001",
+            &[
+                "out0:239.10.1.1:6001",
+                "out0:239.10.1.2:6002,ttl=7,dscp=ef",
+                "out0:10.0.1.9:7001",
+                "out0:10.0.1.9:7002,ttl=3,dscp=cs1",
+            ],
+        )]);
+        // DSCP 10 (af11), TTL 9.
+        let f = frame("10.0.0.1:4000", "239.1.1.1:5001", 9, 10);
+        let taken = take(&t, 2, &f, meta(&f)).expect("taken");
+        let v: Vec<Verdict<'_>> = taken.rule.outputs.iter().map(|o| taken.verdict(o)).collect();
+        assert!(matches!(v[0], Verdict::Frame { ttl: 8, tos: 40, .. }), "{:?}", v[0]);
+        assert!(matches!(v[1], Verdict::Frame { ttl: 7, tos: 184, .. }), "{:?}", v[1]);
+        assert_eq!(v[2], Verdict::Datagram { ttl: 8, tos: 40 });
+        assert_eq!(v[3], Verdict::Datagram { ttl: 3, tos: 32 });
+        // A TTL of 1 goes no further where it is decremented, either way.
+        let last = frame("10.0.0.1:4000", "239.1.1.1:5001", 1, 0);
+        let taken = take(&t, 2, &last, meta(&last)).expect("taken");
+        let v: Vec<Verdict<'_>> = taken.rule.outputs.iter().map(|o| taken.verdict(o)).collect();
+        assert_eq!(v[0], Verdict::Drop(OutputCounter::TtlExpired));
+        assert!(matches!(v[1], Verdict::Frame { ttl: 7, .. }));
+        assert_eq!(v[2], Verdict::Drop(OutputCounter::TtlExpired));
+        assert_eq!(v[3], Verdict::Datagram { ttl: 3, tos: 32 });
+    }
+
+    #[test]
+    fn the_frame_built_from_a_verdict_is_the_one_rewrite_builds() {
+        let t = table(&[("r", "in0:239.1.1.1:5001", &["out0:239.10.1.1:6001,dscp=af41"])]);
+        let f = frame("10.0.0.1:4000", "239.1.1.1:5001", 9, 0);
+        let taken = take(&t, 2, &f, meta(&f)).expect("taken");
+        let Verdict::Frame { rewrite, ttl, tos } = taken.verdict(&taken.rule.outputs[0]) else {
+            panic!("a frame output");
+        };
+        let (mut a, mut b) = ([0u8; 256], [0u8; 256]);
+        let n = crate::forward::rewrite_as(&f, &taken.datagram, rewrite, ttl, tos, &mut a).expect("built");
+        let m = crate::forward::rewrite(&f, &taken.datagram, rewrite, &mut b).expect("built");
+        assert_eq!(a[..n], b[..m]);
+    }
+}

@@ -466,15 +466,8 @@ mod tests {
     use crate::interfaces::InterfaceInfo;
 
     fn ifaces() -> Interfaces {
-        let mk = |name: &str, index: u32, addr: &str| InterfaceInfo {
-            name: name.into(),
-            index,
-            mac: [2, 0, 0, 0, 0, index as u8],
-            mtu: 1500,
-            addresses: vec![addr.parse().expect("literal")],
-            ethernet: true,
-            master: None,
-        };
+        let mk =
+            |name: &str, index: u32, addr: &str| InterfaceInfo::ethernet(name, index, [addr.parse().expect("literal")]);
         Interfaces::new([mk("eth0", 2, "10.0.0.2"), mk("eth1", 3, "10.0.1.1")])
     }
 

@@ -542,14 +542,8 @@ mod tests {
     use crate::snapshot::{SlottedRule, TableSnapshot};
 
     fn table(rules: &[(&str, &str, &[&str])]) -> MatchTable {
-        let iface = |name: &str, index, addr: &str| InterfaceInfo {
-            name: name.into(),
-            index,
-            mac: [2, 0, 0, 0, 0, index as u8],
-            mtu: 1500,
-            addresses: vec![addr.parse().expect("literal"), "fd00::9".parse().expect("literal")],
-            ethernet: true,
-            master: None,
+        let iface = |name: &str, index, addr: &str| {
+            InterfaceInfo::ethernet(name, index, [addr, "fd00::9"].map(|a| a.parse().expect("literal")))
         };
         let snap = TableSnapshot {
             version: 1,

@@ -101,15 +101,8 @@ mod tests {
     use crate::wire::{UDP_V4_HEADERS, UdpFrameSpec, write_udp_v4_frame};
 
     fn table(rules: &[(&str, &str, &[&str])]) -> MatchTable {
-        let iface = |name: &str, index: u32, addr: &str| InterfaceInfo {
-            name: name.into(),
-            index,
-            mac: [2, 0, 0, 0, 0, index as u8],
-            mtu: 1500,
-            addresses: vec![addr.parse().expect("literal")],
-            ethernet: true,
-            master: None,
-        };
+        let iface =
+            |name: &str, index: u32, addr: &str| InterfaceInfo::ethernet(name, index, [addr.parse().expect("literal")]);
         let snap = TableSnapshot {
             version: 1,
             rules: rules

@@ -39,6 +39,21 @@ fn yes() -> bool {
 }
 
 impl InterfaceInfo {
+    /// An Ethernet interface `name` with index `index`, the locally
+    /// administered MAC 02:00:00:00:00:`index`, an MTU of 1500 and
+    /// `addresses`: the interface of examples and tests.
+    pub fn ethernet(name: &str, index: u32, addresses: impl IntoIterator<Item = IpAddr>) -> InterfaceInfo {
+        InterfaceInfo {
+            name: name.into(),
+            index,
+            mac: [2, 0, 0, 0, 0, index as u8],
+            mtu: 1500,
+            addresses: addresses.into_iter().collect(),
+            ethernet: true,
+            master: None,
+        }
+    }
+
     /// The address to send to `like` from: the first of its family, and
     /// for IPv6 the first of wider than link-local scope when there is one
     /// (a link-local fe80:: source is used only when a link-local

@@ -311,15 +311,8 @@ mod tests {
     use crate::snapshot::SlottedRule;
 
     fn snap(rules: &[(&str, &str, &[&str])]) -> TableSnapshot {
-        let iface = |name: &str, index, addr: &str| InterfaceInfo {
-            name: name.into(),
-            index,
-            mac: [2, 0, 0, 0, 0, index as u8],
-            mtu: 1500,
-            addresses: vec![addr.parse().expect("literal")],
-            ethernet: true,
-            master: None,
-        };
+        let iface =
+            |name: &str, index, addr: &str| InterfaceInfo::ethernet(name, index, [addr.parse().expect("literal")]);
         TableSnapshot {
             version: 7,
             rules: rules

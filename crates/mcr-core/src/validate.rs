@@ -513,17 +513,8 @@ mod tests {
 
     fn ifaces() -> Interfaces {
         let mk = |name: &str, index, addr: &str| InterfaceInfo {
-            name: name.into(),
-            index,
-            mac: [2, 0, 0, 0, 0, index as u8],
-            mtu: 1500,
-            addresses: if addr.is_empty() {
-                vec![]
-            } else {
-                vec![addr.parse().expect("literal")]
-            },
             ethernet: name != "tun0",
-            master: None,
+            ..InterfaceInfo::ethernet(name, index, (!addr.is_empty()).then(|| addr.parse().expect("literal")))
         };
         Interfaces::new([
             mk("veth1", 2, "10.0.0.2"),
@@ -767,13 +758,8 @@ mod tests {
     /// br0 with ports p1 and p2, and a stand-alone eth9.
     fn bridged() -> Interfaces {
         let mk = |name: &str, index: u32, master: Option<&str>| InterfaceInfo {
-            name: name.into(),
-            index,
-            mac: [2, 0, 0, 0, 1, index as u8],
-            mtu: 1500,
-            addresses: vec![format!("10.9.{index}.1").parse().expect("literal")],
-            ethernet: true,
             master: master.map(Into::into),
+            ..InterfaceInfo::ethernet(name, index, [format!("10.9.{index}.1").parse().expect("literal")])
         };
         Interfaces::new([
             mk("br0", 20, None),

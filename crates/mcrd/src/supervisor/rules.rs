@@ -347,15 +347,7 @@ mod tests {
     use mcr_core::interfaces::InterfaceInfo;
 
     fn ifaces() -> Interfaces {
-        let mk = |name: &str, index, addr: &str| InterfaceInfo {
-            name: name.into(),
-            index,
-            mac: [2, 0, 0, 0, 0, index as u8],
-            mtu: 1500,
-            addresses: vec![addr.parse().expect("literal")],
-            ethernet: true,
-            master: None,
-        };
+        let mk = |name: &str, index, addr: &str| InterfaceInfo::ethernet(name, index, [addr.parse().expect("literal")]);
         Interfaces::new([mk("in0", 2, "10.0.0.2"), mk("out0", 3, "10.0.1.1")])
     }
 

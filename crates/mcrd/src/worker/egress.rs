@@ -10,12 +10,17 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 
 use mcr_core::forward::{Datagram, FrameRewrite, rewrite_as};
+use mcr_core::interfaces::Interfaces;
 use mcr_core::stats::{OutputCounter, StatsLayout, WorkerCounter};
+use mcr_core::table::{CompiledOutput, MatchTable, OutputKind};
 use mcr_sys::mmsg::{MAX_BATCH, Outgoing, is_queue_full, send_batch};
 use mcr_sys::packet::PacketTx;
 use mcr_sys::shm::SharedCounters;
 use mcr_sys::sockaddr::RawSockAddr;
+use rustc_hash::FxHashMap;
 use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::channel::{Problem, Scope};
 
 /// Where a worker counts.
 pub struct Counts<'a> {
@@ -304,6 +309,149 @@ impl UdpSlab {
             s.pending.clear();
         }
         self.lens.clear();
+    }
+}
+
+/// Everything a worker sends with: a frame batch per output interface and
+/// a UDP sender per (interface, source address) of unicast outputs, kept
+/// to what the table needs by [`Egress::reconcile`], as [`super::ingress::Ingress`]
+/// keeps its rings.
+pub struct Egress {
+    frames: FxHashMap<u32, FrameBatch>,
+    /// Unicast senders by (interface index, source address).
+    udp: FxHashMap<(u32, IpAddr), UdpSender>,
+    /// Unicast destinations, by output slot: the sender's key and an index
+    /// into `dests`.
+    routes: FxHashMap<u32, ((u32, IpAddr), usize)>,
+    dests: Vec<RawSockAddr>,
+    slab: UdpSlab,
+}
+
+impl Egress {
+    /// Nothing to send with yet; unicast payloads queue in a slab of
+    /// `pending` entries.
+    pub fn new(pending: usize) -> Egress {
+        Egress {
+            frames: FxHashMap::default(),
+            udp: FxHashMap::default(),
+            routes: FxHashMap::default(),
+            dests: Vec::new(),
+            slab: UdpSlab::new(pending, 9216),
+        }
+    }
+
+    /// Opens and closes sockets to match `table`: a frame batch per output
+    /// interface, large enough for its MTU, and a UDP sender per
+    /// (interface, source) of unicast outputs. What cannot be opened is
+    /// left out and reported. Call it with nothing pending ([`Egress::flush`]).
+    pub fn reconcile(&mut self, table: &MatchTable, interfaces: &Interfaces) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        let name_of = |ifindex: u32| {
+            interfaces
+                .by_index(ifindex)
+                .map_or_else(|| format!("#{ifindex}"), |i| i.name.clone())
+        };
+        let mut frame_ifs: FxHashMap<u32, usize> = FxHashMap::default();
+        let mut routes: FxHashMap<u32, ((u32, IpAddr), usize)> = FxHashMap::default();
+        let mut dests = Vec::new();
+        for r in table.rules() {
+            for o in &r.outputs {
+                match &o.kind {
+                    OutputKind::Frame(fr) => {
+                        let need = 14 + 4 + fr.mtu as usize;
+                        let e = frame_ifs.entry(o.ifindex).or_default();
+                        *e = (*e).max(need);
+                    }
+                    OutputKind::Udp {
+                        destination, source, ..
+                    } => {
+                        let key = (o.ifindex, *source);
+                        if let std::collections::hash_map::Entry::Vacant(v) = self.udp.entry(key) {
+                            match UdpSender::open(&o.interface, *source) {
+                                Ok(u) => {
+                                    v.insert(u);
+                                }
+                                Err(e) => {
+                                    problems.push(Problem {
+                                        scope: Scope::Rule(r.name.clone()),
+                                        error: format!("unicast output on `{}` from {source}: {e}", o.interface),
+                                    });
+                                    continue;
+                                }
+                            }
+                        }
+                        dests.push(RawSockAddr::new(*destination));
+                        routes.insert(o.slot, (key, dests.len() - 1));
+                    }
+                }
+            }
+        }
+        let used: std::collections::HashSet<(u32, IpAddr)> = routes.values().map(|(k, _)| *k).collect();
+        self.udp.retain(|k, _| used.contains(k));
+        self.routes = routes;
+        self.dests = dests;
+        self.frames
+            .retain(|ifindex, b| frame_ifs.get(ifindex).is_some_and(|&need| b.max_frame() >= need));
+        for (ifindex, need) in frame_ifs {
+            if let std::collections::hash_map::Entry::Vacant(v) = self.frames.entry(ifindex) {
+                match FrameBatch::open(ifindex, need) {
+                    Ok(b) => {
+                        v.insert(b);
+                    }
+                    Err(e) => problems.push(Problem {
+                        scope: Scope::Output(name_of(ifindex)),
+                        error: format!("output interface `{}`: AF_PACKET socket: {e}", name_of(ifindex)),
+                    }),
+                }
+            }
+        }
+        problems
+    }
+
+    /// Builds output `o`'s frame for datagram `d` of `frame`, leaving with
+    /// `(ttl, tos)`, into its interface's batch.
+    #[inline]
+    pub fn frame(
+        &mut self,
+        frame: &[u8],
+        d: &Datagram,
+        rw: &FrameRewrite,
+        ttl_tos: (u8, u8),
+        o: &CompiledOutput,
+        counts: &Counts<'_>,
+    ) {
+        match self.frames.get_mut(&o.ifindex) {
+            Some(b) => b.push(frame, d, rw, ttl_tos, o.slot, counts),
+            None => counts.output(o.slot, OutputCounter::SendError, 1),
+        }
+    }
+
+    /// Queues `payload` for unicast output `slot`, leaving with `ttl` and
+    /// `tos`, on its sender.
+    #[inline]
+    pub fn datagram(&mut self, payload: &[u8], slot: u32, ttl: u8, tos: u8, counts: &Counts<'_>) {
+        let Some(&(key, dest)) = self.routes.get(&slot) else {
+            counts.output(slot, OutputCounter::SendError, 1);
+            return;
+        };
+        if self.slab.needs_flush() {
+            self.slab.flush(self.udp.values_mut(), &self.dests, counts);
+        }
+        let Some(u) = self.udp.get_mut(&key) else {
+            counts.output(slot, OutputCounter::SendError, 1);
+            return;
+        };
+        if !self.slab.push(u, payload, slot, dest, ttl, tos) {
+            counts.output(slot, OutputCounter::QueueFull, 1);
+        }
+    }
+
+    /// Hands everything batched to the kernel.
+    pub fn flush(&mut self, counts: &Counts<'_>) {
+        for b in self.frames.values_mut() {
+            b.flush(counts);
+        }
+        self.slab.flush(self.udp.values_mut(), &self.dests, counts);
     }
 }
 

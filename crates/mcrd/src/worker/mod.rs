@@ -15,17 +15,16 @@ use anyhow::Context;
 use mcr_core::config::RingFormat;
 use mcr_core::dispatch::{self, RxMeta, Verdict};
 use mcr_core::forward::RxChecksum;
-use mcr_core::stats::{OutputCounter, RuleCounter, StatsLayout, WorkerCounter};
-use mcr_core::table::{MatchTable, OutputKind};
+use mcr_core::stats::{RuleCounter, StatsLayout, WorkerCounter};
+use mcr_core::table::MatchTable;
 use mcr_sys::epoll::Epoll;
 use mcr_sys::ring::{RingConfig, RingVersion};
 use mcr_sys::shm::SharedCounters;
-use rustc_hash::FxHashMap;
 
 use crate::channel::{
     FromWorker, Problem, Scope, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_RINGS_FD, WORKER_STATS_FD,
 };
-use egress::{Counts, FrameBatch, UdpSender, UdpSlab};
+use egress::{Counts, Egress};
 use ingress::Ingress;
 
 /// How a worker was started (its command line).
@@ -79,14 +78,7 @@ struct Worker {
     inbox: Vec<u8>,
     table: MatchTable,
     ingress: Ingress,
-    frames: FxHashMap<u32, FrameBatch>,
-    /// Unicast senders by (interface index, source address).
-    udp: FxHashMap<(u32, std::net::IpAddr), UdpSender>,
-    /// Unicast destinations, by output slot: the sender's key and an index
-    /// into `dests`.
-    udp_routes: FxHashMap<u32, ((u32, std::net::IpAddr), usize)>,
-    dests: Vec<mcr_sys::sockaddr::RawSockAddr>,
-    slab: UdpSlab,
+    egress: Egress,
 }
 
 /// Runs a worker until the supervisor says stop or goes away.
@@ -131,11 +123,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         channel,
         inbox: Vec::new(),
         table: MatchTable::default(),
-        frames: FxHashMap::default(),
-        udp: FxHashMap::default(),
-        udp_routes: FxHashMap::default(),
-        dests: Vec::new(),
-        slab: UdpSlab::new(MAX_UDP_PENDING, 9216),
+        egress: Egress::new(MAX_UDP_PENDING),
     };
     w.say(&FromWorker::Ready {
         pid: std::process::id(),
@@ -256,70 +244,12 @@ impl Worker {
                 error: e.reason,
             })
             .collect();
-        let name_of = |ifindex: u32| {
-            snap.interfaces
-                .by_index(ifindex)
-                .map_or_else(|| format!("#{ifindex}"), |i| i.name.clone())
-        };
         // Ingress: a ring per input interface, its filter following the
         // unicast inputs. (A closed ring leaves the epoll set by itself.)
         problems.extend(self.ingress.reconcile(&table, &snap.interfaces, &snap.fanout));
         // Egress: a frame batch per output interface, a UDP sender per
         // (interface, source) of unicast outputs.
-        let mut frame_ifs: FxHashMap<u32, usize> = FxHashMap::default();
-        let mut routes: FxHashMap<u32, ((u32, std::net::IpAddr), usize)> = FxHashMap::default();
-        let mut dests = Vec::new();
-        for r in table.rules() {
-            for o in &r.outputs {
-                match &o.kind {
-                    OutputKind::Frame(fr) => {
-                        let need = 14 + 4 + fr.mtu as usize;
-                        let e = frame_ifs.entry(o.ifindex).or_default();
-                        *e = (*e).max(need);
-                    }
-                    OutputKind::Udp {
-                        destination, source, ..
-                    } => {
-                        let key = (o.ifindex, *source);
-                        if let std::collections::hash_map::Entry::Vacant(v) = self.udp.entry(key) {
-                            match UdpSender::open(&o.interface, *source) {
-                                Ok(u) => {
-                                    v.insert(u);
-                                }
-                                Err(e) => {
-                                    problems.push(Problem {
-                                        scope: Scope::Rule(r.name.clone()),
-                                        error: format!("unicast output on `{}` from {source}: {e}", o.interface),
-                                    });
-                                    continue;
-                                }
-                            }
-                        }
-                        dests.push(mcr_sys::sockaddr::RawSockAddr::new(*destination));
-                        routes.insert(o.slot, (key, dests.len() - 1));
-                    }
-                }
-            }
-        }
-        let used: std::collections::HashSet<(u32, std::net::IpAddr)> = routes.values().map(|(k, _)| *k).collect();
-        self.udp.retain(|k, _| used.contains(k));
-        self.udp_routes = routes;
-        self.dests = dests;
-        self.frames
-            .retain(|ifindex, b| frame_ifs.get(ifindex).is_some_and(|&need| b.max_frame() >= need));
-        for (ifindex, need) in frame_ifs {
-            if let std::collections::hash_map::Entry::Vacant(v) = self.frames.entry(ifindex) {
-                match FrameBatch::open(ifindex, need) {
-                    Ok(b) => {
-                        v.insert(b);
-                    }
-                    Err(e) => problems.push(Problem {
-                        scope: Scope::Output(name_of(ifindex)),
-                        error: format!("output interface `{}`: AF_PACKET socket: {e}", name_of(ifindex)),
-                    }),
-                }
-            }
-        }
+        problems.extend(self.egress.reconcile(&table, &snap.interfaces));
         self.table = table;
         problems
     }
@@ -331,11 +261,7 @@ impl Worker {
             let Worker {
                 ingress,
                 table,
-                frames,
-                udp,
-                udp_routes,
-                dests,
-                slab,
+                egress,
                 counters,
                 layout,
                 args,
@@ -381,26 +307,12 @@ impl Worker {
                     for o in &rule.outputs {
                         match taken.verdict(o) {
                             Verdict::Drop(reason) => counts.output(o.slot, reason, 1),
-                            Verdict::Frame { rewrite, ttl, tos } => match frames.get_mut(&o.ifindex) {
-                                Some(b) => b.push(f.data, d, rewrite, (ttl, tos), o.slot, &counts),
-                                None => counts.output(o.slot, OutputCounter::SendError, 1),
-                            },
+                            Verdict::Frame { rewrite, ttl, tos } => {
+                                egress.frame(f.data, d, rewrite, (ttl, tos), o, &counts)
+                            }
                             Verdict::Datagram { ttl, tos } => {
-                                let Some(&(key, dest)) = udp_routes.get(&o.slot) else {
-                                    counts.output(o.slot, OutputCounter::SendError, 1);
-                                    continue;
-                                };
-                                if slab.needs_flush() {
-                                    slab.flush(udp.values_mut(), dests, &counts);
-                                }
-                                let Some(u) = udp.get_mut(&key) else {
-                                    counts.output(o.slot, OutputCounter::SendError, 1);
-                                    continue;
-                                };
                                 let payload = &f.data[d.payload_at..d.payload_at + d.payload_len];
-                                if !slab.push(u, payload, o.slot, dest, ttl, tos) {
-                                    counts.output(o.slot, OutputCounter::QueueFull, 1);
-                                }
+                                egress.datagram(payload, o.slot, ttl, tos, &counts);
                             }
                         }
                     }
@@ -420,9 +332,6 @@ impl Worker {
             layout: &self.layout,
             worker: self.args.index,
         };
-        for b in self.frames.values_mut() {
-            b.flush(&counts);
-        }
-        self.slab.flush(self.udp.values_mut(), &self.dests, &counts);
+        self.egress.flush(&counts);
     }
 }

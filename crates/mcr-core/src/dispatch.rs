@@ -1,12 +1,11 @@
 //! The per-frame decision, in one place: a frame as a ring hands it over
 //! and the match table in; the rule that takes it (or why none does) and,
 //! per output, what to send (a frame built by
-//! [`crate::forward::rewrite_as`], or the
-//! payload as a datagram, with the TTL and TOS decided here for both) or
-//! why not. A worker only moves the bytes.
+//! [`crate::forward::rewrite_as`], or the payload as a datagram, with the
+//! TTL and TOS decided for both by [`leaves_with`]) or why not. A worker
+//! only moves the bytes.
 
-use crate::forward::{Datagram, FrameRewrite, RxChecksum, kernel_tag, output_tos, output_ttl, parse};
-use crate::rule::{Dscp, Ttl};
+use crate::forward::{Datagram, FrameRewrite, RxChecksum, kernel_tag, leaves_with, parse};
 use crate::stats::{OutputCounter, WorkerCounter};
 use crate::table::{CompiledOutput, CompiledRule, Lookup, MatchTable, OutputKind};
 
@@ -67,12 +66,6 @@ pub fn take<'t>(table: &'t MatchTable, ifindex: u32, frame: &[u8], meta: RxMeta)
         Lookup::NoRule => Err(WorkerCounter::NoRule),
         Lookup::WrongSource => Err(WorkerCounter::WrongSource),
     }
-}
-
-/// The TTL and TOS an output with these policies gives datagram `d`, or
-/// why it sends nothing.
-pub fn leaves_with(ttl: Ttl, dscp: Dscp, d: &Datagram) -> Result<(u8, u8), OutputCounter> {
-    Ok((output_ttl(ttl, d.ttl)?, output_tos(dscp, d.tos)))
 }
 
 impl<'t> Taken<'t> {

@@ -320,6 +320,12 @@ pub fn output_tos(policy: Dscp, tos: u8) -> u8 {
     }
 }
 
+/// The TTL and TOS an output with these policies gives datagram `d`, or
+/// why it sends nothing: for frame and datagram outputs alike.
+pub fn leaves_with(ttl: Ttl, dscp: Dscp, d: &Datagram) -> Result<(u8, u8), OutputCounter> {
+    Ok((output_ttl(ttl, d.ttl)?, output_tos(dscp, d.tos)))
+}
+
 /// The ones'-complement sum of an address's bytes.
 fn addr_sum(a: IpAddr) -> u64 {
     match a {
@@ -339,12 +345,11 @@ fn addr_sum(a: IpAddr) -> u64 {
 /// is computed in full, and so is one an IPv4 sender left out (0) when the
 /// output is IPv6, which requires it.
 pub fn rewrite(frame: &[u8], d: &Datagram, out: &FrameRewrite, buf: &mut [u8]) -> Result<usize, OutputCounter> {
-    let (ttl, tos) = crate::dispatch::leaves_with(out.ttl, out.dscp, d)?;
+    let (ttl, tos) = leaves_with(out.ttl, out.dscp, d)?;
     rewrite_as(frame, d, out, ttl, tos, buf)
 }
 
-/// [`rewrite`] with the TTL and TOS already decided (by
-/// [`crate::dispatch::Taken::verdict`]).
+/// [`rewrite`] with the TTL and TOS already decided ([`leaves_with`]).
 pub fn rewrite_as(
     frame: &[u8],
     d: &Datagram,

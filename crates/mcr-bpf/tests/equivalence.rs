@@ -17,8 +17,7 @@ use mcr_core::bpf::{FilterSpec, ingress_filter, interpret};
 use mcr_core::datapath::{FastTable, Maps};
 use mcr_core::forward::{RxChecksum, parse, rewrite};
 use mcr_core::interfaces::{InterfaceInfo, Interfaces};
-use mcr_core::rule::Rule;
-use mcr_core::snapshot::{SlottedRule, TableSnapshot};
+use mcr_core::snapshot::TableSnapshot;
 use mcr_core::stats::StatsLayout;
 use mcr_core::table::{Lookup, MatchTable, OutputKind};
 use mcr_core::wire::{UDP_V4_HEADERS, UdpFrameSpec, write_udp_v4_frame};
@@ -151,27 +150,12 @@ fn bed(d0: u32, d1: u32) -> Bed {
             vec!["d1:239.10.1.7:6007", "d1:10.0.1.2:7007"],
         ),
     ];
-    let snap = TableSnapshot {
-        version: 1,
-        rules: rules
-            .iter()
-            .enumerate()
-            .map(|(i, (name, input, outs))| SlottedRule {
-                rule: Rule {
-                    name: name.to_string(),
-                    input: input.parse().expect("input"),
-                    outputs: outs.iter().map(|o| o.parse().expect("output")).collect(),
-                },
-                slot: i as u32,
-                output_slots: (0..outs.len() as u32).map(|k| 10 * i as u32 + k).collect(),
-            })
-            .collect(),
-        interfaces: Interfaces::new([
-            iface("d0", d0, &["10.0.0.2", "fd00::2"]),
-            iface("d1", d1, &["10.0.1.1", "fd00:1::1"]),
-        ]),
-        fanout: Vec::new(),
-    };
+    let rules: Vec<(&str, &str, &[&str])> = rules.iter().map(|(n, i, o)| (*n, *i, o.as_slice())).collect();
+    let ifs = Interfaces::new([
+        iface("d0", d0, &["10.0.0.2", "fd00::2"]),
+        iface("d1", d1, &["10.0.1.1", "fd00:1::1"]),
+    ]);
+    let snap = TableSnapshot::from_text(1, &rules, ifs).expect("rules");
     let (table, errors) = MatchTable::compile(&snap);
     assert!(errors.is_empty(), "{errors:?}");
     let fast = FastTable::compile(&table, &StatsLayout::new(1), |_| true);

@@ -538,31 +538,14 @@ impl Maps {
 mod tests {
     use super::*;
     use crate::interfaces::{InterfaceInfo, Interfaces};
-    use crate::rule::Rule;
-    use crate::snapshot::{SlottedRule, TableSnapshot};
+    use crate::snapshot::TableSnapshot;
 
     fn table(rules: &[(&str, &str, &[&str])]) -> MatchTable {
         let iface = |name: &str, index, addr: &str| {
             InterfaceInfo::ethernet(name, index, [addr, "fd00::9"].map(|a| a.parse().expect("literal")))
         };
-        let snap = TableSnapshot {
-            version: 1,
-            rules: rules
-                .iter()
-                .enumerate()
-                .map(|(i, (name, input, outs))| SlottedRule {
-                    rule: Rule {
-                        name: name.to_string(),
-                        input: input.parse().expect("input"),
-                        outputs: outs.iter().map(|o| o.parse().expect("output")).collect(),
-                    },
-                    slot: i as u32,
-                    output_slots: (0..outs.len() as u32).map(|k| 10 * i as u32 + k).collect(),
-                })
-                .collect(),
-            interfaces: Interfaces::new([iface("veth1", 2, "10.0.0.2"), iface("veth2", 3, "10.0.1.1")]),
-            fanout: Vec::new(),
-        };
+        let ifs = Interfaces::new([iface("veth1", 2, "10.0.0.2"), iface("veth2", 3, "10.0.1.1")]);
+        let snap = TableSnapshot::from_text(1, rules, ifs).expect("rules");
         let (t, errors) = MatchTable::compile(&snap);
         assert!(errors.is_empty(), "{errors:?}");
         t

@@ -23,6 +23,42 @@ pub struct TableSnapshot {
     pub fanout: Vec<(u32, u16)>,
 }
 
+impl TableSnapshot {
+    /// A snapshot of `rules`, each written as (name, input, outputs) in
+    /// `mcrctl add`'s syntax, on `interfaces`: rule i in statistics slot i,
+    /// its output k in slot 10·i + k. For examples and tests; a rule that
+    /// does not parse is an error that names it.
+    pub fn from_text<O: AsRef<str>>(
+        version: u64,
+        rules: &[(&str, &str, &[O])],
+        interfaces: Interfaces,
+    ) -> Result<TableSnapshot, String> {
+        let mut slotted = Vec::new();
+        for (i, (name, input, outs)) in rules.iter().enumerate() {
+            let what = |e: &dyn std::fmt::Display| format!("rule `{name}`: {e}");
+            let mut outputs = Vec::new();
+            for o in outs.iter() {
+                outputs.push(o.as_ref().parse().map_err(|e| what(&e))?);
+            }
+            slotted.push(SlottedRule {
+                rule: Rule {
+                    name: name.to_string(),
+                    input: input.parse().map_err(|e| what(&e))?,
+                    outputs,
+                },
+                slot: i as u32,
+                output_slots: (0..outs.len() as u32).map(|k| 10 * i as u32 + k).collect(),
+            });
+        }
+        Ok(TableSnapshot {
+            version,
+            rules: slotted,
+            interfaces,
+            fanout: Vec::new(),
+        })
+    }
+}
+
 /// A rule and where its counters live.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlottedRule {

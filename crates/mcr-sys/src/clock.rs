@@ -1,4 +1,5 @@
-//! `CLOCK_MONOTONIC` in nanoseconds, absolute sleeps, and timer slack.
+//! `CLOCK_MONOTONIC` in nanoseconds, absolute sleeps, timer slack, and the
+//! kernel's receive timestamps brought onto the monotonic clock.
 //!
 //! `CLOCK_MONOTONIC` is shared by every network namespace of a host, so a
 //! sender's timestamp and a receiver's clock reading compare directly.
@@ -13,6 +14,33 @@ pub fn monotonic_ns() -> u64 {
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     debug_assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC) failed");
     timespec_to_ns(&ts)
+}
+
+/// How far `CLOCK_REALTIME` is ahead of `CLOCK_MONOTONIC`, in
+/// nanoseconds, now: what turns the kernel's receive timestamps (taken on
+/// the real-time clock) into monotonic time. Read again for each batch, it
+/// follows any step of the real-time clock.
+pub fn realtime_offset_ns() -> i64 {
+    let read = |clock| {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid, writable timespec that outlives the call,
+        // and both clocks always exist on Linux.
+        let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+        debug_assert_eq!(rc, 0, "clock_gettime failed");
+        ts.tv_sec
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec)
+    };
+    let mono = read(libc::CLOCK_MONOTONIC);
+    read(libc::CLOCK_REALTIME).saturating_sub(mono)
+}
+
+/// A kernel receive timestamp (`CLOCK_REALTIME`, ns) on the monotonic
+/// clock, given [`realtime_offset_ns`]; never later than `now`, the
+/// monotonic time it was read at.
+pub fn arrival_monotonic_ns(realtime_ns: u64, offset_ns: i64, now: u64) -> u64 {
+    let mono = i128::from(realtime_ns) - i128::from(offset_ns);
+    u64::try_from(mono.max(0)).unwrap_or(u64::MAX).min(now)
 }
 
 /// CPU time this thread has used, user and system, in nanoseconds
@@ -83,5 +111,16 @@ mod tests {
     #[test]
     fn timer_slack_can_be_set() {
         set_timer_slack_ns(1).expect("PR_SET_TIMERSLACK");
+    }
+
+    #[test]
+    fn a_realtime_stamp_lands_on_the_monotonic_clock() {
+        let offset = realtime_offset_ns();
+        let now = monotonic_ns();
+        let stamp = u64::try_from(i128::from(now) - 5_000 + i128::from(offset)).expect("after 1970");
+        assert_eq!(arrival_monotonic_ns(stamp, offset, now), now - 5_000);
+        // A stamp from the future (a clock step) is clamped to `now`.
+        assert_eq!(arrival_monotonic_ns(u64::MAX, offset, now), now);
+        assert_eq!(arrival_monotonic_ns(0, i64::MAX, now), 0);
     }
 }

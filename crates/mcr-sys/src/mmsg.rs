@@ -165,6 +165,9 @@ pub struct RecvMeta {
     pub source: Option<SocketAddr>,
     /// The destination address in the IP header (needs [`crate::sockopt::set_recv_pktinfo`]).
     pub destination: Option<IpAddr>,
+    /// When the kernel took the datagram in (its receive timestamp, ns on
+    /// `CLOCK_REALTIME`; needs [`crate::sockopt::set_recv_timestamps`]).
+    pub arrived_ns: Option<u64>,
     /// The kernel had more control messages than room for them; some of
     /// the fields above may be missing.
     pub control_truncated: bool,
@@ -266,6 +269,7 @@ impl RecvBatch {
                 truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
                 source: sockaddr::from_storage(&self.names[i], h.msg_hdr.msg_namelen),
                 destination: None,
+                arrived_ns: None,
                 control_truncated: h.msg_hdr.msg_flags & libc::MSG_CTRUNC != 0,
             };
             read_control(&h.msg_hdr, &mut m);
@@ -341,6 +345,15 @@ fn read_control(hdr: &libc::msghdr, m: &mut RecvMeta) {
                     m.destination = Some(IpAddr::V6(Ipv6Addr::from(pi.ipi6_addr.s6_addr)));
                 }
             }
+            (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) => {
+                // SAFETY: as above.
+                if let Some(ts) = unsafe { cmsg_data::<libc::timespec>(cmsg) } {
+                    m.arrived_ns = u64::try_from(ts.tv_sec)
+                        .ok()
+                        .filter(|&s| s != 0)
+                        .map(|s| s * 1_000_000_000 + ts.tv_nsec as u64);
+                }
+            }
             _ => {}
         }
         // SAFETY: `hdr` and `cmsg` are valid as above; CMSG_NXTHDR checks the
@@ -360,8 +373,10 @@ mod tests {
     fn batch_over_loopback_carries_payload_and_destination() {
         let rx = UdpSocket::bind("127.0.0.1:0").expect("bind rx");
         sockopt::set_recv_pktinfo(rx.as_fd(), false).expect("pktinfo");
+        sockopt::set_recv_timestamps(rx.as_fd()).expect("timestamps");
         let to = RawSockAddr::new(rx.local_addr().expect("addr"));
         let tx = UdpSocket::bind("127.0.0.1:0").expect("bind tx");
+        let sent_at = crate::clock::monotonic_ns();
         let payloads: Vec<Vec<u8>> = (0u8..10).map(|i| vec![i; 100 + i as usize]).collect();
         let msgs: Vec<Outgoing<'_>> = payloads.iter().map(|p| Outgoing::new(Some(&to), p)).collect();
         assert_eq!(send_batch(tx.as_fd(), &msgs, false).expect("send"), 10);
@@ -375,6 +390,10 @@ mod tests {
                 assert_eq!(meta.destination, Some("127.0.0.1".parse().expect("literal")));
                 assert_eq!(meta.source, Some(tx.local_addr().expect("addr")));
                 assert!(!meta.truncated && !meta.control_truncated);
+                let now = crate::clock::monotonic_ns();
+                let stamp = meta.arrived_ns.expect("a receive timestamp");
+                let at = crate::clock::arrival_monotonic_ns(stamp, crate::clock::realtime_offset_ns(), now);
+                assert!(at >= sent_at.saturating_sub(1_000_000), "arrived {at}, sent {sent_at}");
                 got.push(data.to_vec());
             }
         }

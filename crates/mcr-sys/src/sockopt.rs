@@ -51,6 +51,12 @@ pub fn set_recv_pktinfo(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
     }
 }
 
+/// Asks for each datagram's receive timestamp (`SO_TIMESTAMPNS`: when the
+/// kernel took it in, on `CLOCK_REALTIME`), read as `RecvMeta::arrived_ns`.
+pub fn set_recv_timestamps(fd: BorrowedFd<'_>) -> io::Result<()> {
+    set_flag(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, true)
+}
+
 /// How many datagrams this socket has dropped so far because its receive
 /// buffer was full (`SO_MEMINFO`, `SK_MEMINFO_DROPS`).
 pub fn receive_drops(fd: BorrowedFd<'_>) -> io::Result<u32> {

@@ -116,6 +116,13 @@ fn seq_of(f: &mcr_sys::ring::RxFrame<'_>) -> Option<(SocketAddrV4, u32)> {
     }
     let d = mcr_core::forward::parse(f.data, f.wire_len, mcr_core::forward::RxChecksum::Unknown, None)
         .expect("a valid frame");
+    // Every frame says when it arrived: within this test's minute.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as u64;
+    let at = f.arrived_ns.expect("a receive timestamp");
+    assert!(at <= now && now - at < 60_000_000_000, "arrived at {at}, now {now}");
     let seq = u32::from_be_bytes(f.data[d.payload_at..d.payload_at + 4].try_into().expect("4 bytes"));
     let std::net::IpAddr::V4(dst) = d.dst else {
         panic!("an IPv4 frame")

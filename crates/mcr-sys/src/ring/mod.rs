@@ -87,6 +87,15 @@ pub struct RxFrame<'a> {
     /// That tag's TPID (0x8100 for 802.1Q, 0x88a8 for an 802.1ad service
     /// tag), when the kernel says.
     pub vlan_tpid: Option<u16>,
+    /// When the kernel took the frame in (its receive timestamp, ns on
+    /// `CLOCK_REALTIME`), if it said.
+    pub arrived_ns: Option<u64>,
+}
+
+/// A ring slot's timestamp in nanoseconds, or None if the kernel left it
+/// unset.
+fn stamp_ns(sec: u32, nsec: u32) -> Option<u64> {
+    (sec != 0).then(|| u64::from(sec) * 1_000_000_000 + u64::from(nsec))
 }
 
 fn frame_flags(status: u32) -> (bool, bool) {

@@ -16,7 +16,7 @@
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::{RxFrame, frame_flags};
+use super::{RxFrame, frame_flags, stamp_ns};
 use crate::mmap::Mmap;
 
 /// Where `tp_padding` lies in `tpacket2_hdr` (four bytes, u32-aligned).
@@ -199,6 +199,7 @@ impl Cursor {
                 csum_not_ready,
                 vlan_tci: (status & libc::TP_STATUS_VLAN_VALID != 0).then_some(hdr.tp_vlan_tci),
                 vlan_tpid: (status & libc::TP_STATUS_VLAN_TPID_VALID != 0).then_some(hdr.tp_vlan_tpid),
+                arrived_ns: stamp_ns(hdr.tp_sec, hdr.tp_nsec),
             });
             // SAFETY: the slot is still ours (not handed back yet); the mark
             // is an aligned u32 inside its header, written atomically since

@@ -138,6 +138,7 @@ impl Cursor {
                     csum_not_ready,
                     vlan_tci: (hdr.tp_status & libc::TP_STATUS_VLAN_VALID != 0).then_some(hdr.hv1.tp_vlan_tci as u16),
                     vlan_tpid: (hdr.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0).then_some(hdr.hv1.tp_vlan_tpid),
+                    arrived_ns: super::stamp_ns(hdr.tp_sec, hdr.tp_nsec),
                 });
                 mark.store(1, Ordering::Relaxed);
                 n += 1;

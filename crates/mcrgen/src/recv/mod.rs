@@ -225,10 +225,12 @@ impl Counters {
         }
     }
 
-    /// Accounts for one payload that arrived at `now` for `dst` (`None`
-    /// when the destination is unknown); `truncated` if it was cut.
-    /// `dscp` is the DSCP it arrived with, when known (from a ring).
-    fn handle(&mut self, dst: Option<SocketAddr>, data: &[u8], truncated: bool, now: u64, dscp: Option<u8>) {
+    /// Accounts for one payload for `dst` (`None` when the destination is
+    /// unknown) that reached the receiving interface at `at` (the kernel's
+    /// receive timestamp on the monotonic clock; the time it was read if
+    /// the kernel gave none); `truncated` if it was cut. `dscp` is the
+    /// DSCP it arrived with, when known (from a ring).
+    fn handle(&mut self, dst: Option<SocketAddr>, data: &[u8], truncated: bool, at: u64, dscp: Option<u8>) {
         let Some(i) = dst.and_then(|a| self.index.get(&a).copied()) else {
             self.stray += 1;
             return;
@@ -268,7 +270,7 @@ impl Counters {
         }
         d.bytes += data.len() as u64;
         if matches!(arrival, Arrival::InOrder | Arrival::Reordered) {
-            d.latency.record(now.saturating_sub(header.send_ns));
+            d.latency.record(at.saturating_sub(header.send_ns));
         }
         if self.expect.is_some_and(|n| before < n && d.tracker.unique() >= n) {
             self.complete += 1;

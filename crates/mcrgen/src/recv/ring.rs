@@ -11,7 +11,7 @@ use std::sync::atomic::AtomicBool;
 
 use mcr_core::forward::{RxChecksum, parse, udp_checksum_ok};
 use mcr_core::stats::WorkerCounter;
-use mcr_sys::clock::monotonic_ns;
+use mcr_sys::clock::{arrival_monotonic_ns, monotonic_ns, realtime_offset_ns};
 use mcr_sys::epoll::Epoll;
 use mcr_sys::membership::{JoinError, JoinSockets};
 use mcr_sys::ring::{FilterInsn, RingConfig, RingVersion, RxRing};
@@ -70,6 +70,10 @@ pub(super) fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str))
     };
     let mut ring = RxRing::open(ifindex, &ring_cfg, mcr_sys::ring::Filter::Classic(&filter), None)
         .map_err(setup(format!("receive ring on `{ifname}`")))?;
+    // Timestamps taken as each frame enters the interface (where a capture
+    // of the link would see it), not when this ring's turn comes on a busy
+    // core: asking for them makes the kernel stamp every frame on arrival.
+    mcr_sys::sockopt::set_recv_timestamps(ring.as_fd()).map_err(setup("SO_TIMESTAMPNS"))?;
     let mut epoll = Epoll::new(1).map_err(setup("epoll"))?;
     epoll.add_readable(ring.as_fd(), 0).map_err(setup("epoll_ctl"))?;
     let mut c = Counters::new(cfg);
@@ -82,7 +86,9 @@ pub(super) fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str))
         epoll.wait(20).map_err(RecvError::Recv)?.for_each(drop);
         loop {
             let now = monotonic_ns();
+            let offset = realtime_offset_ns();
             let n = ring.for_each_ready(1024, |f| {
+                let at = f.arrived_ns.map_or(now, |r| arrival_monotonic_ns(r, offset, now));
                 let csum = if f.csum_not_ready {
                     RxChecksum::NotReady
                 } else if f.csum_valid {
@@ -100,7 +106,7 @@ pub(super) fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str))
                     Ok(d) => {
                         let payload = &f.data[d.payload_at..d.payload_at + d.payload_len];
                         let dst = SocketAddr::new(d.dst, d.dst_port);
-                        c.handle(Some(dst), payload, false, now, Some(d.tos >> 2));
+                        c.handle(Some(dst), payload, false, at, Some(d.tos >> 2));
                     }
                     // Not ours to judge: the filter lets only UDP in, but
                     // other frames may slip in before it is attached.

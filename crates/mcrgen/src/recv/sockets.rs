@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::AtomicBool;
 
-use mcr_sys::clock::monotonic_ns;
+use mcr_sys::clock::{arrival_monotonic_ns, monotonic_ns, realtime_offset_ns};
 use mcr_sys::epoll::Epoll;
 use mcr_sys::mmsg::{MAX_BATCH, RecvBatch};
 use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
@@ -38,6 +38,7 @@ fn open_socket(cfg: &RecvConfig, port: u16, ipv6: bool) -> Result<Sock, RecvErro
     }
     mcr_sys::sockopt::set_multicast_all(s.as_fd(), ipv6, false).map_err(setup("IP_MULTICAST_ALL"))?;
     mcr_sys::sockopt::set_recv_pktinfo(s.as_fd(), ipv6).map_err(setup("IP_PKTINFO"))?;
+    mcr_sys::sockopt::set_recv_timestamps(s.as_fd()).map_err(setup("SO_TIMESTAMPNS"))?;
     mcr_sys::sockopt::force_recv_buffer(s.as_fd(), cfg.recv_buffer_bytes).map_err(setup("SO_RCVBUF"))?;
     if let Some(ifname) = &cfg.interface {
         s.bind_device(Some(ifname.as_bytes())).map_err(|e| RecvError::Setup {
@@ -132,11 +133,13 @@ pub(super) fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str))
                     break;
                 }
                 let now = monotonic_ns();
+                let offset = realtime_offset_ns();
                 t.arrived(now);
                 for i in 0..n {
                     let (data, meta) = batch.get(i);
                     let dst = meta.destination.map(|ip| SocketAddr::new(ip, s.port));
-                    c.handle(dst, data, meta.truncated, now, None);
+                    let at = meta.arrived_ns.map_or(now, |r| arrival_monotonic_ns(r, offset, now));
+                    c.handle(dst, data, meta.truncated, at, None);
                 }
                 if n < MAX_BATCH {
                     break;

@@ -40,7 +40,8 @@ pub struct StreamStats {
     pub holes: Vec<(u64, u64)>,
     /// The highest sequence number seen.
     pub highest_seq: Option<u64>,
-    /// One-way latency from the send time in the header.
+    /// One-way latency from the send time in the header to the arrival at
+    /// the receiving interface (the kernel's receive timestamp).
     pub latency: Option<Summary>,
     /// The DSCP values the packets arrived with (from a ring; empty
     /// through sockets).

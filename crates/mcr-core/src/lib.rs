@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bpf;
+pub mod claims;
 pub mod config;
 pub mod control;
 pub mod datapath;

@@ -27,9 +27,7 @@ pub fn realtime_offset_ns() -> i64 {
         // and both clocks always exist on Linux.
         let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
         debug_assert_eq!(rc, 0, "clock_gettime failed");
-        ts.tv_sec
-            .saturating_mul(1_000_000_000)
-            .saturating_add(ts.tv_nsec)
+        ts.tv_sec.saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec)
     };
     let mono = read(libc::CLOCK_MONOTONIC);
     read(libc::CLOCK_REALTIME).saturating_sub(mono)

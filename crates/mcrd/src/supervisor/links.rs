@@ -10,7 +10,9 @@ use std::time::Duration;
 use mcr_sys::netlink::LinkWatch;
 use tokio::sync::mpsc;
 
-use super::{Supervisor, claim_of, interfaces};
+use mcr_core::claims::claim_of;
+
+use super::{Supervisor, interfaces};
 
 /// Changes often come in bursts (a link, then its addresses): wait this
 /// long after the first before reading the interfaces.
@@ -113,7 +115,7 @@ impl Supervisor {
         let reclaim: Vec<&mcr_core::rule::Rule> = rules
             .iter()
             .map(|r| &r.rule)
-            .filter(|r| claim_of(r, &ifs).as_ref() != self.claims.get(&r.name))
+            .filter(|r| claim_of(r, &ifs).as_ref() != self.ledger.claim(&r.name))
             .collect();
         if changed.is_empty() && reclaim.is_empty() {
             // A unicast input's port may be holdable now that its address is.

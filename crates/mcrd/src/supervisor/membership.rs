@@ -12,25 +12,13 @@
 //! rule; it stops nothing.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 
+use mcr_core::claims::JoinKey;
 use mcr_core::control::JoinState;
 use mcr_sys::membership::JoinSockets;
 
-/// One membership: a group (and source) on an interface.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct JoinKey {
-    /// The interface index.
-    pub ifindex: u32,
-    /// The group.
-    pub group: IpAddr,
-    /// The source, for a source-specific join.
-    pub source: Option<IpAddr>,
-}
-
 struct Join {
     interface: String,
-    users: usize,
     /// The socket holding the membership, or why there is none.
     held: Result<usize, String>,
 }
@@ -52,25 +40,23 @@ impl std::fmt::Debug for Memberships {
 }
 
 impl Memberships {
-    /// Makes sure `key` is joined, for one more user (a rule). Returns how
-    /// it stands.
-    pub fn acquire(&mut self, key: JoinKey, interface: &str) -> JoinState {
-        if let Some(j) = self.joins.get_mut(&key) {
-            j.users += 1;
-            // A join that failed before is tried again with each new user.
-            if j.held.is_err() {
-                j.held = Self::join(&mut self.sockets, key);
+    /// Makes sure `key` is joined (joins it, or tries again if it failed
+    /// before). Returns how it stands. Who needs it is counted by
+    /// [`mcr_core::claims::Ledger`], which says when to leave.
+    pub fn ensure(&mut self, key: JoinKey, interface: &str) -> JoinState {
+        match self.joins.get_mut(&key) {
+            Some(j) if j.held.is_err() => j.held = Self::join(&mut self.sockets, key),
+            Some(_) => {}
+            None => {
+                let held = Self::join(&mut self.sockets, key);
+                self.joins.insert(
+                    key,
+                    Join {
+                        interface: interface.to_string(),
+                        held,
+                    },
+                );
             }
-        } else {
-            let held = Self::join(&mut self.sockets, key);
-            self.joins.insert(
-                key,
-                Join {
-                    interface: interface.to_string(),
-                    users: 1,
-                    held,
-                },
-            );
         }
         self.state(key)
     }
@@ -81,13 +67,8 @@ impl Memberships {
             .map_err(|e| e.to_string())
     }
 
-    /// One user fewer of `key`; the last one leaves the group.
-    pub fn release(&mut self, key: JoinKey) {
-        let Some(j) = self.joins.get_mut(&key) else { return };
-        j.users -= 1;
-        if j.users > 0 {
-            return;
-        }
+    /// Leaves `key` (its last user went).
+    pub fn leave(&mut self, key: JoinKey) {
         if let Some(j) = self.joins.remove(&key)
             && let Ok(i) = j.held
         {

@@ -34,7 +34,8 @@ use mcr_sys::shm::SharedCounters;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::channel::{FromWorker, ToWorker};
-use membership::{JoinKey, Memberships};
+use mcr_core::claims::{Action, Claim, Ledger};
+use membership::Memberships;
 use ports::Ports;
 use rules::{ChangeError, RuleTable};
 use stats::Stats;
@@ -105,21 +106,14 @@ enum PendingReply {
     },
 }
 
-/// What a rule holds on the host for its input: group memberships (one,
-/// or one per source), or (for a unicast input) its port.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Claim {
-    Join(Vec<JoinKey>),
-    Port(SocketAddr),
-}
-
 struct Supervisor {
     rules: RuleTable,
     members: Memberships,
     ports: Ports,
-    /// Each rule's claim, as acquired (released as acquired, whatever the
-    /// interfaces have become since).
-    claims: HashMap<String, Claim>,
+    /// Each rule's claim, as taken (given up as taken, whatever the
+    /// interfaces have become since), and who holds each membership and
+    /// port.
+    ledger: Ledger,
     workers: Vec<WorkerSlot>,
     recipe: Recipe,
     counters: SharedCounters,
@@ -166,30 +160,6 @@ pub fn interfaces() -> Interfaces {
     }))
 }
 
-fn claim_of(rule: &Rule, interfaces: &Interfaces) -> Option<Claim> {
-    let dst = rule.input.destination;
-    if !dst.ip().is_multicast() {
-        return Some(Claim::Port(dst));
-    }
-    if rule.input.vlan.is_some() {
-        // A VLAN of a trunk: the host has no interface on it to join from
-        // (the workers open the trunk's multicast filter instead). A VLAN
-        // sub-interface, named as the input, is joined as any other.
-        return None;
-    }
-    let ifindex = interfaces.get(&rule.input.interface)?.index;
-    let key = |source| JoinKey {
-        ifindex,
-        group: dst.ip(),
-        source,
-    };
-    Some(Claim::Join(if rule.input.sources.is_empty() {
-        vec![key(None)]
-    } else {
-        rule.input.sources.iter().map(|&s| key(Some(s))).collect()
-    }))
-}
-
 /// Runs the daemon until SIGTERM or SIGINT.
 /// How long a start waits for every worker to run the initial table
 /// before serving anyway.
@@ -225,7 +195,7 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
         rules: RuleTable::new(layout.rule_slots, layout.output_slots),
         members: Memberships::default(),
         ports: Ports::default(),
-        claims: HashMap::new(),
+        ledger: Ledger::default(),
         workers: (0..opts.workers)
             .map(|i| WorkerSlot::new(i, opts.cpus[i % opts.cpus.len()]))
             .collect(),
@@ -338,12 +308,7 @@ impl Supervisor {
     }
 
     /// Sends the current table to every worker (each gets the newest),
-    /// with the interfaces read afresh.
-    fn publish(&mut self) {
-        self.publish_with(interfaces());
-    }
-
-    /// [`Supervisor::publish`] with the interfaces as just read.
+    /// with the interfaces as just read (`ifs`).
     fn publish_with(&mut self, ifs: Interfaces) {
         self.ifs = ifs;
         let mut snap = self.rules.snapshot(&self.ifs);
@@ -590,54 +555,35 @@ impl Supervisor {
         let _ = reply_to.send(reply.into());
     }
 
-    /// Takes the claim `rule` needs and returns its memberships and the
-    /// claim it held before, which the caller releases once the workers
-    /// have been sent the table without it (so a rule replaced with the
-    /// same input never leaves its group, and one whose input moves keeps
-    /// the old group until the workers stop reading it).
-    fn claim(&mut self, rule: &Rule, interfaces: &Interfaces) -> (Vec<JoinState>, Option<Claim>) {
-        let mut joins = Vec::new();
-        let new = claim_of(rule, interfaces);
-        match &new {
-            Some(Claim::Join(keys)) => {
-                for &k in keys {
-                    joins.push(self.members.acquire(k, &rule.input.interface));
-                }
+    /// Carries out what the ledger says the host must do. Returns how a
+    /// membership it joins stands.
+    fn carry_out(&mut self, action: Action) -> Option<JoinState> {
+        match action {
+            Action::Join { key, interface } => Some(self.members.ensure(key, &interface)),
+            Action::Leave(key) => {
+                self.members.leave(key);
+                None
             }
-            Some(Claim::Port(a)) => {
-                if let Some(p) = self.ports.acquire(*a) {
-                    tracing::warn!("rule `{}`: {p}", rule.name);
+            Action::HoldPort(a) => {
+                if let Some(p) = self.ports.ensure(a) {
+                    tracing::warn!("{p}");
                 }
+                None
             }
-            None => {}
-        }
-        let old = match new {
-            Some(c) => self.claims.insert(rule.name.clone(), c),
-            None => self.claims.remove(&rule.name),
-        };
-        (joins, old)
-    }
-
-    fn release(&mut self, c: Claim) {
-        match c {
-            Claim::Join(keys) => {
-                for k in keys {
-                    self.members.release(k);
-                }
+            Action::FreePort(a) => {
+                self.ports.free(a);
+                None
             }
-            Claim::Port(a) => self.ports.release(a),
         }
     }
 
-    /// Every change of the rules goes through here, in three steps: the
-    /// claims the rules in `claim` need on `ifs` are taken (new memberships
-    /// joined, ports held; a join that fails is logged here and shown on
-    /// its rule, and stops nothing), then `publish` sends the workers the
-    /// new table, then the claims those rules held before and those of the
-    /// rules named in `drop` are given up. So a group that a changed rule
-    /// keeps, or that moves from one rule to another, is never left, and
-    /// an old one is left only once the workers stop reading it. Returns
-    /// the joins of each rule of `claim`, in order.
+    /// Every change of the rules goes through here, in the ledger's three
+    /// steps ([`mcr_core::claims`]): the claims the rules in `claim` need
+    /// on `ifs` are taken (new memberships joined, ports held; a join that
+    /// fails is logged here and shown on its rule, and stops nothing),
+    /// then `publish` sends the workers the new table, then the claims
+    /// those rules held before and those of the rules named in `drop` are
+    /// given up. Returns the joins of each rule of `claim`, in order.
     fn change_rules<'a>(
         &mut self,
         claim: impl IntoIterator<Item = &'a Rule>,
@@ -645,11 +591,11 @@ impl Supervisor {
         ifs: Interfaces,
         publish: impl FnOnce(&mut Self, Interfaces),
     ) -> Vec<Vec<JoinState>> {
-        let mut old = Vec::new();
+        let rules: Vec<&Rule> = claim.into_iter().collect();
+        let (change, todo) = self.ledger.take(rules.iter().copied(), &ifs);
         let mut joins_of = Vec::new();
-        for rule in claim {
-            let (joins, before) = self.claim(rule, &ifs);
-            old.extend(before);
+        for (rule, actions) in rules.iter().zip(todo) {
+            let joins: Vec<JoinState> = actions.into_iter().filter_map(|a| self.carry_out(a)).collect();
             for j in joins.iter().filter(|j| !j.joined) {
                 tracing::warn!(
                     "rule `{}`: joining {} on {}: {}",
@@ -662,9 +608,8 @@ impl Supervisor {
             joins_of.push(joins);
         }
         publish(self, ifs);
-        old.extend(drop.into_iter().filter_map(|name| self.claims.remove(name)));
-        for c in old {
-            self.release(c);
+        for a in self.ledger.finish(change, drop) {
+            self.carry_out(a);
         }
         joins_of
     }
@@ -680,7 +625,7 @@ impl Supervisor {
             // What the workers say about such a rule has the same cause.
             return out;
         }
-        if let Some(Claim::Port(a)) = self.claims.get(&rule.name)
+        if let Some(Claim::Port(a)) = self.ledger.claim(&rule.name)
             && let Some(p) = self.ports.problem(*a)
         {
             out.push(p);
@@ -700,7 +645,7 @@ impl Supervisor {
     fn status(&self, r: &SlottedRule) -> RuleStatus {
         RuleStatus {
             rule: r.rule.clone(),
-            joins: match self.claims.get(&r.rule.name) {
+            joins: match self.ledger.claim(&r.rule.name) {
                 Some(Claim::Join(keys)) => keys.iter().map(|k| self.members.state(*k)).collect(),
                 _ => Vec::new(),
             },
@@ -761,10 +706,7 @@ impl Supervisor {
             return;
         };
         // Stop forwarding first, then leave the group.
-        self.publish();
-        if let Some(c) = self.claims.remove(name) {
-            self.release(c);
-        }
+        self.change_rules([], [name], interfaces(), |s, ifs| s.publish_with(ifs));
         self.reply_when_applied(version, PendingReply::Removed { rule: name.to_string() }, reply_to);
     }
 

@@ -17,7 +17,6 @@ use std::os::fd::AsFd;
 use socket2::{Domain, Protocol, Socket, Type};
 
 struct Hold {
-    users: usize,
     /// The socket, or `None` when another program has the port, or why
     /// neither.
     held: Result<Option<Socket>, String>,
@@ -54,29 +53,23 @@ fn hold(addr: SocketAddr) -> Result<Option<Socket>, String> {
 }
 
 impl Ports {
-    /// Makes sure `addr` is held, for one more user. Returns why it
-    /// cannot be, if it cannot (the kernel will then answer senders with
-    /// ICMP port unreachable).
-    pub fn acquire(&mut self, addr: SocketAddr) -> Option<String> {
+    /// Makes sure `addr` is held (or tries again if it could not be).
+    /// Returns why it cannot be, if it cannot (the kernel will then answer
+    /// senders with ICMP port unreachable). Who needs it is counted by
+    /// [`mcr_core::claims::Ledger`], which says when to let it go.
+    pub fn ensure(&mut self, addr: SocketAddr) -> Option<String> {
         let h = self.holds.entry(addr).or_insert(Hold {
-            users: 0,
             held: Err(String::new()),
         });
-        h.users += 1;
         if h.held.is_err() {
             h.held = hold(addr);
         }
         self.problem(addr)
     }
 
-    /// One user fewer of `addr`; the last one closes the socket.
-    pub fn release(&mut self, addr: SocketAddr) {
-        if let Some(h) = self.holds.get_mut(&addr) {
-            h.users -= 1;
-            if h.users == 0 {
-                self.holds.remove(&addr);
-            }
-        }
+    /// Lets `addr` go (its last user went): closes its socket.
+    pub fn free(&mut self, addr: SocketAddr) {
+        self.holds.remove(&addr);
     }
 
     /// Tries again every port that could not be held (its address may
@@ -114,22 +107,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn holds_a_port_until_its_last_user_goes() {
+    fn holds_a_port_until_it_is_freed() {
         let probe = std::net::UdpSocket::bind("127.0.0.1:0").expect("probe");
         let addr = probe.local_addr().expect("addr");
         drop(probe);
         let mut p = Ports::default();
-        assert_eq!(p.acquire(addr), None);
+        assert_eq!(p.ensure(addr), None);
         assert!(p.ours(addr));
-        assert_eq!(p.acquire(addr), None);
+        // A second holder changes nothing.
+        assert_eq!(p.ensure(addr), None);
         // Held: nobody else can have it, and nothing reaches our socket.
         assert!(std::net::UdpSocket::bind(addr).is_err());
-        p.release(addr);
-        assert!(std::net::UdpSocket::bind(addr).is_err(), "one user is left");
-        p.release(addr);
-        let again = std::net::UdpSocket::bind(addr).expect("free once released");
+        p.free(addr);
+        let again = std::net::UdpSocket::bind(addr).expect("free once let go");
         // Another program's port: nothing to hold, nothing wrong.
-        assert_eq!(p.acquire(addr), None);
+        assert_eq!(p.ensure(addr), None);
         assert!(!p.ours(addr));
         drop(again);
     }
@@ -140,7 +132,7 @@ mod tests {
         let probe = std::net::UdpSocket::bind("127.0.0.1:0").expect("probe");
         let addr = probe.local_addr().expect("addr");
         drop(probe);
-        assert_eq!(p.acquire(addr), None);
+        assert_eq!(p.ensure(addr), None);
         let tx = std::net::UdpSocket::bind("127.0.0.1:0").expect("tx");
         tx.connect(addr).expect("connect");
         for _ in 0..3 {

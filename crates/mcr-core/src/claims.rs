@@ -1,0 +1,401 @@
+//! What the rules hold on the host for their inputs, counted without a
+//! socket: the first piece of the control plane that runs as a pure state
+//! machine (mcrd carries out the actions it returns).
+//!
+//! A rule on a multicast group holds a membership of that group (one per
+//! source for a source-specific rule) on its input interface, so that
+//! switches and bridges deliver the stream; a rule on one of the host's
+//! own addresses holds its port, so that the kernel does not answer the
+//! sender with ICMP port unreachable. Several rules may hold the same
+//! thing; it is given up with its last holder.
+//!
+//! Every change of the rules runs in three steps, here and nowhere else:
+//! [`Ledger::take`] takes the claims the new or changed rules need (the
+//! host joins and holds what it is told to), the caller publishes the new
+//! table to the workers, then [`Ledger::finish`] gives up the claims those
+//! rules held before and those of the removed rules (the host leaves and
+//! frees what lost its last holder). So a membership that a changed rule
+//! keeps, or that passes from one rule to another, is never left, and an
+//! old one is left only once the workers no longer read it.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+
+use crate::interfaces::Interfaces;
+use crate::rule::Rule;
+
+/// One membership: a group (and source) on an interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JoinKey {
+    /// The interface index.
+    pub ifindex: u32,
+    /// The group.
+    pub group: IpAddr,
+    /// The source, for a source-specific join.
+    pub source: Option<IpAddr>,
+}
+
+/// What one rule holds for its input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// Group memberships: one, or one per source.
+    Join(Vec<JoinKey>),
+    /// A unicast input's port.
+    Port(SocketAddr),
+}
+
+/// What `rule` needs to hold on `interfaces`: nothing for a VLAN of a
+/// trunk (the host has no interface on it to join from; the workers open
+/// the trunk's multicast filter instead) or while its input interface is
+/// missing.
+pub fn claim_of(rule: &Rule, interfaces: &Interfaces) -> Option<Claim> {
+    let dst = rule.input.destination;
+    if !dst.ip().is_multicast() {
+        return Some(Claim::Port(dst));
+    }
+    if rule.input.vlan.is_some() {
+        return None;
+    }
+    let ifindex = interfaces.get(&rule.input.interface)?.index;
+    let key = |source| JoinKey {
+        ifindex,
+        group: dst.ip(),
+        source,
+    };
+    Some(Claim::Join(if rule.input.sources.is_empty() {
+        vec![key(None)]
+    } else {
+        rule.input.sources.iter().map(|&s| key(Some(s))).collect()
+    }))
+}
+
+/// What the host must do for the claims.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Make sure `key` is joined on `interface` (join it, or try again if
+    /// it failed before; nothing if it is held). Sent for every holder
+    /// that takes it, so a new rule retries what an old one could not.
+    Join {
+        /// The membership.
+        key: JoinKey,
+        /// The interface's name, for messages.
+        interface: String,
+    },
+    /// `key` lost its last holder: leave it.
+    Leave(JoinKey),
+    /// Make sure the port is held (as for `Join`).
+    HoldPort(SocketAddr),
+    /// The port lost its last holder: let it go.
+    FreePort(SocketAddr),
+}
+
+/// A change under way: the claims the changed rules held before, given up
+/// by [`Ledger::finish`] once the workers run the new table.
+#[derive(Debug)]
+#[must_use = "a change is finished with Ledger::finish, or the old claims are never given up"]
+pub struct Change {
+    old: Vec<Claim>,
+}
+
+/// Every rule's claim, and how many rules hold each membership and port.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    claims: HashMap<String, Claim>,
+    joins: HashMap<JoinKey, usize>,
+    ports: HashMap<SocketAddr, usize>,
+}
+
+impl Ledger {
+    /// The claim rule `name` holds, if any.
+    pub fn claim(&self, name: &str) -> Option<&Claim> {
+        self.claims.get(name)
+    }
+
+    /// Step 1 of a change: takes the claims `rules` need on `ifs`, in
+    /// place of those they held. Returns the change to finish and, for
+    /// each rule in order, what the host must do for it now.
+    pub fn take<'a>(
+        &mut self,
+        rules: impl IntoIterator<Item = &'a Rule>,
+        ifs: &Interfaces,
+    ) -> (Change, Vec<Vec<Action>>) {
+        let mut old = Vec::new();
+        let mut todo = Vec::new();
+        for rule in rules {
+            let new = claim_of(rule, ifs);
+            let mut actions = Vec::new();
+            match &new {
+                Some(Claim::Join(keys)) => {
+                    for &key in keys {
+                        *self.joins.entry(key).or_default() += 1;
+                        actions.push(Action::Join {
+                            key,
+                            interface: rule.input.interface.clone(),
+                        });
+                    }
+                }
+                Some(Claim::Port(a)) => {
+                    *self.ports.entry(*a).or_default() += 1;
+                    actions.push(Action::HoldPort(*a));
+                }
+                None => {}
+            }
+            old.extend(match new {
+                Some(c) => self.claims.insert(rule.name.clone(), c),
+                None => self.claims.remove(&rule.name),
+            });
+            todo.push(actions);
+        }
+        (Change { old }, todo)
+    }
+
+    /// Step 3 of a change, once the workers have the new table: gives up
+    /// what the changed rules held before and what the rules named in
+    /// `removed` held. Returns what the host must leave and free.
+    pub fn finish<'a>(&mut self, change: Change, removed: impl IntoIterator<Item = &'a str>) -> Vec<Action> {
+        let mut old = change.old;
+        old.extend(removed.into_iter().filter_map(|name| self.claims.remove(name)));
+        let mut actions = Vec::new();
+        for claim in old {
+            match claim {
+                Claim::Join(keys) => {
+                    for key in keys {
+                        if release(&mut self.joins, key) {
+                            actions.push(Action::Leave(key));
+                        }
+                    }
+                }
+                Claim::Port(a) => {
+                    if release(&mut self.ports, a) {
+                        actions.push(Action::FreePort(a));
+                    }
+                }
+            }
+        }
+        actions
+    }
+
+    /// How many rules hold each membership.
+    pub fn joins(&self) -> &HashMap<JoinKey, usize> {
+        &self.joins
+    }
+
+    /// How many rules hold each port.
+    pub fn ports(&self) -> &HashMap<SocketAddr, usize> {
+        &self.ports
+    }
+}
+
+/// One holder fewer of `key`; true if that was the last.
+fn release<K: Eq + std::hash::Hash>(users: &mut HashMap<K, usize>, key: K) -> bool {
+    let Some(n) = users.get_mut(&key) else {
+        // Every claim given up was taken, and is given up once: a key
+        // without holders here would be a defect of this module.
+        debug_assert!(false, "a claim released that was never taken");
+        return false;
+    };
+    *n -= 1;
+    if *n > 0 {
+        return false;
+    }
+    users.remove(&key);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interfaces::InterfaceInfo;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    fn ifs(present: &[bool; 2]) -> Interfaces {
+        let all = [
+            InterfaceInfo::ethernet("in0", 2, ["10.0.0.2".parse().expect("literal")]),
+            InterfaceInfo::ethernet("in1", 3, ["10.0.1.2".parse().expect("literal")]),
+        ];
+        Interfaces::new(all.into_iter().zip(present).filter(|(_, p)| **p).map(|(i, _)| i))
+    }
+
+    /// An input from a small set, so that rules share and swap claims:
+    /// `which` picks the interface, the group (or a unicast port) and
+    /// the sources.
+    fn rule(name: &str, which: u8) -> Rule {
+        let ifname = if which & 1 == 0 { "in0" } else { "in1" };
+        let group = (which >> 1) % 3;
+        let input = match which >> 3 {
+            0 => format!("{ifname}:239.1.1.{group}:5001"),
+            1 => format!(
+                "{ifname}:239.1.1.{group}:5001,source=10.9.0.1,source=10.9.0.{}",
+                group + 2
+            ),
+            _ => format!("{ifname}:10.0.0.2:{}", 7000 + u16::from(group)),
+        };
+        Rule {
+            name: name.into(),
+            input: input.parse().expect("input"),
+            outputs: vec!["in1:239.10.1.1:6001".parse().expect("output")],
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Add(u8, u8),
+        Remove(u8),
+        Reload(Vec<(u8, u8)>),
+        Interfaces([bool; 2]),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u8..6, 0u8..24).prop_map(|(n, w)| Op::Add(n, w)),
+            2 => (0u8..6).prop_map(Op::Remove),
+            1 => proptest::collection::vec((0u8..6, 0u8..24), 0..6).prop_map(Op::Reload),
+            1 => any::<[bool; 2]>().prop_map(Op::Interfaces),
+        ]
+    }
+
+    /// The host as the actions leave it: what is joined and held.
+    #[derive(Default)]
+    struct Host {
+        joined: BTreeSet<JoinKey>,
+        held: BTreeSet<SocketAddr>,
+    }
+
+    impl Host {
+        fn apply(&mut self, a: &Action) {
+            match a {
+                Action::Join { key, .. } => {
+                    self.joined.insert(*key);
+                }
+                Action::HoldPort(p) => {
+                    self.held.insert(*p);
+                }
+                Action::Leave(key) => assert!(self.joined.remove(key), "left {key:?}, not joined"),
+                Action::FreePort(p) => assert!(self.held.remove(p), "freed {p}, not held"),
+            }
+        }
+    }
+
+    proptest! {
+        /// Random adds, removes, reloads and interface changes, each run
+        /// as mcrd runs it (take, publish, finish). After every step the
+        /// host holds exactly what the rules need, each holder is counted
+        /// once, nothing is left or freed that was not held, and nothing
+        /// the new rules still need is left during the change.
+        #[test]
+        fn the_host_holds_exactly_what_the_rules_need(ops in proptest::collection::vec(op(), 1..40)) {
+            let mut ledger = Ledger::default();
+            let mut host = Host::default();
+            let mut rules: BTreeMap<String, Rule> = BTreeMap::new();
+            let mut present = [true, true];
+            for op in ops {
+                let (claim, removed): (Vec<Rule>, Vec<String>) = match op {
+                    Op::Add(n, w) => {
+                        let r = rule(&format!("r{n}"), w);
+                        rules.insert(r.name.clone(), r.clone());
+                        (vec![r], vec![])
+                    }
+                    Op::Remove(n) => {
+                        let name = format!("r{n}");
+                        if rules.remove(&name).is_none() {
+                            continue;
+                        }
+                        (vec![], vec![name])
+                    }
+                    Op::Reload(all) => {
+                        let new: BTreeMap<String, Rule> =
+                            all.iter().map(|&(n, w)| (format!("r{n}"), rule(&format!("r{n}"), w))).collect();
+                        let removed = rules.keys().filter(|k| !new.contains_key(*k)).cloned().collect();
+                        let changed = new.values().filter(|r| rules.get(&r.name) != Some(r)).cloned().collect();
+                        rules = new;
+                        (changed, removed)
+                    }
+                    Op::Interfaces(p) => {
+                        present = p;
+                        let now = ifs(&present);
+                        // As mcrd does on a link change: claim again each
+                        // rule whose claim differs on the new interfaces.
+                        let moved = rules
+                            .values()
+                            .filter(|r| claim_of(r, &now).as_ref() != ledger.claim(&r.name))
+                            .cloned()
+                            .collect();
+                        (moved, vec![])
+                    }
+                };
+                let now = ifs(&present);
+                let (change, todo) = ledger.take(&claim, &now);
+                prop_assert_eq!(todo.len(), claim.len());
+                for a in todo.iter().flatten() {
+                    let taking = matches!(a, Action::Join { .. } | Action::HoldPort(_));
+                    prop_assert!(taking, "{:?} before publishing", a);
+                    host.apply(a);
+                }
+                // (The table is published here.)
+                let needed_joins: BTreeSet<JoinKey> = rules
+                    .values()
+                    .filter_map(|r| match claim_of(r, &now) {
+                        Some(Claim::Join(k)) => Some(k),
+                        _ => None,
+                    })
+                    .flatten()
+                    .collect();
+                let needed_ports: BTreeSet<SocketAddr> = rules
+                    .values()
+                    .filter_map(|r| match claim_of(r, &now) {
+                        Some(Claim::Port(p)) => Some(p),
+                        _ => None,
+                    })
+                    .collect();
+                for a in ledger.finish(change, removed.iter().map(String::as_str)) {
+                    match &a {
+                        Action::Leave(k) => prop_assert!(!needed_joins.contains(k), "left {:?}, still needed", k),
+                        Action::FreePort(p) => prop_assert!(!needed_ports.contains(p), "freed {}, still needed", p),
+                        other => prop_assert!(false, "{:?} after publishing", other),
+                    }
+                    host.apply(&a);
+                }
+                prop_assert_eq!(&host.joined, &needed_joins);
+                prop_assert_eq!(&host.held, &needed_ports);
+                // Each holder counted once: the counts are the rules'.
+                let mut want: HashMap<JoinKey, usize> = HashMap::new();
+                let mut want_ports: HashMap<SocketAddr, usize> = HashMap::new();
+                for r in rules.values() {
+                    match ledger.claim(&r.name) {
+                        Some(Claim::Join(keys)) => keys.iter().for_each(|k| *want.entry(*k).or_default() += 1),
+                        Some(Claim::Port(p)) => *want_ports.entry(*p).or_default() += 1,
+                        None => {}
+                    }
+                    let expected = claim_of(r, &now);
+                    prop_assert_eq!(ledger.claim(&r.name), expected.as_ref());
+                }
+                prop_assert_eq!(ledger.joins(), &want);
+                prop_assert_eq!(ledger.ports(), &want_ports);
+                prop_assert!(ledger.claims.keys().all(|k| rules.contains_key(k)), "a claim of a rule that is gone");
+            }
+        }
+    }
+
+    #[test]
+    fn a_rule_replaced_with_the_same_input_never_leaves_its_group() {
+        let now = ifs(&[true, true]);
+        let mut ledger = Ledger::default();
+        let (c, todo) = ledger.take([&rule("a", 0)], &now);
+        assert_eq!(todo[0].len(), 1);
+        assert!(ledger.finish(c, []).is_empty());
+        // Replaced (same input): joined again (a no-op on the host),
+        // nothing left.
+        let (c, _) = ledger.take([&rule("a", 0)], &now);
+        assert!(ledger.finish(c, []).is_empty());
+        // Moved to another group: the old one is left after publishing.
+        let (c, todo) = ledger.take([&rule("a", 2)], &now);
+        assert!(matches!(&todo[0][0], Action::Join { key, .. } if key.group.to_string() == "239.1.1.1"));
+        let left = ledger.finish(c, []);
+        assert!(matches!(&left[..], [Action::Leave(k)] if k.group.to_string() == "239.1.1.0"));
+        // Removed: its group is left.
+        let (c, _) = ledger.take([], &now);
+        assert_eq!(ledger.finish(c, ["a"]).len(), 1);
+        assert!(ledger.joins().is_empty());
+    }
+}

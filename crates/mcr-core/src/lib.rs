@@ -28,6 +28,7 @@ pub mod interfaces;
 pub mod metrics;
 pub mod named;
 pub mod rule;
+pub mod rule_table;
 pub mod snapshot;
 pub mod stats;
 pub mod table;

@@ -14,7 +14,6 @@ use mcr_core::config::{Config, Settings};
 use mcr_core::control::{ControlError, ErrorKind, Reply, Response};
 use tokio::sync::oneshot;
 
-use super::rules::ChangeError;
 use super::{PendingReply, Supervisor, interfaces};
 
 /// Reads and checks the config file at `path` against the host's
@@ -104,24 +103,15 @@ impl Supervisor {
         let config = load(&path)?;
         let ifs = interfaces();
         let before = self.rules.version();
-        let done = self
-            .rules
-            .replace_all(config.rules, &ifs, self.acked())
-            .map_err(|e| match e {
-                ChangeError::Invalid(r) => ControlError {
-                    kind: ErrorKind::InvalidConfig,
-                    field: Some(r.field.to_string()),
-                    message: format!("{}: {r}", path.display()),
-                },
-                ChangeError::Full(what) => ControlError::new(
-                    ErrorKind::InvalidConfig,
-                    format!(
-                        "{}: the new rules do not fit the table ({what}); the room of rules and outputs a reload \
-                         replaces is free again only after it, so apply a large change in two reloads",
-                        path.display()
-                    ),
-                ),
-            })?;
+        let done = self.rules.replace_all(config.rules, &ifs, self.acked()).map_err(|e| {
+            let shown = path.display().to_string();
+            e.to_control(ErrorKind::InvalidConfig, Some(&shown), |what| {
+                format!(
+                    "{shown}: the new rules do not fit the table ({what}); the room of rules and outputs a \
+                         reload replaces is free again only after it, so apply a large change in two reloads"
+                )
+            })
+        })?;
         self.stats.zero(self.counts(), &done.reused.rules, &done.reused.outputs);
         // Every new membership is taken before the table changes and every
         // old one left after ([`Supervisor::change_rules`]).

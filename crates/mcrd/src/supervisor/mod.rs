@@ -13,7 +13,6 @@ mod metrics;
 mod notify;
 mod ports;
 mod privilege;
-mod rules;
 mod stats;
 mod workers;
 
@@ -35,9 +34,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::channel::{FromWorker, ToWorker};
 use mcr_core::claims::{Action, Claim, Ledger};
+use mcr_core::rule_table::RuleTable;
 use membership::Memberships;
 use ports::Ports;
-use rules::{ChangeError, RuleTable};
 use stats::Stats;
 use workers::{Recipe, State, WorkerEvent, WorkerSlot};
 
@@ -658,17 +657,9 @@ impl Supervisor {
         let name = rule.name.clone();
         match self.rules.add(rule.clone(), &ifs, self.acked()) {
             Err(e) => {
-                let error = match e {
-                    ChangeError::Invalid(r) => ControlError {
-                        kind: ErrorKind::InvalidRule,
-                        field: Some(r.field.to_string()),
-                        message: r.to_string(),
-                    },
-                    ChangeError::Full(what) => ControlError::new(
-                        ErrorKind::InvalidRule,
-                        format!("rule `{name}`: the table is full ({what}); remove rules first"),
-                    ),
-                };
+                let error = e.to_control(ErrorKind::InvalidRule, None, |what| {
+                    format!("rule `{name}`: the table is full ({what}); remove rules first")
+                });
                 let _ = reply_to.send(Reply::Error { error }.into());
             }
             Ok(added) => {

@@ -1,12 +1,14 @@
 //! The rule table the supervisor owns: the single source of truth. Every
 //! change is validated as a whole, bumps the version, and assigns
 //! statistics slots. A freed slot is reused only once every worker runs a
-//! table without it, and is zeroed before it is.
+//! table without it, and is zeroed before it is. Pure: the supervisor
+//! publishes the snapshots it makes.
 
-use mcr_core::interfaces::Interfaces;
-use mcr_core::rule::Rule;
-use mcr_core::snapshot::{SlottedRule, TableSnapshot};
-use mcr_core::validate::{RuleError, RuleIndex, check_rule, check_rule_in};
+use crate::control::{ControlError, ErrorKind};
+use crate::interfaces::Interfaces;
+use crate::rule::Rule;
+use crate::snapshot::{SlottedRule, TableSnapshot};
+use crate::validate::{RuleError, RuleIndex, check_rule, check_rule_in};
 
 /// Statistics slots of one kind.
 #[derive(Debug, Clone)]
@@ -64,6 +66,28 @@ pub enum ChangeError {
     /// No room for more rules or outputs.
     #[error("the table is full: {0}")]
     Full(String),
+}
+
+impl ChangeError {
+    /// The refusal as the control socket tells it: an error of `kind`,
+    /// with `context` before an invalid rule's message (the config file of
+    /// a reload), and `full` saying what a full table means for this
+    /// change and what to do (given what ran out).
+    pub fn to_control(
+        &self,
+        kind: ErrorKind,
+        context: Option<&str>,
+        full: impl FnOnce(&str) -> String,
+    ) -> ControlError {
+        match self {
+            ChangeError::Invalid(r) => ControlError {
+                kind,
+                field: Some(r.field.to_string()),
+                message: context.map_or_else(|| r.to_string(), |c| format!("{c}: {r}")),
+            },
+            ChangeError::Full(what) => ControlError::new(kind, full(what)),
+        }
+    }
 }
 
 /// What an add did.
@@ -163,7 +187,7 @@ impl RuleTable {
             if !seen.insert(r.name.as_str()) {
                 return Err(ChangeError::Invalid(RuleError {
                     rule: r.name.clone(),
-                    field: mcr_core::field::Field::Name,
+                    field: crate::field::Field::Name,
                     reason: format!("rule name `{}` is used twice", r.name),
                 }));
             }
@@ -336,7 +360,7 @@ impl RuleTable {
 pub struct OutputKey(String);
 
 impl OutputKey {
-    fn of(o: &mcr_core::rule::Output) -> Self {
+    fn of(o: &crate::rule::Output) -> Self {
         OutputKey(o.to_string())
     }
 }
@@ -344,7 +368,7 @@ impl OutputKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mcr_core::interfaces::InterfaceInfo;
+    use crate::interfaces::InterfaceInfo;
 
     fn ifaces() -> Interfaces {
         let mk = |name: &str, index, addr: &str| InterfaceInfo::ethernet(name, index, [addr.parse().expect("literal")]);

@@ -17,7 +17,6 @@
 #![forbid(unsafe_code)]
 
 pub mod bpf;
-pub mod claims;
 pub mod config;
 pub mod control;
 pub mod datapath;
@@ -27,8 +26,8 @@ pub mod forward;
 pub mod interfaces;
 pub mod metrics;
 pub mod named;
+pub mod plane;
 pub mod rule;
-pub mod rule_table;
 pub mod snapshot;
 pub mod stats;
 pub mod table;

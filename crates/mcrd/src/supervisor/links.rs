@@ -10,7 +10,7 @@ use std::time::Duration;
 use mcr_sys::netlink::LinkWatch;
 use tokio::sync::mpsc;
 
-use mcr_core::claims::claim_of;
+use mcr_core::plane::claims::claim_of;
 
 use super::{Supervisor, interfaces};
 

@@ -13,8 +13,8 @@
 
 use std::collections::HashMap;
 
-use mcr_core::claims::JoinKey;
 use mcr_core::control::JoinState;
+use mcr_core::plane::claims::JoinKey;
 use mcr_sys::membership::JoinSockets;
 
 struct Join {
@@ -42,7 +42,7 @@ impl std::fmt::Debug for Memberships {
 impl Memberships {
     /// Makes sure `key` is joined (joins it, or tries again if it failed
     /// before). Returns how it stands. Who needs it is counted by
-    /// [`mcr_core::claims::Ledger`], which says when to leave.
+    /// [`mcr_core::plane::claims::Ledger`], which says when to leave.
     pub fn ensure(&mut self, key: JoinKey, interface: &str) -> JoinState {
         match self.joins.get_mut(&key) {
             Some(j) if j.held.is_err() => j.held = Self::join(&mut self.sockets, key),

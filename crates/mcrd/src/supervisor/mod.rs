@@ -33,8 +33,9 @@ use mcr_sys::shm::SharedCounters;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::channel::{FromWorker, ToWorker};
-use mcr_core::claims::{Action, Claim, Ledger};
-use mcr_core::rule_table::RuleTable;
+use mcr_core::plane::claims::{Action, Claim, Ledger};
+use mcr_core::plane::replies::{self, Due, Waiting};
+use mcr_core::plane::rule_table::RuleTable;
 use membership::Memberships;
 use ports::Ports;
 use stats::Stats;
@@ -77,13 +78,6 @@ pub use config_file::load as load_config;
 /// table before answering anyway.
 const APPLY_WAIT: Duration = Duration::from_secs(5);
 
-struct Pending {
-    version: u64,
-    deadline: Instant,
-    reply: PendingReply,
-    reply_to: oneshot::Sender<Response>,
-}
-
 /// An answer to a change, completed when it is sent: whether the workers
 /// run it, and what they could not set up.
 enum PendingReply {
@@ -124,7 +118,8 @@ struct Supervisor {
     /// The current table, encoded as the line every worker is sent.
     table_line: watch::Sender<Arc<Vec<u8>>>,
     events: mpsc::UnboundedSender<WorkerEvent>,
-    pending: Vec<Pending>,
+    /// Changes waiting for every live worker to run them.
+    pending: Waiting<(PendingReply, oneshot::Sender<Response>)>,
     config_path: Option<PathBuf>,
     /// The host's interfaces as last read (on every change netlink
     /// announces, and whenever the table is published).
@@ -208,7 +203,7 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
         stats: Stats::new(layout),
         table_line: table_tx,
         events: events_tx,
-        pending: Vec::new(),
+        pending: Waiting::new(APPLY_WAIT),
         config_path: opts.config_path.clone(),
         ifs: interfaces(),
         file_settings: opts.file_settings.clone(),
@@ -435,33 +430,28 @@ impl Supervisor {
 
     /// The lowest table version every live worker runs.
     fn acked(&self) -> u64 {
-        self.workers
-            .iter()
-            .filter(|w| matches!(w.state, State::Starting | State::Running))
-            .map(|w| w.applied)
-            .min()
-            .unwrap_or(self.rules.version())
+        replies::acked(
+            self.workers
+                .iter()
+                .filter(|w| matches!(w.state, State::Starting | State::Running))
+                .map(|w| w.applied),
+            self.rules.version(),
+        )
     }
 
     /// Answers the changes every live worker now runs (or, with `timed`,
     /// those that waited too long, saying so).
     fn answer_pending(&mut self, timed: bool) {
-        let acked = self.acked();
-        let now = Instant::now();
-        let (done, wait): (Vec<Pending>, Vec<Pending>) = self
-            .pending
-            .drain(..)
-            .partition(|p| p.version <= acked || (timed && now >= p.deadline));
-        self.pending = wait;
-        for p in done {
-            let applied = p.version <= acked;
+        for due in self.pending.due(self.acked(), Instant::now(), timed) {
+            let Due {
+                reply: (reply, reply_to),
+                applied,
+                version,
+            } = due;
             if !applied {
-                tracing::warn!(
-                    "table {} not yet applied by every worker after {APPLY_WAIT:?}",
-                    p.version
-                );
+                tracing::warn!("table {version} not yet applied by every worker after {APPLY_WAIT:?}");
             }
-            let reply = match p.reply {
+            let reply = match reply {
                 PendingReply::Added { rule, replaced, joins } => Reply::Added {
                     problems: self
                         .rules
@@ -504,17 +494,12 @@ impl Supervisor {
                     restart_needed,
                 },
             };
-            let _ = p.reply_to.send(reply.into());
+            let _ = reply_to.send(reply.into());
         }
     }
 
     fn reply_when_applied(&mut self, version: u64, reply: PendingReply, reply_to: oneshot::Sender<Response>) {
-        self.pending.push(Pending {
-            version,
-            deadline: Instant::now() + APPLY_WAIT,
-            reply,
-            reply_to,
-        });
+        self.pending.push(version, Instant::now(), (reply, reply_to));
         self.answer_pending(false);
     }
 
@@ -577,7 +562,7 @@ impl Supervisor {
     }
 
     /// Every change of the rules goes through here, in the ledger's three
-    /// steps ([`mcr_core::claims`]): the claims the rules in `claim` need
+    /// steps ([`mcr_core::plane::claims`]): the claims the rules in `claim` need
     /// on `ifs` are taken (new memberships joined, ports held; a join that
     /// fails is logged here and shown on its rule, and stops nothing),
     /// then `publish` sends the workers the new table, then the claims

@@ -56,7 +56,7 @@ impl Ports {
     /// Makes sure `addr` is held (or tries again if it could not be).
     /// Returns why it cannot be, if it cannot (the kernel will then answer
     /// senders with ICMP port unreachable). Who needs it is counted by
-    /// [`mcr_core::claims::Ledger`], which says when to let it go.
+    /// [`mcr_core::plane::claims::Ledger`], which says when to let it go.
     pub fn ensure(&mut self, addr: SocketAddr) -> Option<String> {
         let h = self.holds.entry(addr).or_insert(Hold {
             held: Err(String::new()),

@@ -5,6 +5,7 @@
 //! the one it replaces, which the supervisor kept open meanwhile, so no
 //! frame that arrived while it was away is lost either.
 
+use mcr_core::plane::backoff::Backoff;
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
@@ -108,7 +109,7 @@ pub struct WorkerSlot {
     pub busy: f64,
     generation: u64,
     started: Instant,
-    backoff: Duration,
+    backoff: Backoff,
     stop: Option<oneshot::Sender<()>>,
     /// The rings of the dead process, for the next one.
     kept: KeptRings,
@@ -120,16 +121,6 @@ pub struct WorkerSlot {
 /// The longest message line a worker may send (its largest, an `applied`
 /// with a problem for each of thousands of rules, is far below).
 const MAX_WORKER_LINE: usize = 16 << 20;
-
-/// The first restart delay; it doubles up to [`MAX_BACKOFF`] while the
-/// worker keeps dying young.
-const MIN_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
-/// A worker that ran this long before dying starts from [`MIN_BACKOFF`]:
-/// it was killed or crashed, not dying as it starts. (Its rings hold what
-/// arrives meanwhile, 32 MiB each by default: seconds of a busy input, so
-/// the delay must stay short for a worker that is not in a crash loop.)
-const STABLE: Duration = Duration::from_secs(1);
 
 impl WorkerSlot {
     /// A worker slot, not started yet.
@@ -148,7 +139,7 @@ impl WorkerSlot {
             busy: 0.0,
             generation: 0,
             started: Instant::now(),
-            backoff: MIN_BACKOFF,
+            backoff: Backoff::default(),
             stop: None,
             kept: KeptRings::new(),
             ring_tx: None,
@@ -306,13 +297,8 @@ impl WorkerSlot {
         self.busy = 0.0;
         self.stop = None;
         self.last_exit = Some(how);
-        if self.started.elapsed() >= STABLE {
-            self.backoff = MIN_BACKOFF;
-        }
-        let delay = self.backoff;
-        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
         self.state = State::Restarting;
-        delay
+        self.backoff.after_death(self.started.elapsed())
     }
 
     /// Hands it a ring it did not open (the founding member of a fanout

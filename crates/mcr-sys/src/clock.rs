@@ -54,17 +54,19 @@ pub fn thread_cpu_ns() -> u64 {
 
 fn timespec_to_ns(ts: &libc::timespec) -> u64 {
     // The monotonic clock counts from boot: both fields are non-negative.
-    (ts.tv_sec as u64)
+    u64::try_from(ts.tv_sec)
+        .unwrap_or(0)
         .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
+        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
 }
 
 /// Sleeps until `CLOCK_MONOTONIC` reaches `deadline_ns` (returns at once if it
 /// already has). Signals do not cut the sleep short.
 pub fn sleep_until_ns(deadline_ns: u64) {
     let ts = libc::timespec {
-        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+        tv_sec: libc::time_t::try_from(deadline_ns / 1_000_000_000).unwrap_or(libc::time_t::MAX),
+        // Below 10^9: always fits.
+        tv_nsec: libc::c_long::try_from(deadline_ns % 1_000_000_000).unwrap_or(0),
     };
     loop {
         // SAFETY: `ts` is a valid timespec; with TIMER_ABSTIME the remainder

@@ -61,12 +61,12 @@ impl Epoll {
             libc::epoll_wait(
                 self.fd.as_raw_fd(),
                 self.events.as_mut_ptr(),
-                self.events.len() as libc::c_int,
+                libc::c_int::try_from(self.events.len()).unwrap_or(libc::c_int::MAX),
                 timeout_ms,
             )
         };
         let n = match crate::check(rc) {
-            Ok(n) => n as usize,
+            Ok(n) => crate::conv::count(n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
             Err(e) => return Err(e),
         };

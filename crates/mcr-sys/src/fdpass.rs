@@ -198,7 +198,7 @@ fn recv_with(sock: BorrowedFd<'_>, flags: libc::c_int) -> io::Result<Option<Rece
         // SAFETY: `msg` points at writable buffers of the lengths it states.
         let rc = unsafe { libc::recvmsg(sock.as_raw_fd(), &raw mut msg, libc::MSG_CMSG_CLOEXEC | flags) };
         if rc >= 0 {
-            break rc as usize;
+            break crate::conv::count(rc);
         }
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {

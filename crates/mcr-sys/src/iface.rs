@@ -69,7 +69,11 @@ pub fn name(index: u32) -> io::Result<String> {
     if p.is_null() {
         return Err(io::Error::last_os_error());
     }
-    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c.to_ne_bytes()[0])
+        .collect();
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
@@ -104,7 +108,7 @@ fn ifreq(name: &str) -> io::Result<libc::ifreq> {
     // SAFETY: ifreq is plain data; all zeroes is valid.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (d, s) in req.ifr_name.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
+        *d = libc::c_char::from_ne_bytes([*s]);
     }
     Ok(req)
 }
@@ -127,7 +131,7 @@ pub fn mac(name: &str) -> io::Result<[u8; 6]> {
     let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
     let mut m = [0u8; 6];
     for (d, s) in m.iter_mut().zip(sa.sa_data.iter()) {
-        *d = *s as u8;
+        *d = s.to_ne_bytes()[0];
     }
     Ok(m)
 }
@@ -148,7 +152,7 @@ pub fn is_up(name: &str) -> io::Result<bool> {
     ioctl(libc::SIOCGIFFLAGS, &mut req)?;
     // SAFETY: SIOCGIFFLAGS filled the ifru_flags member of the union.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
-    Ok(flags & libc::IFF_UP as libc::c_short != 0)
+    Ok(libc::c_int::from(flags) & libc::IFF_UP != 0)
 }
 
 /// The MTU of interface `name`.
@@ -157,7 +161,7 @@ pub fn mtu(name: &str) -> io::Result<u32> {
     ioctl(libc::SIOCGIFMTU, &mut req)?;
     // SAFETY: SIOCGIFMTU filled the ifru_mtu member of the union.
     let mtu = unsafe { req.ifr_ifru.ifru_mtu };
-    Ok(mtu.max(0) as u32)
+    Ok(u32::try_from(mtu).unwrap_or(0))
 }
 
 /// The IP addresses (both families) of interface `name`, IPv4 first.
@@ -183,7 +187,7 @@ pub fn all_addresses() -> io::Result<std::collections::HashMap<String, Vec<std::
             // SAFETY: ifa_addr points at a sockaddr of the family it names;
             // sockaddr_storage is large enough to copy any of them into, and
             // we copy only the size of the family's own type.
-            let family = unsafe { (*ifa.ifa_addr).sa_family } as libc::c_int;
+            let family = libc::c_int::from(unsafe { (*ifa.ifa_addr).sa_family });
             let len = match family {
                 libc::AF_INET => std::mem::size_of::<libc::sockaddr_in>(),
                 libc::AF_INET6 => std::mem::size_of::<libc::sockaddr_in6>(),
@@ -196,7 +200,7 @@ pub fn all_addresses() -> io::Result<std::collections::HashMap<String, Vec<std::
                 unsafe {
                     std::ptr::copy_nonoverlapping(ifa.ifa_addr.cast::<u8>(), (&raw mut storage).cast::<u8>(), len)
                 };
-                if let Some(a) = crate::sockaddr::from_storage(&storage, len as libc::socklen_t) {
+                if let Some(a) = crate::sockaddr::from_storage(&storage, crate::conv::socklen(len)) {
                     out.entry(ifname.to_string_lossy().into_owned())
                         .or_default()
                         .push(a.ip());

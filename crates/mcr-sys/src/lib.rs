@@ -17,8 +17,16 @@
 //! ([`privilege`]) and network namespaces
 //! ([`netns`]).
 
+#![warn(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_lossless
+)]
+
 pub mod bpf;
 pub mod clock;
+mod conv;
 pub mod epoll;
 pub mod fdpass;
 pub mod iface;

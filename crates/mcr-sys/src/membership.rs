@@ -229,7 +229,10 @@ mod tests {
             .parse()
             .expect("a number");
         let n = 2 * limit + 5;
-        let group = |i: usize| IpAddr::from([239, 77, 2 + (i / 250) as u8, (i % 250) as u8 + 1]);
+        let group = |i: usize| {
+            let byte = |n: usize| u8::try_from(n).expect("below 256");
+            IpAddr::from([239, 77, 2 + byte(i / 250), byte(i % 250) + 1])
+        };
         let mut j = JoinSockets::default();
         let at: Vec<usize> = (0..n).map(|i| j.join(1, group(i), None).expect("join")).collect();
         assert_eq!(j.sockets(), n.div_ceil(limit), "{limit} a socket");

@@ -103,8 +103,8 @@ pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[Outgoing<'_>], dont_wait: bool) ->
     // SAFETY: the first `n` headers point at live iovecs, payloads and
     // addresses borrowed for the duration of the call; the kernel reads them
     // and writes only `msg_len` of each header.
-    let rc = unsafe { libc::sendmmsg(fd.as_raw_fd(), hdrs.as_mut_ptr(), n as libc::c_uint, flags) };
-    crate::check(rc).map(|sent| sent as usize)
+    let rc = unsafe { libc::sendmmsg(fd.as_raw_fd(), hdrs.as_mut_ptr(), crate::conv::u32_len(n), flags) };
+    crate::check(rc).map(crate::conv::count)
 }
 
 /// True for the errors that mean "the queue below is full, try again
@@ -118,9 +118,9 @@ pub fn is_queue_full(e: &io::Error) -> bool {
 /// what they take.
 fn write_int_cmsgs(hdr: &mut libc::msghdr, items: &[(libc::c_int, libc::c_int, libc::c_int)]) {
     // SAFETY: CMSG_SPACE is arithmetic on a length.
-    let space = unsafe { libc::CMSG_SPACE(mem::size_of::<libc::c_int>() as u32) } as usize;
+    let space = unsafe { libc::CMSG_SPACE(crate::conv::socklen_of::<libc::c_int>()) } as usize;
     // SAFETY: CMSG_LEN is arithmetic on a length.
-    let len = unsafe { libc::CMSG_LEN(mem::size_of::<libc::c_int>() as u32) } as usize;
+    let len = unsafe { libc::CMSG_LEN(crate::conv::socklen_of::<libc::c_int>()) } as usize;
     debug_assert!(items.len() * space <= mem::size_of::<[u64; CMSG_WORDS]>());
     // SAFETY: `hdr` points at a control buffer of CMSG_WORDS u64s (48
     // bytes, aligned for cmsghdr), which holds two CMSG_SPACE(4) = 24-byte
@@ -235,7 +235,7 @@ impl RecvBatch {
         let control_base = self.control.as_mut_ptr();
         for (i, h) in hdrs.iter_mut().take(batch).enumerate() {
             h.msg_hdr.msg_name = names_base.wrapping_add(i).cast();
-            h.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_namelen = crate::conv::socklen_of::<libc::sockaddr_storage>();
             h.msg_hdr.msg_iov = iov_base.wrapping_add(i);
             h.msg_hdr.msg_iovlen = 1;
             h.msg_hdr.msg_control = control_base.wrapping_add(i * CONTROL_BYTES / 8).cast();
@@ -249,7 +249,7 @@ impl RecvBatch {
             libc::recvmmsg(
                 fd.as_raw_fd(),
                 hdrs.as_mut_ptr(),
-                batch as libc::c_uint,
+                crate::conv::u32_len(batch),
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
@@ -262,7 +262,7 @@ impl RecvBatch {
                 Err(e)
             };
         }
-        let n = rc as usize;
+        let n = crate::conv::count(rc);
         for (i, h) in hdrs.iter().take(n).enumerate() {
             let mut m = RecvMeta {
                 len: h.msg_len as usize,
@@ -310,7 +310,7 @@ unsafe fn cmsg_data<T: Copy>(cmsg: *const libc::cmsghdr) -> Option<T> {
     // SAFETY: the caller guarantees `cmsg` points at a complete header.
     let len = unsafe { (*cmsg).cmsg_len };
     // SAFETY: CMSG_LEN is pure arithmetic on a length.
-    let needed = unsafe { libc::CMSG_LEN(std::mem::size_of::<T>() as libc::c_uint) } as usize;
+    let needed = unsafe { libc::CMSG_LEN(crate::conv::socklen_of::<T>()) } as usize;
     if len < needed {
         // The kernel cut this message short for want of room.
         return None;
@@ -351,7 +351,7 @@ fn read_control(hdr: &libc::msghdr, m: &mut RecvMeta) {
                     m.arrived_ns = u64::try_from(ts.tv_sec)
                         .ok()
                         .filter(|&s| s != 0)
-                        .map(|s| s * 1_000_000_000 + ts.tv_nsec as u64);
+                        .map(|s| s * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0));
                 }
             }
             _ => {}

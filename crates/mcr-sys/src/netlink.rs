@@ -34,14 +34,14 @@ impl LinkWatch {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         // SAFETY: an all-zero sockaddr_nl is valid; the fields are set below.
         let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        addr.nl_family = crate::conv::family(libc::AF_NETLINK);
         addr.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR;
         // SAFETY: `addr` is a valid sockaddr_nl and its size is passed.
         crate::check(unsafe {
             libc::bind(
                 fd.as_raw_fd(),
                 (&addr as *const libc::sockaddr_nl).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+                crate::conv::socklen_of::<libc::sockaddr_nl>(),
             )
         })?;
         Ok(LinkWatch { fd })

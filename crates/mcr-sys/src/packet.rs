@@ -64,15 +64,15 @@ fn raw_socket() -> io::Result<OwnedFd> {
 fn bind(fd: &OwnedFd, ifindex: u32, protocol: u16) -> io::Result<()> {
     // SAFETY: sockaddr_ll is plain data; all zeroes is valid.
     let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_family = crate::conv::family(libc::AF_PACKET);
     sll.sll_protocol = protocol.to_be();
-    sll.sll_ifindex = ifindex as libc::c_int;
+    sll.sll_ifindex = crate::conv::ifindex_int(ifindex);
     // SAFETY: `sll` is a valid sockaddr_ll of the length passed.
     let rc = unsafe {
         libc::bind(
             fd.as_raw_fd(),
             (&raw const sll).cast(),
-            mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            crate::conv::socklen_of::<libc::sockaddr_ll>(),
         )
     };
     crate::check(rc).map(|_| ())
@@ -99,7 +99,7 @@ impl PacketRx {
         // relay must never read back what it sent.
         set_packet_flag(&fd, libc::PACKET_IGNORE_OUTGOING)?;
         crate::sockopt::force_recv_buffer(fd.as_fd(), recv_buffer_bytes)?;
-        bind(&fd, ifindex, libc::ETH_P_ALL as u16)?;
+        bind(&fd, ifindex, crate::conv::ethertype(libc::ETH_P_ALL))?;
         // SAFETY: F_SETFL with O_NONBLOCK only changes the fd's flags.
         crate::check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) })?;
         Ok(PacketRx { fd })

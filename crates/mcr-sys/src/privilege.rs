@@ -108,7 +108,7 @@ pub fn peer_groups(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<Vec<u32>> {
     use std::os::fd::AsRawFd;
     let mut groups: Vec<libc::gid_t> = vec![0; 64];
     loop {
-        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+        let mut len = crate::conv::socklen(groups.len() * std::mem::size_of::<libc::gid_t>());
         // SAFETY: `groups` is writable for `len` bytes, which is passed, and
         // the kernel writes back how many it used (or needs).
         let rc = unsafe {
@@ -167,7 +167,7 @@ fn capset(caps: &[Cap]) -> io::Result<()> {
     // SAFETY: capset reads a version-3 header and two data structs, which
     // is what is passed; both outlive the call.
     let rc = unsafe { libc::syscall(libc::SYS_capset, &hdr as *const CapHeader, data.as_ptr()) };
-    crate::check(rc as libc::c_int).map(|_| ())
+    crate::check(libc::c_int::try_from(rc).unwrap_or(-1)).map(|_| ())
 }
 
 fn prctl(option: libc::c_int, a: libc::c_ulong, b: libc::c_ulong) -> io::Result<()> {

@@ -62,7 +62,7 @@ impl PidFd {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `rc` is a freshly created fd that nothing else owns.
-        let fd = unsafe { std::os::fd::FromRawFd::from_raw_fd(rc as libc::c_int) };
+        let fd = unsafe { std::os::fd::FromRawFd::from_raw_fd(crate::conv::fd_of(rc)?) };
         Ok(PidFd { fd })
     }
 

@@ -35,9 +35,10 @@ impl SharedCounters {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let bytes = len
             .checked_mul(8)
+            .and_then(|b| libc::off_t::try_from(b).ok())
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "too many counters"))?;
         // SAFETY: ftruncate on our own fd; a memfd grows zero-filled.
-        crate::check(unsafe { libc::ftruncate(fd.as_raw_fd(), bytes as libc::off_t) })?;
+        crate::check(unsafe { libc::ftruncate(fd.as_raw_fd(), bytes) })?;
         // The size is sealed: a process that holds the fd (a worker gone
         // wrong) cannot shrink the memory under the supervisor's mapping,
         // which would kill it with SIGBUS at its next read, nor grow it,
@@ -59,7 +60,7 @@ impl SharedCounters {
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: `st` is valid and writable; the fd is ours.
         crate::check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
-        if (st.st_size as u64) < (len as u64) * 8 {
+        if u64::try_from(st.st_size).unwrap_or(0) < (len as u64).saturating_mul(8) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("shared counters hold {} bytes, {} expected", st.st_size, len * 8),

@@ -19,7 +19,7 @@ impl RawSockAddr {
         let len = match addr {
             SocketAddr::V4(a) => {
                 let sin = libc::sockaddr_in {
-                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_family: crate::conv::family(libc::AF_INET),
                     sin_port: a.port().to_be(),
                     sin_addr: libc::in_addr {
                         s_addr: u32::from_ne_bytes(a.ip().octets()),
@@ -34,7 +34,7 @@ impl RawSockAddr {
             }
             SocketAddr::V6(a) => {
                 let sin6 = libc::sockaddr_in6 {
-                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_family: crate::conv::family(libc::AF_INET6),
                     sin6_port: a.port().to_be(),
                     sin6_flowinfo: a.flowinfo(),
                     sin6_addr: libc::in6_addr {
@@ -49,7 +49,7 @@ impl RawSockAddr {
         };
         RawSockAddr {
             storage,
-            len: len as libc::socklen_t,
+            len: crate::conv::socklen(len),
         }
     }
 
@@ -86,7 +86,7 @@ pub(crate) fn zeroed_storage() -> libc::sockaddr_storage {
 /// Reads a socket address the kernel wrote into `storage` (`len` bytes).
 pub(crate) fn from_storage(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
     let len = len as usize;
-    match storage.ss_family as libc::c_int {
+    match libc::c_int::from(storage.ss_family) {
         libc::AF_INET if len >= mem::size_of::<libc::sockaddr_in>() => {
             // SAFETY: the family says the storage holds a sockaddr_in, the
             // length covers it, and sockaddr_storage is aligned for it.

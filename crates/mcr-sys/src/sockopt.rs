@@ -13,7 +13,7 @@ pub(crate) fn set_raw<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_i
             level,
             name,
             (value as *const T).cast(),
-            mem::size_of::<T>() as libc::socklen_t,
+            crate::conv::socklen_of::<T>(),
         )
     };
     crate::check(rc).map(|_| ())
@@ -21,7 +21,7 @@ pub(crate) fn set_raw<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_i
 
 fn get_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
     let mut value: libc::c_int = 0;
-    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+    let mut len = crate::conv::socklen_of::<libc::c_int>();
     // SAFETY: `value` and `len` are valid and writable; `len` tells the
     // kernel how many bytes it may write.
     let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (&raw mut value).cast(), &mut len) };
@@ -64,7 +64,7 @@ pub fn receive_drops(fd: BorrowedFd<'_>) -> io::Result<u32> {
     // room and read the index we need.
     const SK_MEMINFO_DROPS: usize = 8;
     let mut info = [0u32; 16];
-    let mut len = mem::size_of_val(&info) as libc::socklen_t;
+    let mut len = crate::conv::socklen(mem::size_of_val(&info));
     // SAFETY: `info` has `len` writable bytes and the kernel writes at most
     // that many, updating `len`.
     let rc = unsafe {
@@ -111,7 +111,7 @@ pub fn force_recv_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> 
     if set_raw(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &v).is_err() {
         set_raw(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &v)?;
     }
-    get_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).map(|n| n.max(0) as usize)
+    get_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).map(crate::conv::count)
 }
 
 /// As [`force_recv_buffer`], for the send buffer.
@@ -120,13 +120,13 @@ pub fn force_send_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> 
     if set_raw(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &v).is_err() {
         set_raw(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &v)?;
     }
-    get_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF).map(|n| n.max(0) as usize)
+    get_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF).map(crate::conv::count)
 }
 
 /// The receive buffer the kernel granted (`SO_RCVBUF`, as it reports it:
 /// twice what was asked, for its bookkeeping).
 pub fn recv_buffer(fd: BorrowedFd<'_>) -> io::Result<usize> {
-    get_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).map(|n| n.max(0) as usize)
+    get_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).map(crate::conv::count)
 }
 
 /// Makes every send on this UDP socket a train of datagrams of `size`
@@ -164,7 +164,7 @@ pub fn recv_gro(fd: BorrowedFd<'_>, buf: &mut [u8], dont_wait: bool) -> io::Resu
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    let n = n as usize;
+    let n = crate::conv::count(n);
     let mut segment = None;
     // SAFETY: the kernel filled `m`'s control buffer and set its length.
     let mut c = unsafe { libc::CMSG_FIRSTHDR(&m) };
@@ -200,6 +200,8 @@ pub fn attach_filter(fd: BorrowedFd<'_>, prog: &[libc::sock_filter]) -> io::Resu
 /// Makes a socket refuse every packet at its filter, so nothing is ever
 /// queued to it (the kernel counts each as a UDP `InErrors`).
 pub fn drop_everything(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // Classic BPF opcodes are 16 bits.
+    #[allow(clippy::cast_possible_truncation)]
     const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
     attach_filter(
         fd,
@@ -218,7 +220,7 @@ pub fn set_multicast_if_v4_index(fd: BorrowedFd<'_>, ifindex: u32) -> io::Result
     let mreqn = libc::ip_mreqn {
         imr_multiaddr: libc::in_addr { s_addr: 0 },
         imr_address: libc::in_addr { s_addr: 0 },
-        imr_ifindex: ifindex as libc::c_int,
+        imr_ifindex: crate::conv::ifindex_int(ifindex),
     };
     set_raw(fd, libc::IPPROTO_IP, libc::IP_MULTICAST_IF, &mreqn)
 }

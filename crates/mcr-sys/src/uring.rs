@@ -219,7 +219,7 @@ impl UringUdp {
 
     fn arm(&mut self, i: usize) -> bool {
         let b = &mut self.bufs[i];
-        let e = opcode::Recv::new(Fd(self.sock.as_raw_fd()), b.as_mut_ptr(), b.len() as u32)
+        let e = opcode::Recv::new(Fd(self.sock.as_raw_fd()), b.as_mut_ptr(), crate::conv::u32_len(b.len()))
             .build()
             .user_data(i as u64);
         // SAFETY: buffer `i` is owned by `self` and is neither read nor
@@ -242,13 +242,13 @@ impl UringUdp {
         let mut n = 0;
         let mut err = None;
         for (ud, res) in done {
-            let i = ud as usize;
+            let i = usize::try_from(ud).unwrap_or(usize::MAX);
             if ud & SEND_TAG != 0 || i >= self.bufs.len() {
                 continue;
             }
             if res >= 0 {
                 let b = &self.bufs[i];
-                f(&b[..(res as usize).min(b.len())]);
+                f(&b[..crate::conv::count(res).min(b.len())]);
                 n += 1;
             } else if res != -libc::EINTR && res != -libc::ECANCELED {
                 err.get_or_insert(io::Error::from_raw_os_error(-res));
@@ -369,7 +369,9 @@ impl UringMultishot {
         }
         // SAFETY: as above, the `len` field.
         unsafe {
-            p.wrapping_add(8).cast::<u32>().write_unaligned(self.buf_size as u32);
+            p.wrapping_add(8)
+                .cast::<u32>()
+                .write_unaligned(crate::conv::u32_len(self.buf_size));
         }
         // SAFETY: as above, the `bid` field.
         unsafe {
@@ -414,7 +416,7 @@ impl UringMultishot {
                 Some(bid) if bid < self.count => {
                     if res >= 0 {
                         let start = usize::from(bid) * self.buf_size;
-                        f(&self.slab[start..start + (res as usize).min(self.buf_size)]);
+                        f(&self.slab[start..start + crate::conv::count(res).min(self.buf_size)]);
                         n += 1;
                     }
                     self.give_back(bid);

@@ -87,6 +87,12 @@ fn u32_at(b: &[u8], at: usize) -> Result<u32, ElfError> {
         .ok_or(ElfError::Short("header"))
 }
 
+/// A 64-bit offset or size in the file, as an index into it (one beyond
+/// the address space is beyond the file too).
+fn offset_at(b: &[u8], at: usize) -> Result<usize, ElfError> {
+    usize::try_from(u64_at(b, at)?).map_err(|_| ElfError::Short("an offset beyond the address space"))
+}
+
 fn u64_at(b: &[u8], at: usize) -> Result<u64, ElfError> {
     b.get(at..at + 8)
         .map(|s| u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
@@ -113,7 +119,7 @@ pub fn parse(file: &[u8]) -> Result<ElfObject, ElfError> {
     if u16_at(file, 18)? != EM_BPF {
         return Err(ElfError::NotBpf);
     }
-    let shoff = u64_at(file, 40)? as usize;
+    let shoff = offset_at(file, 40)?;
     let shentsize = usize::from(u16_at(file, 58)?);
     let shnum = usize::from(u16_at(file, 60)?);
     let shstrndx = usize::from(u16_at(file, 62)?);
@@ -121,7 +127,7 @@ pub fn parse(file: &[u8]) -> Result<ElfObject, ElfError> {
     for i in 0..shnum {
         let h = shoff + i * shentsize;
         let (name, kind) = (u32_at(file, h)?, u32_at(file, h + 4)?);
-        let (off, size) = (u64_at(file, h + 24)? as usize, u64_at(file, h + 32)? as usize);
+        let (off, size) = (offset_at(file, h + 24)?, offset_at(file, h + 32)?);
         let (link, info) = (u32_at(file, h + 40)?, u32_at(file, h + 44)?);
         // SHT_NOBITS (8) holds no bytes in the file.
         let data = if kind == 8 {
@@ -157,7 +163,7 @@ pub fn parse(file: &[u8]) -> Result<ElfObject, ElfError> {
         let name = cstr(strtab, u32_at(e, 0)? as usize);
         let kind = e[4] & 0xf;
         let shndx = usize::from(u16_at(e, 6)?);
-        let value = u64_at(e, 8)? as usize;
+        let value = offset_at(e, 8)?;
         symbols.push((name, kind, shndx, value));
     }
     let maps_idx = sections.iter().position(|s| s.name == "maps");
@@ -196,9 +202,12 @@ pub fn parse(file: &[u8]) -> Result<ElfObject, ElfError> {
             .filter(|r| r.kind == SHT_REL && r.info as usize == *shndx)
         {
             for e in rel.data.chunks_exact(16) {
-                let off = u64_at(e, 0)? as usize;
+                let off = offset_at(e, 0)?;
                 let info = u64_at(e, 8)?;
-                let (sym, rtype) = ((info >> 32) as usize, info as u32);
+                let (sym, rtype) = (
+                    usize::try_from(info >> 32).map_err(|_| ElfError::Short("relocation"))?,
+                    u32::try_from(info & 0xffff_ffff).unwrap_or(u32::MAX),
+                );
                 let target = symbols.get(sym).ok_or(ElfError::Short("relocation symbol"))?;
                 if rtype != R_BPF_64_64 || Some(target.2) != maps_idx {
                     return Err(ElfError::Relocation {

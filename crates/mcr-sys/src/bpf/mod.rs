@@ -48,7 +48,7 @@ fn sys_bpf<T>(cmd: libc::c_int, attr: &mut T) -> io::Result<libc::c_long> {
             libc::SYS_bpf,
             cmd,
             std::ptr::from_mut(attr).cast::<libc::c_void>(),
-            std::mem::size_of::<T>() as libc::c_uint,
+            crate::conv::u32_len(std::mem::size_of::<T>()),
         )
     };
     if rc < 0 {
@@ -59,10 +59,12 @@ fn sys_bpf<T>(cmd: libc::c_int, attr: &mut T) -> io::Result<libc::c_long> {
 }
 
 /// Takes ownership of a descriptor the kernel just returned.
-fn owned(rc: libc::c_long) -> OwnedFd {
+fn owned(rc: libc::c_long) -> io::Result<OwnedFd> {
+    let fd = RawFd::try_from(rc).map_err(|_| io::Error::other(format!("bpf(2) returned {rc}, not a descriptor")))?;
     // SAFETY: a successful bpf(2) call that creates an object returns a new
-    // descriptor that nothing else in this process owns.
-    unsafe { OwnedFd::from_raw_fd(rc as RawFd) }
+    // descriptor (non-negative, checked by sys_bpf) that nothing else in
+    // this process owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Why an object could not be loaded.
@@ -147,7 +149,7 @@ impl Map {
         for (d, s) in attr.map_name.iter_mut().zip(name.bytes().take(15)) {
             *d = s;
         }
-        let fd = owned(sys_bpf(BPF_MAP_CREATE, &mut attr)?);
+        let fd = owned(sys_bpf(BPF_MAP_CREATE, &mut attr)?)?;
         Ok(Map { fd, def })
     }
 
@@ -178,7 +180,7 @@ impl Map {
     pub fn update(&self, key: &[u8], value: &[u8]) -> io::Result<()> {
         self.check(key, Some(value))?;
         let mut attr = MapElemAttr {
-            map_fd: self.fd.as_raw_fd() as u32,
+            map_fd: crate::conv::fd_u32(self.fd.as_raw_fd()),
             key: key.as_ptr() as u64,
             value: value.as_ptr() as u64,
             flags: BPF_ANY,
@@ -191,7 +193,7 @@ impl Map {
     pub fn delete(&self, key: &[u8]) -> io::Result<bool> {
         self.check(key, None)?;
         let mut attr = MapElemAttr {
-            map_fd: self.fd.as_raw_fd() as u32,
+            map_fd: crate::conv::fd_u32(self.fd.as_raw_fd()),
             key: key.as_ptr() as u64,
             ..Default::default()
         };
@@ -207,7 +209,7 @@ impl Map {
         self.check(key, None)?;
         let mut value = vec![0u8; self.def.value_size as usize];
         let mut attr = MapElemAttr {
-            map_fd: self.fd.as_raw_fd() as u32,
+            map_fd: crate::conv::fd_u32(self.fd.as_raw_fd()),
             key: key.as_ptr() as u64,
             value: value.as_mut_ptr() as u64,
             ..Default::default()
@@ -326,18 +328,18 @@ impl Program {
         let attempt = |log: &mut Vec<u8>| {
             let mut attr = ProgLoadAttr {
                 prog_type,
-                insn_cnt: (insns.len() / 8) as u32,
+                insn_cnt: crate::conv::u32_len(insns.len() / 8),
                 insns: insns.as_ptr() as u64,
                 license: license.as_ptr() as u64,
                 log_level: u32::from(!log.is_empty()),
-                log_size: log.len() as u32,
+                log_size: crate::conv::u32_len(log.len()),
                 log_buf: if log.is_empty() { 0 } else { log.as_mut_ptr() as u64 },
                 ..Default::default()
             };
             for (d, s) in attr.prog_name.iter_mut().zip(name.bytes().take(15)) {
                 *d = s;
             }
-            sys_bpf(BPF_PROG_LOAD, &mut attr).map(owned)
+            sys_bpf(BPF_PROG_LOAD, &mut attr).and_then(owned)
         };
         match attempt(&mut Vec::new()) {
             Ok(fd) => Ok(Program { fd, kind }),
@@ -376,12 +378,12 @@ impl Program {
             expected_revision: u64,
         }
         let mut attr = LinkCreateAttr {
-            prog_fd: self.fd.as_raw_fd() as u32,
+            prog_fd: crate::conv::fd_u32(self.fd.as_raw_fd()),
             target_ifindex: ifindex,
             attach_type: BPF_TCX_INGRESS,
             ..Default::default()
         };
-        let fd = owned(sys_bpf(BPF_LINK_CREATE, &mut attr)?);
+        let fd = owned(sys_bpf(BPF_LINK_CREATE, &mut attr)?)?;
         Ok(Link { _fd: fd, ifindex })
     }
 
@@ -424,19 +426,24 @@ impl Program {
         ctx[10] = ifindex;
         let mut out = vec![0u8; frame.len() + 256];
         let mut attr = TestRunAttr {
-            prog_fd: self.fd.as_raw_fd() as u32,
-            data_size_in: frame.len() as u32,
-            data_size_out: out.len() as u32,
+            prog_fd: crate::conv::fd_u32(self.fd.as_raw_fd()),
+            data_size_in: crate::conv::u32_len(frame.len()),
+            data_size_out: crate::conv::u32_len(out.len()),
             data_in: frame.as_ptr() as u64,
             data_out: out.as_mut_ptr() as u64,
             repeat: 1,
-            ctx_size_in: if ifindex == 0 { 0 } else { (ctx.len() * 4) as u32 },
+            ctx_size_in: if ifindex == 0 {
+                0
+            } else {
+                crate::conv::u32_len(ctx.len() * 4)
+            },
             ctx_in: if ifindex == 0 { 0 } else { ctx.as_ptr() as u64 },
             ..Default::default()
         };
         sys_bpf(BPF_PROG_TEST_RUN, &mut attr)?;
         out.truncate(attr.data_size_out as usize);
-        Ok((attr.retval as i32, out))
+        // The verdict is the program's int return value, as the kernel stored it.
+        Ok((i32::from_ne_bytes(attr.retval.to_ne_bytes()), out))
     }
 }
 

@@ -185,11 +185,21 @@ impl std::fmt::Debug for RxRing {
     }
 }
 
+/// A ring dimension as the kernel's request takes it.
+fn ring_u32(n: usize) -> io::Result<u32> {
+    u32::try_from(n).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a ring dimension of {n} is too large"),
+        )
+    })
+}
+
 /// The system's page size (ring blocks must be multiples of it).
 fn page_size() -> usize {
     // SAFETY: sysconf takes a constant and touches no memory.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if n > 0 { n as usize } else { 4096 }
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
 }
 
 /// The most bytes of frames too long for their V2 slots that wait on a
@@ -233,10 +243,10 @@ impl RxRing {
                 let block_size = frame_size.max(page) * 4;
                 let blocks = (cfg.bytes / block_size).max(1);
                 let req = libc::tpacket_req {
-                    tp_block_size: block_size as u32,
-                    tp_block_nr: blocks as u32,
-                    tp_frame_size: frame_size as u32,
-                    tp_frame_nr: (blocks * block_size / frame_size) as u32,
+                    tp_block_size: ring_u32(block_size)?,
+                    tp_block_nr: ring_u32(blocks)?,
+                    tp_frame_size: ring_u32(frame_size)?,
+                    tp_frame_nr: ring_u32(blocks * block_size / frame_size)?,
                 };
                 set_raw(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
                 // A frame longer than a slot (the MTU grew since) is queued
@@ -256,10 +266,10 @@ impl RxRing {
                 let blocks = (cfg.bytes / block_size).max(2);
                 let frame_size = 2048;
                 let req = libc::tpacket_req3 {
-                    tp_block_size: block_size as u32,
-                    tp_block_nr: blocks as u32,
-                    tp_frame_size: frame_size as u32,
-                    tp_frame_nr: (blocks * block_size / frame_size) as u32,
+                    tp_block_size: ring_u32(block_size)?,
+                    tp_block_nr: ring_u32(blocks)?,
+                    tp_frame_size: ring_u32(frame_size)?,
+                    tp_frame_nr: ring_u32(blocks * block_size / frame_size)?,
                     tp_retire_blk_tov: cfg.block_timeout_ms.max(1),
                     tp_sizeof_priv: 0,
                     tp_feature_req_word: 0,
@@ -282,15 +292,15 @@ impl RxRing {
         crate::sockopt::drop_everything(fd.as_fd())?;
         // SAFETY: sockaddr_ll is plain data; all zeroes is valid.
         let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-        sll.sll_ifindex = ifindex as libc::c_int;
+        sll.sll_family = crate::conv::family(libc::AF_PACKET);
+        sll.sll_protocol = crate::conv::ethertype(libc::ETH_P_ALL).to_be();
+        sll.sll_ifindex = crate::conv::ifindex_int(ifindex);
         // SAFETY: `sll` is a valid sockaddr_ll of the length passed.
         let rc = unsafe {
             libc::bind(
                 fd.as_raw_fd(),
                 (&raw const sll).cast(),
-                mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+                crate::conv::socklen_of::<libc::sockaddr_ll>(),
             )
         };
         crate::check(rc)?;
@@ -331,7 +341,7 @@ impl RxRing {
     /// keeps its binding, fanout group and filter.
     pub fn adopt(fd: OwnedFd, geometry: RingGeometry) -> io::Result<RxRing> {
         let mut version: libc::c_int = -1;
-        let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let mut len = crate::conv::socklen_of::<libc::c_int>();
         // SAFETY: `version` has `len` writable bytes.
         crate::check(unsafe {
             libc::getsockopt(
@@ -381,7 +391,7 @@ impl RxRing {
     /// The id of the fanout group the socket is in, if any.
     pub fn fanout_id(&self) -> io::Result<Option<u16>> {
         let mut v: u32 = 0;
-        let mut len = mem::size_of::<u32>() as libc::socklen_t;
+        let mut len = crate::conv::socklen_of::<u32>();
         // SAFETY: `v` has `len` writable bytes.
         crate::check(unsafe {
             libc::getsockopt(
@@ -394,7 +404,7 @@ impl RxRing {
         })?;
         // The id in the low 16 bits, the mode and flags above (never all 0
         // for MCR's groups, which set a flag); 0 when in no group.
-        Ok((v != 0).then_some(v as u16))
+        Ok((v != 0).then_some((v & 0xffff) as u16))
     }
 
     /// The longest Ethernet frame (headers included) that fits in one of
@@ -431,8 +441,8 @@ impl RxRing {
     /// keeps everything else out.
     pub fn add_promisc(&self, ifindex: u32) -> io::Result<()> {
         let mr = libc::packet_mreq {
-            mr_ifindex: ifindex as libc::c_int,
-            mr_type: libc::PACKET_MR_PROMISC as libc::c_ushort,
+            mr_ifindex: crate::conv::ifindex_int(ifindex),
+            mr_type: libc::c_ushort::try_from(libc::PACKET_MR_PROMISC).unwrap_or_default(),
             mr_alen: 0,
             mr_address: [0; 8],
         };
@@ -462,7 +472,7 @@ impl RxRing {
             tp_drops: 0,
             tp_freeze_q_cnt: 0,
         };
-        let mut len = mem::size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+        let mut len = crate::conv::socklen_of::<libc::tpacket_stats_v3>();
         // SAFETY: `st` has `len` writable bytes (the V3 form is the larger;
         // V2 rings write only the first two fields).
         let rc = unsafe {
@@ -497,15 +507,15 @@ pub fn join_foreign_fanout(ifindex: u32, id: u16) -> io::Result<OwnedFd> {
     crate::sockopt::drop_everything(fd.as_fd())?;
     // SAFETY: sockaddr_ll is plain data; all zeroes is valid.
     let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-    sll.sll_ifindex = ifindex as libc::c_int;
+    sll.sll_family = crate::conv::family(libc::AF_PACKET);
+    sll.sll_protocol = crate::conv::ethertype(libc::ETH_P_ALL).to_be();
+    sll.sll_ifindex = crate::conv::ifindex_int(ifindex);
     // SAFETY: `sll` is a valid sockaddr_ll of the length passed.
     let rc = unsafe {
         libc::bind(
             fd.as_raw_fd(),
             (&raw const sll).cast(),
-            mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            crate::conv::socklen_of::<libc::sockaddr_ll>(),
         )
     };
     crate::check(rc)?;

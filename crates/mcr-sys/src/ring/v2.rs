@@ -87,7 +87,7 @@ impl Cursor {
                     if rc < 0 {
                         return None;
                     }
-                    let n = (rc as usize).min(WHOLE_MAX);
+                    let n = crate::conv::count(rc).min(WHOLE_MAX);
                     self.held = Some(n);
                     n
                 }
@@ -132,7 +132,7 @@ impl Cursor {
             if mark != 0 {
                 // Marks present span fewer than 2^31 takes, so the newest
                 // is the one no other is ahead of, counting with wrap-around.
-                let ahead = newest.is_none_or(|(_, m)| (mark.wrapping_sub(m) as i32) > 0);
+                let ahead = newest.is_none_or(|(_, m)| i32::from_ne_bytes(mark.wrapping_sub(m).to_ne_bytes()) > 0);
                 if ahead {
                     newest = Some((i, mark));
                 }

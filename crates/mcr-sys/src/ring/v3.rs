@@ -136,7 +136,8 @@ impl Cursor {
                     wire_len: hdr.tp_len as usize,
                     csum_valid,
                     csum_not_ready,
-                    vlan_tci: (hdr.tp_status & libc::TP_STATUS_VLAN_VALID != 0).then_some(hdr.hv1.tp_vlan_tci as u16),
+                    vlan_tci: (hdr.tp_status & libc::TP_STATUS_VLAN_VALID != 0)
+                        .then_some(u16::try_from(hdr.hv1.tp_vlan_tci & 0xffff).unwrap_or_default()),
                     vlan_tpid: (hdr.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0).then_some(hdr.hv1.tp_vlan_tpid),
                     arrived_ns: super::stamp_ns(hdr.tp_sec, hdr.tp_nsec),
                 });

@@ -1,5 +1,6 @@
 //! Running `mcrgen` inside a test bed's namespaces and reading its reports.
 
+use std::fmt::Display;
 use std::time::Duration;
 
 use mcrgen::impair::ImpairReport;
@@ -8,6 +9,80 @@ use mcrgen::report::{RecvReport, SendReport};
 use crate::Signal;
 
 use crate::{Error, Finished, Ns, Proc, Result, bin};
+
+/// The arguments of an `mcrgen send` or `mcrgen recv`, with the common
+/// ones named: `Mcrgen::streams("239.1.1.1:5001", "veth0").count(1000)
+/// .rate("10k").send(&ns, timeout)`, or `.expect(1000).recv(&ns)`. Any
+/// other option goes in with [`Mcrgen::arg`].
+#[derive(Debug, Clone, Default)]
+pub struct Mcrgen {
+    args: Vec<String>,
+}
+
+impl Mcrgen {
+    /// The streams (`-s`, as mcrgen reads them: `GROUP:PORT`, `A+N:PORT`,
+    /// ...) on `interface` (`-i`).
+    pub fn streams(streams: impl Display, interface: impl Display) -> Mcrgen {
+        Mcrgen::default().opt("-s", streams).opt("-i", interface)
+    }
+
+    fn opt(mut self, name: &str, value: impl Display) -> Mcrgen {
+        self.args.push(name.to_string());
+        self.args.push(value.to_string());
+        self
+    }
+
+    /// `--count`: packets per stream to send.
+    pub fn count(self, n: impl Display) -> Mcrgen {
+        self.opt("--count", n)
+    }
+
+    /// `--rate`: packets per second (`10k`, `max`).
+    pub fn rate(self, r: impl Display) -> Mcrgen {
+        self.opt("--rate", r)
+    }
+
+    /// `--size`: payload bytes.
+    pub fn size(self, n: impl Display) -> Mcrgen {
+        self.opt("--size", n)
+    }
+
+    /// `--expect`: packets per stream the receiver must get.
+    pub fn expect(self, n: impl Display) -> Mcrgen {
+        self.opt("--expect", n)
+    }
+
+    /// `--via`: how to send or receive (`ring`, `udp`, ...).
+    pub fn via(self, how: impl Display) -> Mcrgen {
+        self.opt("--via", how)
+    }
+
+    /// `--ids`: the stream ids a receiver takes.
+    pub fn ids(self, ids: impl Display) -> Mcrgen {
+        self.opt("--ids", ids)
+    }
+
+    /// Any other argument, as written on the command line.
+    pub fn arg(mut self, a: impl Display) -> Mcrgen {
+        self.args.push(a.to_string());
+        self
+    }
+
+    /// Runs `mcrgen send` with these arguments in `ns` (see [`send`]).
+    pub fn send(&self, ns: &Ns, timeout: Duration) -> Result<SendReport> {
+        send(ns, &self.strs(), timeout)
+    }
+
+    /// Starts `mcrgen recv` with these arguments in `ns` (see
+    /// [`Receiver::start`]).
+    pub fn recv(&self, ns: &Ns) -> Result<Receiver> {
+        Receiver::start(ns, &self.strs())
+    }
+
+    fn strs(&self) -> Vec<&str> {
+        self.args.iter().map(String::as_str).collect()
+    }
+}
 
 /// A running `mcrgen recv`, started with `--json`.
 #[derive(Debug)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::{Receiver, send};
+use mcr_testbed::traffic::Mcrgen;
 
 /// Options of `mcrbench demo`.
 #[derive(clap::Args, Debug)]
@@ -75,26 +75,14 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         a.streams, a.count, a.size, a.rate
     );
     println!("receiving {streams_out} in sink, every packet checked (sequence, every payload byte, latency).");
-    let rx = Receiver::start(
-        &chain.sink,
-        &["-s", &streams_out, "-i", Chain::SINK_IF, "--expect", &count],
-    )?;
-    let sent = send(
-        &chain.generator,
-        &[
-            "-s",
-            &streams_in,
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            &count,
-            "--rate",
-            &a.rate,
-            "--size",
-            &size,
-        ],
-        Duration::from_secs(3600),
-    )?;
+    let rx = Mcrgen::streams(&streams_out, Chain::SINK_IF)
+        .expect(&count)
+        .recv(&chain.sink)?;
+    let sent = Mcrgen::streams(&streams_in, Chain::GEN_IF)
+        .count(&count)
+        .rate(&a.rate)
+        .size(&size)
+        .send(&chain.generator, Duration::from_secs(3600))?;
     let got = rx.finish(Duration::from_secs(3600))?;
     println!();
     println!("Sender:");

@@ -7,7 +7,7 @@ use mcr_core::control::Reply;
 use mcr_testbed::config_file::{HEAD, rules_toml, stream_rule};
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::{Receiver, send};
+use mcr_testbed::traffic::Mcrgen;
 use mcr_testbed::{Signal, TempDir, bin, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -44,50 +44,25 @@ fn a_reload_applies_only_the_difference_and_untouched_streams_lose_nothing() {
     ));
     after.push(stream_rule(11));
 
-    let rx = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1+11:6001+",
-            "-i",
-            Chain::SINK_IF,
-            "--idle-timeout",
-            "2s",
-        ],
-    )
-    .expect("recv");
+    let rx = Mcrgen::streams("239.10.1.1+11:6001+", Chain::SINK_IF)
+        .arg("--idle-timeout")
+        .arg("2s")
+        .recv(&c.sink)
+        .expect("recv");
     // s9's new output carries stream 8 (the ninth) of the sender.
-    let rx9 = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.2.9:7009",
-            "-i",
-            Chain::SINK_IF,
-            "--ids",
-            "8",
-            "--idle-timeout",
-            "2s",
-        ],
-    )
-    .expect("recv s9");
+    let rx9 = Mcrgen::streams("239.10.2.9:7009", Chain::SINK_IF)
+        .ids("8")
+        .arg("--idle-timeout")
+        .arg("2s")
+        .recv(&c.sink)
+        .expect("recv s9");
     let gen_ns = c.generator.clone();
     let sender = std::thread::spawn(move || {
-        send(
-            &gen_ns,
-            &[
-                "-s",
-                "239.1.1.1+11:5001+",
-                "-i",
-                Chain::GEN_IF,
-                "--count",
-                &N.to_string(),
-                "--rate",
-                "22k",
-            ],
-            MINUTES,
-        )
-        .expect("send")
+        Mcrgen::streams("239.1.1.1+11:5001+", Chain::GEN_IF)
+            .count(N)
+            .rate("22k")
+            .send(&gen_ns, MINUTES)
+            .expect("send")
     });
     // Reload once every stream flows (about 0.7 s into a 4.5 s send).
     let deadline = Instant::now() + MINUTES;
@@ -172,35 +147,17 @@ fn a_broken_file_on_reload_changes_nothing_and_forwarding_goes_on() {
     let path_s = path.to_str().expect("utf-8 path");
     let mut relay = Relay::start(&c.relay, &["--config", path_s]).expect("mcrd");
     let rules_before = relay.rule_list().expect("list");
-    let rx = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1+2:6001+",
-            "-i",
-            Chain::SINK_IF,
-            "--expect",
-            &N.to_string(),
-        ],
-    )
-    .expect("recv");
+    let rx = Mcrgen::streams("239.10.1.1+2:6001+", Chain::SINK_IF)
+        .expect(N)
+        .recv(&c.sink)
+        .expect("recv");
     let gen_ns = c.generator.clone();
     let sender = std::thread::spawn(move || {
-        send(
-            &gen_ns,
-            &[
-                "-s",
-                "239.1.1.1+2:5001+",
-                "-i",
-                Chain::GEN_IF,
-                "--count",
-                &N.to_string(),
-                "--rate",
-                "4k",
-            ],
-            MINUTES,
-        )
-        .expect("send")
+        Mcrgen::streams("239.1.1.1+2:5001+", Chain::GEN_IF)
+            .count(N)
+            .rate("4k")
+            .send(&gen_ns, MINUTES)
+            .expect("send")
     });
     let softnet_before = std::fs::read_to_string("/proc/net/softnet_stat");
     std::thread::sleep(Duration::from_millis(500));

@@ -209,21 +209,11 @@ fn hostile_clients_get_errors_or_are_disconnected_while_forwarding_goes_on() {
     let rx = c.expect_at_sink("239.10.1.1:6001", N, &[]).expect("recv");
     let gen_ns = c.generator.clone();
     let sender = std::thread::spawn(move || {
-        mcr_testbed::traffic::send(
-            &gen_ns,
-            &[
-                "-s",
-                "239.1.1.1:5001",
-                "-i",
-                Chain::GEN_IF,
-                "--count",
-                &N.to_string(),
-                "--rate",
-                "4k",
-            ],
-            Duration::from_secs(180),
-        )
-        .expect("send")
+        mcr_testbed::traffic::Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+            .count(N)
+            .rate("4k")
+            .send(&gen_ns, Duration::from_secs(180))
+            .expect("send")
     });
 
     // 200 clients at once, each holding its connection: all are answered.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use mcr_core::control::RuleStats;
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::{Received, Receiver, send};
+use mcr_testbed::traffic::{Mcrgen, Received, Receiver};
 use mcr_testbed::{Ns, Signal, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -59,53 +59,28 @@ fn the_ebpf_datapath_carries_spaced_and_burst_streams_and_the_workers_see_none_o
         .expect("rule added");
     assert_eq!(programs_on(&c.relay, Chain::RELAY_IN_IF), 1);
     assert_eq!(programs_on(&c.relay, Chain::RELAY_OUT_IF), 0, "inputs only");
-    let rx = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1+2:6001+",
-            "-i",
-            Chain::SINK_IF,
-            "--expect",
-            "20000",
-            "--via",
-            "ring",
-        ],
-    )
-    .expect("recv");
+    let rx = Mcrgen::streams("239.10.1.1+2:6001+", Chain::SINK_IF)
+        .expect(20_000)
+        .via("ring")
+        .recv(&c.sink)
+        .expect("recv");
     // One stream through the kernel's UDP send path, one datagram at a
     // time (its checksums left for the hardware: partial sums); one as
     // whole frames in bursts (full checksums).
-    let spaced = [
-        "-s",
-        "239.1.1.1:5001",
-        "-i",
-        Chain::GEN_IF,
-        "--count",
-        "20000",
-        "--rate",
-        "10k",
-        "--via",
-        "udp",
-        "--pace",
-        "each",
-    ];
-    let burst = [
-        "-s",
-        "239.1.1.2:5002",
-        "-i",
-        Chain::GEN_IF,
-        "--count",
-        "20000",
-        "--rate",
-        "10k",
-        "--via",
-        "frames",
-        "--first-id",
-        "1",
-    ];
-    for args in [&spaced[..], &burst[..]] {
-        assert_eq!(send(&c.generator, args, MINUTES).expect("send").packets, 20_000);
+    let spaced = Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+        .count(20_000)
+        .rate("10k")
+        .via("udp")
+        .arg("--pace")
+        .arg("each");
+    let burst = Mcrgen::streams("239.1.1.2:5002", Chain::GEN_IF)
+        .count(20_000)
+        .rate("10k")
+        .via("frames")
+        .arg("--first-id")
+        .arg(1);
+    for sender in [spaced, burst] {
+        assert_eq!(sender.send(&c.generator, MINUTES).expect("send").packets, 20_000);
     }
     complete(rx.finish(MINUTES).expect("recv done"), 20_000, &relay);
     let s = relay.stats().expect("stats");
@@ -153,26 +128,15 @@ fn the_program_leaves_with_its_last_rule_and_with_mcrd_even_when_mcrd_is_killed(
     }
     // And nothing is black-holed: a program of the host that listens to
     // the input gets every packet.
-    let local = Receiver::start(
-        &c.relay,
-        &["-s", "239.1.1.1:5001", "-i", Chain::RELAY_IN_IF, "--expect", "3000"],
-    )
-    .expect("recv");
-    send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            "3000",
-            "--rate",
-            "3k",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    let local = Mcrgen::streams("239.1.1.1:5001", Chain::RELAY_IN_IF)
+        .expect(3000)
+        .recv(&c.relay)
+        .expect("recv");
+    Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+        .count(3000)
+        .rate("3k")
+        .send(&c.generator, MINUTES)
+        .expect("send");
     let got = local.finish(MINUTES).expect("recv done");
     assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
     assert_eq!(got.report.total.received, 3000);
@@ -188,40 +152,20 @@ fn a_program_of_the_host_that_listens_to_an_input_still_gets_every_packet() {
         .expect("rule added");
     // Both listen: a socket on the relay's host, joined on its input, and
     // the sink behind the relay.
-    let local = Receiver::start(
-        &c.relay,
-        &["-s", "239.1.1.1:5001", "-i", Chain::RELAY_IN_IF, "--expect", "10000"],
-    )
-    .expect("recv");
-    let sink = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1:6001",
-            "-i",
-            Chain::SINK_IF,
-            "--expect",
-            "10000",
-            "--via",
-            "ring",
-        ],
-    )
-    .expect("recv");
-    send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            "10000",
-            "--rate",
-            "10k",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    let local = Mcrgen::streams("239.1.1.1:5001", Chain::RELAY_IN_IF)
+        .expect(10_000)
+        .recv(&c.relay)
+        .expect("recv");
+    let sink = Mcrgen::streams("239.10.1.1:6001", Chain::SINK_IF)
+        .expect(10_000)
+        .via("ring")
+        .recv(&c.sink)
+        .expect("recv");
+    Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+        .count(10_000)
+        .rate("10k")
+        .send(&c.generator, MINUTES)
+        .expect("send");
     complete(sink.finish(MINUTES).expect("sink"), 10_000, &relay);
     let got = local.finish(MINUTES).expect("local");
     assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
@@ -273,28 +217,18 @@ fn rules_the_kernel_cannot_carry_are_forwarded_by_the_workers_beside_it() {
     let rxs: Vec<Receiver> = receivers
         .iter()
         .map(|(streams, id)| {
-            Receiver::start(
-                &c.sink,
-                &["-s", streams, "-i", Chain::SINK_IF, "--ids", id, "--expect", n],
-            )
-            .expect("recv")
+            Mcrgen::streams(streams, Chain::SINK_IF)
+                .ids(id)
+                .expect(n)
+                .recv(&c.sink)
+                .expect("recv")
         })
         .collect();
-    send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1+4:5001+",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            n,
-            "--rate",
-            "2k",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    Mcrgen::streams("239.1.1.1+4:5001+", Chain::GEN_IF)
+        .count(n)
+        .rate("2k")
+        .send(&c.generator, MINUTES)
+        .expect("send");
     for rx in rxs {
         let got = rx.finish(MINUTES).expect("recv done");
         assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
@@ -332,25 +266,14 @@ fn the_packet_datapath_forwards_every_rule_with_the_workers_and_loads_no_program
     let rx = c
         .expect_at_sink("239.10.1.1:6001", 10_000, &["--via", "ring"])
         .expect("recv");
-    send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            "10000",
-            "--rate",
-            "10k",
-            "--via",
-            "udp",
-            "--pace",
-            "each",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+        .count(10_000)
+        .rate("10k")
+        .via("udp")
+        .arg("--pace")
+        .arg("each")
+        .send(&c.generator, MINUTES)
+        .expect("send");
     complete(rx.finish(MINUTES).expect("recv done"), 10_000, &relay);
     let s = relay.stats().expect("stats");
     assert!(s.datapath.is_none() && s.datapath_missing.is_none(), "{s:?}");
@@ -386,23 +309,13 @@ fn an_output_that_cannot_keep_up_drops_what_it_cannot_take_and_says_why() {
     relay
         .add_rule("feed", "veth1:239.1.1.1:5001", &refs)
         .expect("rule added");
-    let sent = send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--duration",
-            "8s",
-            "--rate",
-            "max",
-            "--size",
-            "64",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    let sent = Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+        .arg("--duration")
+        .arg("8s")
+        .rate("max")
+        .size(64)
+        .send(&c.generator, MINUTES)
+        .expect("send");
     std::thread::sleep(Duration::from_millis(500));
     let s = relay.stats().expect("stats");
     let r = rule(&s.rules, "feed");
@@ -430,36 +343,16 @@ fn an_output_that_cannot_keep_up_drops_what_it_cannot_take_and_says_why() {
     c.relay
         .exec("tc", ["qdisc", "del", "dev", Chain::RELAY_OUT_IF, "root"])
         .expect("the link back to speed");
-    let rx = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1+16:6001",
-            "-i",
-            Chain::SINK_IF,
-            "--ids",
-            "0",
-            "--expect",
-            "5000",
-            "--via",
-            "ring",
-        ],
-    )
-    .expect("recv");
-    send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            "5000",
-            "--rate",
-            "5k",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    let rx = Mcrgen::streams("239.10.1.1+16:6001", Chain::SINK_IF)
+        .ids("0")
+        .expect(5000)
+        .via("ring")
+        .recv(&c.sink)
+        .expect("recv");
+    Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+        .count(5000)
+        .rate("5k")
+        .send(&c.generator, MINUTES)
+        .expect("send");
     complete(rx.finish(MINUTES).expect("recv done"), 5000, &relay);
 }

@@ -10,7 +10,7 @@ use mcr_core::forward::{RxChecksum, parse};
 use mcr_testbed::capture::Capture;
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::{Received, Receiver, send};
+use mcr_testbed::traffic::{Mcrgen, Received, Receiver};
 use mcr_testbed::{Ns, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -64,10 +64,11 @@ fn udp_checksum_verifies(f: &[u8]) -> bool {
 
 /// Sends `count` packets to each of `streams` from the generator.
 fn send_from(c: &Chain, streams: &str, count: u64, rate: &str, extra: &[&str]) {
-    let n = count.to_string();
-    let mut args = vec!["-s", streams, "-i", Chain::GEN_IF, "--count", &n, "--rate", rate];
-    args.extend_from_slice(extra);
-    let sent = send(&c.generator, &args, MINUTES).expect("send");
+    let sender = extra.iter().fold(
+        Mcrgen::streams(streams, Chain::GEN_IF).count(count).rate(rate),
+        |m, a| m.arg(a),
+    );
+    let sent = sender.send(&c.generator, MINUTES).expect("send");
     assert_eq!(sent.packets % count, 0, "{sent:?}");
 }
 

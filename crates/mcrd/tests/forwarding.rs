@@ -8,7 +8,7 @@ use mcr_core::forward::{RxChecksum, parse};
 use mcr_testbed::capture::Capture;
 use mcr_testbed::presets::{Chain, Star};
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::{Receiver, send};
+use mcr_testbed::traffic::{Mcrgen, Receiver};
 use mcr_testbed::traffic_lock;
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -22,30 +22,18 @@ fn a_chain_translates_every_packet_and_puts_valid_frames_on_the_wire() {
         .add_rule("feed-a", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001,ttl=7"])
         .expect("rule added");
     let cap = Capture::start_limited(&c.sink, Chain::SINK_IF, "udp", Some(2000)).expect("capture");
-    let rx = Receiver::start(
-        &c.sink,
-        &["-s", "239.10.1.1:6001", "-i", Chain::SINK_IF, "--expect", "100000"],
-    )
-    .expect("recv");
-    let sent = send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            "100000",
-            "--rate",
-            "50k",
-            "--size",
-            "1024",
-            "--ttl",
-            "9",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    let rx = Mcrgen::streams("239.10.1.1:6001", Chain::SINK_IF)
+        .expect(100_000)
+        .recv(&c.sink)
+        .expect("recv");
+    let sent = Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+        .count(100_000)
+        .rate("50k")
+        .size(1024)
+        .arg("--ttl")
+        .arg("9")
+        .send(&c.generator, MINUTES)
+        .expect("send");
     assert_eq!(sent.packets, 100_000);
     let got = rx.finish(MINUTES).expect("recv done");
     assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
@@ -96,35 +84,16 @@ fn one_input_fans_out_to_three_groups() {
         )
         .expect("rule added");
     // Every output carries stream 0.
-    let rx = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1+3:6001",
-            "-i",
-            Chain::SINK_IF,
-            "--ids",
-            "0",
-            "--expect",
-            "20000",
-        ],
-    )
-    .expect("recv");
-    send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            "20000",
-            "--rate",
-            "20k",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    let rx = Mcrgen::streams("239.10.1.1+3:6001", Chain::SINK_IF)
+        .ids("0")
+        .expect(20_000)
+        .recv(&c.sink)
+        .expect("recv");
+    Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+        .count(20_000)
+        .rate("20k")
+        .send(&c.generator, MINUTES)
+        .expect("send");
     let got = rx.finish(MINUTES).expect("recv done");
     assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
     assert_eq!(got.report.total.received, 60_000);
@@ -146,24 +115,17 @@ fn one_input_fans_out_to_fifty_interfaces_beyond_the_kernels_32() {
         .sinks
         .iter()
         .map(|ns| {
-            Receiver::start(ns, &["-s", "239.10.1.1:6001", "-i", Star::SINK_IF, "--expect", "2000"]).expect("recv")
+            Mcrgen::streams("239.10.1.1:6001", Star::SINK_IF)
+                .expect(2000)
+                .recv(ns)
+                .expect("recv")
         })
         .collect();
-    send(
-        &s.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Star::GEN_IF,
-            "--count",
-            "2000",
-            "--rate",
-            "2000",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    Mcrgen::streams("239.1.1.1:5001", Star::GEN_IF)
+        .count(2000)
+        .rate("2000")
+        .send(&s.generator, MINUTES)
+        .expect("send");
     for (k, rx) in receivers.into_iter().enumerate() {
         let got = rx.finish(MINUTES).expect("recv done");
         assert_eq!(got.code, Some(0), "sink {k}: {:?}", got.report.problems);
@@ -178,26 +140,15 @@ fn multicast_in_unicast_out() {
     relay
         .add_rule("to-host", "veth1:239.1.1.1:5001", &["veth2:10.0.1.2:7000"])
         .expect("rule added");
-    let rx = Receiver::start(
-        &c.sink,
-        &["-s", "10.0.1.2:7000", "-i", Chain::SINK_IF, "--expect", "10000"],
-    )
-    .expect("recv");
-    send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            "10000",
-            "--rate",
-            "10k",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    let rx = Mcrgen::streams("10.0.1.2:7000", Chain::SINK_IF)
+        .expect(10_000)
+        .recv(&c.sink)
+        .expect("recv");
+    Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+        .count(10_000)
+        .rate("10k")
+        .send(&c.generator, MINUTES)
+        .expect("send");
     let got = rx.finish(MINUTES).expect("recv done");
     assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
 }
@@ -229,40 +180,25 @@ fn source_specific_rules_split_one_group_by_sender() {
         .expect("rule added");
     // Stream 0 comes from 10.0.0.1, stream 1 from 10.0.0.3, each must land
     // on its own output; 10.0.0.4 has no rule.
-    let rx = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1+2:6001",
-            "-i",
-            Chain::SINK_IF,
-            "--ids",
-            "0+",
-            "--expect",
-            "5000",
-        ],
-    )
-    .expect("recv");
+    let rx = Mcrgen::streams("239.10.1.1+2:6001", Chain::SINK_IF)
+        .ids("0+")
+        .expect(5000)
+        .recv(&c.sink)
+        .expect("recv");
     let senders: Vec<std::thread::JoinHandle<()>> = [("10.0.0.1", "0"), ("10.0.0.3", "1"), ("10.0.0.4", "9")]
         .into_iter()
         .map(|(src, id)| {
             let ns = c.generator.clone();
             std::thread::spawn(move || {
-                let args = [
-                    "-s",
-                    "239.1.1.1:5001",
-                    "-i",
-                    Chain::GEN_IF,
-                    "--source",
-                    src,
-                    "--first-id",
-                    id,
-                    "--count",
-                    "5000",
-                    "--rate",
-                    "5000",
-                ];
-                send(&ns, &args, MINUTES).expect("send");
+                Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+                    .arg("--source")
+                    .arg(src)
+                    .arg("--first-id")
+                    .arg(id)
+                    .count(5000)
+                    .rate(5000)
+                    .send(&ns, MINUTES)
+                    .expect("send");
             })
         })
         .collect();
@@ -296,26 +232,15 @@ fn four_workers_neither_duplicate_nor_reorder() {
             )
             .expect("rule added");
     }
-    let rx = Receiver::start(
-        &c.sink,
-        &["-s", "239.10.1.1+20:6001+", "-i", Chain::SINK_IF, "--expect", "2000"],
-    )
-    .expect("recv");
-    send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1+20:5001+",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            "2000",
-            "--rate",
-            "20k",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    let rx = Mcrgen::streams("239.10.1.1+20:6001+", Chain::SINK_IF)
+        .expect(2000)
+        .recv(&c.sink)
+        .expect("recv");
+    Mcrgen::streams("239.1.1.1+20:5001+", Chain::GEN_IF)
+        .count(2000)
+        .rate("20k")
+        .send(&c.generator, MINUTES)
+        .expect("send");
     let got = rx.finish(MINUTES).expect("recv done");
     assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
     let Reply::Stats(st) = relay.ask(&["stats"]).expect("stats") else {
@@ -350,28 +275,16 @@ fn jumbo_frames_of_9000_bytes_cross_the_relay() {
     relay
         .add_rule("jumbo", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("rule added");
-    let rx = Receiver::start(
-        &c.sink,
-        &["-s", "239.10.1.1:6001", "-i", Chain::SINK_IF, "--expect", "5000"],
-    )
-    .expect("recv");
-    send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            "5000",
-            "--rate",
-            "5000",
-            "--size",
-            "8972",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    let rx = Mcrgen::streams("239.10.1.1:6001", Chain::SINK_IF)
+        .expect(5000)
+        .recv(&c.sink)
+        .expect("recv");
+    Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+        .count(5000)
+        .rate("5000")
+        .size(8972)
+        .send(&c.generator, MINUTES)
+        .expect("send");
     let got = rx.finish(MINUTES).expect("recv done");
     assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
     assert_eq!(got.report.total.bytes, 5000 * 8972);

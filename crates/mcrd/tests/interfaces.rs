@@ -9,7 +9,7 @@ use mcr_core::control::{Reply, RuleStatus};
 use mcr_core::forward::{RxChecksum, parse};
 use mcr_testbed::capture::Capture;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::{Receiver, every_packet_crosses, send};
+use mcr_testbed::traffic::{Mcrgen, every_packet_crosses};
 use mcr_testbed::{Ns, Testbed, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -110,28 +110,17 @@ fn an_input_deleted_and_created_again_comes_back_by_itself_and_others_are_untouc
         .add_rule("b", "i2:239.1.1.2:5002", &["o1:239.10.1.2:6002"])
         .expect("b");
     // b's stream flows throughout (6 s), every packet checked.
-    let rx_b = Receiver::start(
-        &bed.sink,
-        &["-s", "239.10.1.2:6002", "-i", "s1", "--expect", &OTHER.to_string()],
-    )
-    .expect("recv b");
+    let rx_b = Mcrgen::streams("239.10.1.2:6002", "s1")
+        .expect(OTHER)
+        .recv(&bed.sink)
+        .expect("recv b");
     let gen_ns = bed.generator.clone();
     let sender_b = std::thread::spawn(move || {
-        send(
-            &gen_ns,
-            &[
-                "-s",
-                "239.1.1.2:5002",
-                "-i",
-                "g2",
-                "--count",
-                &OTHER.to_string(),
-                "--rate",
-                "2k",
-            ],
-            MINUTES,
-        )
-        .expect("send b")
+        Mcrgen::streams("239.1.1.2:5002", "g2")
+            .count(OTHER)
+            .rate("2k")
+            .send(&gen_ns, MINUTES)
+            .expect("send b")
     });
     bed.every_packet_crosses(&relay, "239.1.1.1:5001", "g1", "239.10.1.1:6001", 1000);
     let before = rule(&relay, "a");
@@ -215,13 +204,15 @@ fn a_rule_for_an_interface_that_does_not_exist_yet_starts_when_it_appears() {
     wait_for(&relay, "late", "started", forwards);
     wait_for(&relay, "late-out", "started", forwards);
     bed.every_packet_crosses(&relay, "239.1.1.7:5007", "gl", "239.10.1.7:6007", 1000);
-    let rx = Receiver::start(&bed.sink, &["-s", "239.10.1.8:6008", "-i", "sl", "--expect", "1000"]).expect("recv");
-    send(
-        &bed.generator,
-        &["-s", "239.1.1.8:5008", "-i", "g2", "--count", "1000", "--rate", "2k"],
-        MINUTES,
-    )
-    .expect("send");
+    let rx = Mcrgen::streams("239.10.1.8:6008", "sl")
+        .expect(1000)
+        .recv(&bed.sink)
+        .expect("recv");
+    Mcrgen::streams("239.1.1.8:5008", "g2")
+        .count(1000)
+        .rate("2k")
+        .send(&bed.generator, MINUTES)
+        .expect("send");
     let got = rx.finish(MINUTES).expect("recv");
     assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
 }
@@ -350,23 +341,12 @@ fn the_mtu_grows_under_a_flowing_stream_and_then_jumbo_datagrams_cross_whole() {
         };
         assert!(applied, "{tag}");
         let rx = c.expect_at_sink("239.10.1.2:6002", 2000, &[]).expect("recv");
-        let sent = send(
-            &c.generator,
-            &[
-                "-s",
-                "239.1.1.2:5002",
-                "-i",
-                Chain::GEN_IF,
-                "--count",
-                "2000",
-                "--rate",
-                "1000",
-                "--size",
-                "8000",
-            ],
-            MINUTES,
-        )
-        .expect("send");
+        let sent = Mcrgen::streams("239.1.1.2:5002", Chain::GEN_IF)
+            .count(2000)
+            .rate("1000")
+            .size(8000)
+            .send(&c.generator, MINUTES)
+            .expect("send");
         assert_eq!(sent.packets, 2000);
         let got = rx.finish(MINUTES).expect("recv");
         assert_eq!(got.code, Some(0), "{tag}: {:?}\n{}", got.report.problems, relay.log());

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use mcr_core::control::StatsReport;
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::Receiver;
+use mcr_testbed::traffic::Mcrgen;
 use mcr_testbed::{Signal, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -28,18 +28,11 @@ fn removing_one_rule_stops_its_stream_at_once_and_spares_the_others() {
             ])
             .expect("add");
     }
-    let rx = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1+10:6001+",
-            "-i",
-            Chain::SINK_IF,
-            "--idle-timeout",
-            "2s",
-        ],
-    )
-    .expect("recv");
+    let rx = Mcrgen::streams("239.10.1.1+10:6001+", Chain::SINK_IF)
+        .arg("--idle-timeout")
+        .arg("2s")
+        .recv(&c.sink)
+        .expect("recv");
     let sender = c.send_from_generator_meanwhile("239.1.1.1+10:5001+", 4000, "10k", MINUTES);
     std::thread::sleep(Duration::from_millis(1500));
     relay.ctl_ok(&["remove", "s5"]).expect("remove");
@@ -83,11 +76,11 @@ fn a_killed_worker_comes_back_with_the_table_and_its_counters() {
         .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("add");
     let list_before = relay.ctl_ok(&["--json", "list"]).expect("list");
-    let rx = Receiver::start(
-        &c.sink,
-        &["-s", "239.10.1.1:6001", "-i", Chain::SINK_IF, "--idle-timeout", "2s"],
-    )
-    .expect("recv");
+    let rx = Mcrgen::streams("239.10.1.1:6001", Chain::SINK_IF)
+        .arg("--idle-timeout")
+        .arg("2s")
+        .recv(&c.sink)
+        .expect("recv");
     let sender = c.send_from_generator_meanwhile("239.1.1.1:5001", 8000, "1000", MINUTES);
     std::thread::sleep(Duration::from_secs(2));
     let before = relay.workers().expect("workers")[0].clone();

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::send;
+use mcr_testbed::traffic::Mcrgen;
 use mcr_testbed::{BridgeOptions, Testbed, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -144,23 +144,13 @@ fn a_loop_outside_mcrs_knowledge_is_bounded_by_the_ttl_and_counted() {
     relay
         .add_rule("echo", "veth1:239.1.1.1:5001", &["veth2:239.1.1.1:5001"])
         .expect("add");
-    let sent = send(
-        &generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            "g0",
-            "--count",
-            &PACKETS.to_string(),
-            "--rate",
-            "50",
-            "--ttl",
-            &TTL.to_string(),
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    let sent = Mcrgen::streams("239.1.1.1:5001", "g0")
+        .count(PACKETS)
+        .rate("50")
+        .arg("--ttl")
+        .arg(TTL)
+        .send(&generator, MINUTES)
+        .expect("send");
     assert_eq!(sent.packets, PACKETS);
     // Each packet goes round with TTL 8, 7, ... 2 (7 times out), and comes
     // in a last time with TTL 1, which no output may send on.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use mcr_core::control::Reply;
 use mcr_testbed::presets::DualBridge;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::{Receiver, send};
+use mcr_testbed::traffic::Mcrgen;
 use mcr_testbed::{BridgeOptions, Ns, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -40,21 +40,12 @@ fn a_stream_reaches_the_relay_only_while_it_is_joined() {
     let relay = Relay::start(&d.relay, &[]).expect("mcrd");
     let sender_ns = d.senders[0].clone();
     let sender = std::thread::spawn(move || {
-        send(
-            &sender_ns,
-            &[
-                "-s",
-                "239.1.1.1:5001",
-                "-i",
-                DualBridge::HOST_IF,
-                "--duration",
-                "25s",
-                "--rate",
-                "500",
-            ],
-            MINUTES,
-        )
-        .expect("send")
+        Mcrgen::streams("239.1.1.1:5001", DualBridge::HOST_IF)
+            .arg("--duration")
+            .arg("25s")
+            .rate("500")
+            .send(&sender_ns, MINUTES)
+            .expect("send")
     });
     // 500 pps are sent. A new querier floods unknown groups for one query
     // response interval; once it has settled, the bridge keeps the stream
@@ -74,19 +65,12 @@ fn a_stream_reaches_the_relay_only_while_it_is_joined() {
     relay
         .add_rule("feed", "in0:239.1.1.1:5001", &["out0:239.10.1.1:6001"])
         .expect("add");
-    let rx = Receiver::start(
-        &d.sinks[0],
-        &[
-            "-s",
-            "239.10.1.1:6001",
-            "-i",
-            DualBridge::HOST_IF,
-            "--late-join",
-            "--duration",
-            "3s",
-        ],
-    )
-    .expect("recv");
+    let rx = Mcrgen::streams("239.10.1.1:6001", DualBridge::HOST_IF)
+        .arg("--late-join")
+        .arg("--duration")
+        .arg("3s")
+        .recv(&d.sinks[0])
+        .expect("recv");
     let got = rx.finish(MINUTES).expect("recv done");
     assert!(got.report.total.received > 500, "{:?}", got.report.total);
     assert_eq!((got.report.total.lost, got.report.total.duplicated), (0, 0));
@@ -117,36 +101,20 @@ fn fifty_rules_added_while_traffic_flows_each_start_their_stream_cleanly() {
         "20"
     );
     let relay = Relay::start(&d.relay, &[]).expect("mcrd");
-    let rx = Receiver::start(
-        &d.sinks[0],
-        &[
-            "-s",
-            "239.10.2.1+50:6001+",
-            "-i",
-            DualBridge::HOST_IF,
-            "--late-join",
-            "--idle-timeout",
-            "3s",
-        ],
-    )
-    .expect("recv");
+    let rx = Mcrgen::streams("239.10.2.1+50:6001+", DualBridge::HOST_IF)
+        .arg("--late-join")
+        .arg("--idle-timeout")
+        .arg("3s")
+        .recv(&d.sinks[0])
+        .expect("recv");
     let sender_ns = d.senders[0].clone();
     let sender = std::thread::spawn(move || {
-        send(
-            &sender_ns,
-            &[
-                "-s",
-                "239.1.2.1+50:5001+",
-                "-i",
-                DualBridge::HOST_IF,
-                "--count",
-                "2000",
-                "--rate-per-stream",
-                "200",
-            ],
-            MINUTES,
-        )
-        .expect("send")
+        Mcrgen::streams("239.1.2.1+50:5001+", DualBridge::HOST_IF)
+            .count(2000)
+            .arg("--rate-per-stream")
+            .arg("200")
+            .send(&sender_ns, MINUTES)
+            .expect("send")
     });
     std::thread::sleep(Duration::from_secs(1));
     for i in 1..=50 {
@@ -200,26 +168,15 @@ fn the_dual_bridge_is_crossed_with_no_route_between_its_segments() {
     relay
         .add_rule("cross", "in0:239.1.1.1:5001", &["out0:239.10.1.1:6001"])
         .expect("add");
-    let rx = Receiver::start(
-        &d.sinks[0],
-        &["-s", "239.10.1.1:6001", "-i", DualBridge::HOST_IF, "--expect", "10000"],
-    )
-    .expect("recv");
-    send(
-        &d.senders[0],
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            DualBridge::HOST_IF,
-            "--count",
-            "10000",
-            "--rate",
-            "10k",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    let rx = Mcrgen::streams("239.10.1.1:6001", DualBridge::HOST_IF)
+        .expect(10_000)
+        .recv(&d.sinks[0])
+        .expect("recv");
+    Mcrgen::streams("239.1.1.1:5001", DualBridge::HOST_IF)
+        .count(10_000)
+        .rate("10k")
+        .send(&d.senders[0], MINUTES)
+        .expect("send");
     let got = rx.finish(MINUTES).expect("recv done");
     assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
 }

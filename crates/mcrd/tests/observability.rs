@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use mcr_core::control::Reply;
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::send;
+use mcr_testbed::traffic::Mcrgen;
 use mcr_testbed::traffic_lock;
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -48,23 +48,12 @@ fn metrics_pass_promtool_and_match_stats_and_what_was_received() {
         .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("add");
     let rx = c.expect_at_sink("239.10.1.1:6001", N, &[]).expect("recv");
-    send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            &N.to_string(),
-            "--rate",
-            "5k",
-            "--size",
-            "500",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+        .count(N)
+        .rate("5k")
+        .size(500)
+        .send(&c.generator, MINUTES)
+        .expect("send");
     let got = rx.finish(MINUTES).expect("recv done");
     assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
     assert_eq!(got.report.total.received, N);

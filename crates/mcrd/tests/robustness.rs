@@ -8,7 +8,7 @@ use std::time::Duration;
 use mcr_testbed::capture::Capture;
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::{Receiver, send};
+use mcr_testbed::traffic::Mcrgen;
 use mcr_testbed::{Ns, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -149,30 +149,21 @@ fn frames_with_a_vlan_tag_are_not_the_untagged_interfaces_stream() {
     relay
         .add_rule("feed", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
         .expect("add");
-    let rx = Receiver::start(
-        &c.sink,
-        &["-s", "239.10.1.1:6001", "-i", Chain::SINK_IF, "--idle-timeout", "2s"],
-    )
-    .expect("recv");
+    let rx = Mcrgen::streams("239.10.1.1:6001", Chain::SINK_IF)
+        .arg("--idle-timeout")
+        .arg("2s")
+        .recv(&c.sink)
+        .expect("recv");
     // The tagged frames do reach the relay's interface.
     let cap = Capture::start_limited(&c.relay, Chain::RELAY_IN_IF, "vlan 100 and udp", Some(2000)).expect("capture");
     // The same group and port, the same stream numbering: had the tagged
     // frames been forwarded, the sink would see every packet twice.
     for vlan in [Some("100"), None] {
-        let mut args = vec![
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--count",
-            "2000",
-            "--rate",
-            "5k",
-        ];
+        let mut sender = Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF).count(2000).rate("5k");
         if let Some(id) = vlan {
-            args.extend(["--via", "frames", "--vlan", id]);
+            sender = sender.via("frames").arg("--vlan").arg(id);
         }
-        let sent = send(&c.generator, &args, MINUTES).expect("send");
+        let sent = sender.send(&c.generator, MINUTES).expect("send");
         assert_eq!(sent.packets, 2000);
     }
     let tagged = cap.stop().expect("captured");
@@ -216,18 +207,16 @@ fn unicast_input_without_icmp(datapath: &str) {
         .ctl_ok(&["add", "to-me", "--input", &input, "--output", "veth2:239.10.1.1:6001"])
         .expect("add");
     let errors_before = udp_in_errors(&c.relay);
-    let rx = Receiver::start(
-        &c.sink,
-        &["-s", "239.10.1.1:6001", "-i", Chain::SINK_IF, "--expect", "3000"],
-    )
-    .expect("recv");
+    let rx = Mcrgen::streams("239.10.1.1:6001", Chain::SINK_IF)
+        .expect(3000)
+        .recv(&c.sink)
+        .expect("recv");
     let dest = format!("{}:5001", Chain::RELAY_IN_ADDR);
-    let sent = send(
-        &c.generator,
-        &["-s", &dest, "-i", Chain::GEN_IF, "--count", "3000", "--rate", "3k"],
-        MINUTES,
-    )
-    .expect("send");
+    let sent = Mcrgen::streams(&dest, Chain::GEN_IF)
+        .count(3000)
+        .rate("3k")
+        .send(&c.generator, MINUTES)
+        .expect("send");
     assert_eq!(sent.packets, 3000);
     // With no socket on the port, the relay host's kernel would have
     // answered with ICMP port unreachable, which the sender sees.
@@ -249,12 +238,11 @@ fn unicast_input_without_icmp(datapath: &str) {
 
     // Removing the rule lets go of the port: the kernel answers again.
     relay.ctl_ok(&["remove", "to-me"]).expect("remove");
-    let sent = send(
-        &c.generator,
-        &["-s", &dest, "-i", Chain::GEN_IF, "--count", "200", "--rate", "1k"],
-        MINUTES,
-    )
-    .expect("send");
+    let sent = Mcrgen::streams(&dest, Chain::GEN_IF)
+        .count(200)
+        .rate("1k")
+        .send(&c.generator, MINUTES)
+        .expect("send");
     assert!(sent.icmp_errors > 0, "{sent:?}");
 }
 
@@ -305,37 +293,18 @@ fn hostile_frames(name: &str, args: &[&str]) {
     }
     // From a ring, which sees every frame as it was on the wire and checks
     // its checksums itself.
-    let rx = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            "239.10.1.1+2:6001+",
-            "-i",
-            Chain::SINK_IF,
-            "--expect",
-            &N.to_string(),
-            "--via",
-            "ring",
-        ],
-    )
-    .expect("recv");
+    let rx = Mcrgen::streams("239.10.1.1+2:6001+", Chain::SINK_IF)
+        .expect(N)
+        .via("ring")
+        .recv(&c.sink)
+        .expect("recv");
     let gen_ns = c.generator.clone();
     let sender = std::thread::spawn(move || {
-        send(
-            &gen_ns,
-            &[
-                "-s",
-                "239.1.1.1+2:5001+",
-                "-i",
-                Chain::GEN_IF,
-                "--count",
-                &N.to_string(),
-                "--rate",
-                "6k",
-            ],
-            MINUTES,
-        )
-        .expect("send")
+        Mcrgen::streams("239.1.1.1+2:5001+", Chain::GEN_IF)
+            .count(N)
+            .rate("6k")
+            .send(&gen_ns, MINUTES)
+            .expect("send")
     });
     std::thread::sleep(Duration::from_millis(500));
     let before = worker_drops(&relay);
@@ -473,23 +442,13 @@ fn an_overload_of_30_seconds_is_dropped_with_reasons_and_forwarding_recovers() {
     let pids: Vec<Option<u32>> = relay.workers().expect("workers").iter().map(|w| w.pid).collect();
     let rss_before = relay_rss_kib(&relay);
     // 30 s of small packets as fast as the generator goes.
-    let sent = send(
-        &c.generator,
-        &[
-            "-s",
-            "239.1.1.1:5001",
-            "-i",
-            Chain::GEN_IF,
-            "--duration",
-            "30s",
-            "--rate",
-            "max",
-            "--size",
-            "64",
-        ],
-        MINUTES,
-    )
-    .expect("send");
+    let sent = Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+        .arg("--duration")
+        .arg("30s")
+        .rate("max")
+        .size(64)
+        .send(&c.generator, MINUTES)
+        .expect("send");
     // Let the last batches be counted.
     let mut st = relay.stats().expect("stats");
     loop {

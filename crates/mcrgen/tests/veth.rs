@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use mcr_testbed::presets::{Chain, Pipeline};
-use mcr_testbed::traffic::{Impairer, Received, Receiver, send};
+use mcr_testbed::traffic::{Impairer, Mcrgen, Received, Receiver, send};
 use mcr_testbed::traffic_lock;
 use mcrgen::impair::ImpairReport;
 use mcrgen::report::SendReport;
@@ -83,17 +83,19 @@ fn joins_beyond_the_per_socket_limit_are_spread_over_sockets() {
     );
     // 45 groups on one port: 20 + 20 + 5 joins.
     let streams = "239.2.0.1+45:5001";
-    let rx = Receiver::start(&p.sink, &["-s", streams, "-i", "veth1", "--expect", "200"]).expect("ready");
+    let rx = Mcrgen::streams(streams, "veth1")
+        .expect(200)
+        .recv(&p.sink)
+        .expect("ready");
     // The joins are real: the kernel lists all 45 memberships on veth1
     // (/proc/net/igmp shows 239.2.0.N as the little-endian hex NN0002EF).
     let igmp = p.sink.exec("cat", ["/proc/net/igmp"]).expect("igmp");
     assert_eq!(igmp.matches("0002EF").count(), 45, "{igmp}");
-    send(
-        &p.generator,
-        &["-s", streams, "-i", "veth0", "--count", "200", "--rate", "9k"],
-        MINUTE,
-    )
-    .expect("sent");
+    Mcrgen::streams(streams, "veth0")
+        .count(200)
+        .rate("9k")
+        .send(&p.generator, MINUTE)
+        .expect("sent");
     let got = rx.finish(MINUTE).expect("finished");
     assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
     assert_eq!(got.report.sockets, 3);
@@ -142,26 +144,17 @@ fn through_impair(tag: &str, faults: &[&str]) -> (Received, ImpairReport) {
     args.extend_from_slice(faults);
     let imp = Impairer::start(&c.relay, &args).expect("impairer ready");
     let streams = "239.3.1.1+3:5001+";
-    let rx = Receiver::start(
-        &c.sink,
-        &[
-            "-s",
-            streams,
-            "-i",
-            Chain::SINK_IF,
-            "--expect",
-            "2000",
-            "--idle-timeout",
-            "1s",
-        ],
-    )
-    .expect("receiver ready");
-    let sent = send(
-        &c.generator,
-        &["-s", streams, "-i", Chain::GEN_IF, "--count", "2000", "--rate", "6000"],
-        MINUTE,
-    )
-    .expect("sender ran");
+    let rx = Mcrgen::streams(streams, Chain::SINK_IF)
+        .expect(2000)
+        .arg("--idle-timeout")
+        .arg("1s")
+        .recv(&c.sink)
+        .expect("receiver ready");
+    let sent = Mcrgen::streams(streams, Chain::GEN_IF)
+        .count(2000)
+        .rate("6000")
+        .send(&c.generator, MINUTE)
+        .expect("sender ran");
     assert_eq!(sent.packets, 6000);
     let got = rx.finish(MINUTE).expect("receiver finished");
     let did = imp.stop().expect("impairer report");
@@ -331,20 +324,12 @@ fn the_ring_receiver_checks_every_packet_and_every_checksum() {
     assert_eq!(got.report.bad_frames, 0);
 
     // A frame whose UDP checksum is wrong is named, not taken.
-    let rx = Receiver::start(
-        &p.sink,
-        &[
-            "-s",
-            "239.5.1.1:5001",
-            "-i",
-            "veth1",
-            "--via",
-            "ring",
-            "--idle-timeout",
-            "1s",
-        ],
-    )
-    .expect("recv");
+    let rx = Mcrgen::streams("239.5.1.1:5001", "veth1")
+        .via("ring")
+        .arg("--idle-timeout")
+        .arg("1s")
+        .recv(&p.sink)
+        .expect("recv");
     let ns = p.generator.name().to_string();
     std::thread::spawn(move || {
         mcr_sys::netns::enter(&ns).expect("enter");

@@ -6,14 +6,19 @@
 
 use std::io;
 
-/// Nanoseconds on `CLOCK_MONOTONIC`.
-pub fn monotonic_ns() -> u64 {
+/// Nanoseconds on `clock` (one that always exists on Linux).
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec that outlives the call, and
-    // CLOCK_MONOTONIC always exists on Linux, so the call cannot fail.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    debug_assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC) failed");
+    // every clock passed here always exists, so the call cannot fail.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    debug_assert_eq!(rc, 0, "clock_gettime({clock}) failed");
     timespec_to_ns(&ts)
+}
+
+/// Nanoseconds on `CLOCK_MONOTONIC`.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// How far `CLOCK_REALTIME` is ahead of `CLOCK_MONOTONIC`, in
@@ -21,16 +26,9 @@ pub fn monotonic_ns() -> u64 {
 /// the real-time clock) into monotonic time. Read again for each batch, it
 /// follows any step of the real-time clock.
 pub fn realtime_offset_ns() -> i64 {
-    let read = |clock| {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: `ts` is a valid, writable timespec that outlives the call,
-        // and both clocks always exist on Linux.
-        let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-        debug_assert_eq!(rc, 0, "clock_gettime failed");
-        ts.tv_sec.saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec)
-    };
-    let mono = read(libc::CLOCK_MONOTONIC);
-    read(libc::CLOCK_REALTIME).saturating_sub(mono)
+    let mono = i128::from(clock_ns(libc::CLOCK_MONOTONIC));
+    let real = i128::from(clock_ns(libc::CLOCK_REALTIME));
+    i64::try_from(real - mono).unwrap_or(0)
 }
 
 /// A kernel receive timestamp (`CLOCK_REALTIME`, ns) on the monotonic
@@ -44,16 +42,11 @@ pub fn arrival_monotonic_ns(realtime_ns: u64, offset_ns: i64, now: u64) -> u64 {
 /// CPU time this thread has used, user and system, in nanoseconds
 /// (`CLOCK_THREAD_CPUTIME_ID`).
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec that outlives the call; the
-    // calling thread's CPU clock always exists.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    debug_assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    timespec_to_ns(&ts)
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 fn timespec_to_ns(ts: &libc::timespec) -> u64 {
-    // The monotonic clock counts from boot: both fields are non-negative.
+    // Every clock read here is past its epoch: both fields are non-negative.
     u64::try_from(ts.tv_sec)
         .unwrap_or(0)
         .saturating_mul(1_000_000_000)

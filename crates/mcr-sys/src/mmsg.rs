@@ -392,8 +392,13 @@ mod tests {
                 assert!(!meta.truncated && !meta.control_truncated);
                 let now = crate::clock::monotonic_ns();
                 let stamp = meta.arrived_ns.expect("a receive timestamp");
-                let at = crate::clock::arrival_monotonic_ns(stamp, crate::clock::realtime_offset_ns(), now);
-                assert!(at >= sent_at.saturating_sub(1_000_000), "arrived {at}, sent {sent_at}");
+                // On the monotonic clock, unclamped: after the send (give or
+                // take the two clock reads) and not after now.
+                let at = i128::from(stamp) - i128::from(crate::clock::realtime_offset_ns());
+                assert!(
+                    at >= i128::from(sent_at) - 1_000_000 && at <= i128::from(now) + 1_000_000,
+                    "arrived {at}, sent {sent_at}, read {now}"
+                );
                 got.push(data.to_vec());
             }
         }

@@ -195,13 +195,11 @@ pub fn every_packet_crosses(
     count: u64,
     rate: &str,
 ) -> Result<Received> {
-    let n = count.to_string();
-    let rx = Receiver::start(sink_ns, &["-s", expect_at, "-i", sink_if, "--expect", &n])?;
-    send(
-        gen_ns,
-        &["-s", dest, "-i", gen_if, "--count", &n, "--rate", rate],
-        Duration::from_secs(180),
-    )?;
+    let rx = Mcrgen::streams(expect_at, sink_if).expect(count).recv(sink_ns)?;
+    Mcrgen::streams(dest, gen_if)
+        .count(count)
+        .rate(rate)
+        .send(gen_ns, Duration::from_secs(180))?;
     let got = rx.finish(Duration::from_secs(180))?;
     if got.code != Some(0) {
         return Err(Error::Report {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use mcr_core::control::RuleStats;
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::{Mcrgen, Received, Receiver};
+use mcr_testbed::traffic::{Mcrgen, Received, Receiver, every_packet_crosses};
 use mcr_testbed::{Ns, Signal, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -128,17 +128,17 @@ fn the_program_leaves_with_its_last_rule_and_with_mcrd_even_when_mcrd_is_killed(
     }
     // And nothing is black-holed: a program of the host that listens to
     // the input gets every packet.
-    let local = Mcrgen::streams("239.1.1.1:5001", Chain::RELAY_IN_IF)
-        .expect(3000)
-        .recv(&c.relay)
-        .expect("recv");
-    Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
-        .count(3000)
-        .rate("3k")
-        .send(&c.generator, MINUTES)
-        .expect("send");
-    let got = local.finish(MINUTES).expect("recv done");
-    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+    let got = every_packet_crosses(
+        &c.generator,
+        Chain::GEN_IF,
+        "239.1.1.1:5001",
+        &c.relay,
+        Chain::RELAY_IN_IF,
+        "239.1.1.1:5001",
+        3000,
+        "3k",
+    )
+    .expect("every packet crosses");
     assert_eq!(got.report.total.received, 3000);
 }
 

@@ -8,7 +8,7 @@ use mcr_core::forward::{RxChecksum, parse};
 use mcr_testbed::capture::Capture;
 use mcr_testbed::presets::{Chain, Star};
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::{Mcrgen, Receiver};
+use mcr_testbed::traffic::{Mcrgen, Receiver, every_packet_crosses};
 use mcr_testbed::traffic_lock;
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -232,17 +232,17 @@ fn four_workers_neither_duplicate_nor_reorder() {
             )
             .expect("rule added");
     }
-    let rx = Mcrgen::streams("239.10.1.1+20:6001+", Chain::SINK_IF)
-        .expect(2000)
-        .recv(&c.sink)
-        .expect("recv");
-    Mcrgen::streams("239.1.1.1+20:5001+", Chain::GEN_IF)
-        .count(2000)
-        .rate("20k")
-        .send(&c.generator, MINUTES)
-        .expect("send");
-    let got = rx.finish(MINUTES).expect("recv done");
-    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+    every_packet_crosses(
+        &c.generator,
+        Chain::GEN_IF,
+        "239.1.1.1+20:5001+",
+        &c.sink,
+        Chain::SINK_IF,
+        "239.10.1.1+20:6001+",
+        2000,
+        "20k",
+    )
+    .expect("every packet crosses");
     let Reply::Stats(st) = relay.ask(&["stats"]).expect("stats") else {
         panic!("stats reply")
     };

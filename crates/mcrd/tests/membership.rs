@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use mcr_core::control::Reply;
 use mcr_testbed::presets::DualBridge;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::Mcrgen;
+use mcr_testbed::traffic::{Mcrgen, every_packet_crosses};
 use mcr_testbed::{BridgeOptions, Ns, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -168,17 +168,17 @@ fn the_dual_bridge_is_crossed_with_no_route_between_its_segments() {
     relay
         .add_rule("cross", "in0:239.1.1.1:5001", &["out0:239.10.1.1:6001"])
         .expect("add");
-    let rx = Mcrgen::streams("239.10.1.1:6001", DualBridge::HOST_IF)
-        .expect(10_000)
-        .recv(&d.sinks[0])
-        .expect("recv");
-    Mcrgen::streams("239.1.1.1:5001", DualBridge::HOST_IF)
-        .count(10_000)
-        .rate("10k")
-        .send(&d.senders[0], MINUTES)
-        .expect("send");
-    let got = rx.finish(MINUTES).expect("recv done");
-    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+    every_packet_crosses(
+        &d.senders[0],
+        DualBridge::HOST_IF,
+        "239.1.1.1:5001",
+        &d.sinks[0],
+        DualBridge::HOST_IF,
+        "239.10.1.1:6001",
+        10_000,
+        "10k",
+    )
+    .expect("every packet crosses");
 }
 
 /// The groups joined on `ifname`, from the namespace's `/proc/net/igmp`

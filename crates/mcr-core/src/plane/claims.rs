@@ -174,16 +174,6 @@ impl Ledger {
         }
         actions
     }
-
-    /// How many rules hold each membership.
-    pub fn joins(&self) -> &HashMap<JoinKey, usize> {
-        &self.joins
-    }
-
-    /// How many rules hold each port.
-    pub fn ports(&self) -> &HashMap<SocketAddr, usize> {
-        &self.ports
-    }
 }
 
 /// One holder fewer of `key`; true if that was the last.
@@ -370,8 +360,8 @@ mod tests {
                     let expected = claim_of(r, &now);
                     prop_assert_eq!(ledger.claim(&r.name), expected.as_ref());
                 }
-                prop_assert_eq!(ledger.joins(), &want);
-                prop_assert_eq!(ledger.ports(), &want_ports);
+                prop_assert_eq!(&ledger.joins, &want);
+                prop_assert_eq!(&ledger.ports, &want_ports);
                 prop_assert!(ledger.claims.keys().all(|k| rules.contains_key(k)), "a claim of a rule that is gone");
             }
         }
@@ -396,6 +386,6 @@ mod tests {
         // Removed: its group is left.
         let (c, _) = ledger.take([], &now);
         assert_eq!(ledger.finish(c, ["a"]).len(), 1);
-        assert!(ledger.joins().is_empty());
+        assert!(ledger.joins.is_empty());
     }
 }

@@ -86,11 +86,6 @@ impl<T> Waiting<T> {
             .collect()
     }
 
-    /// How many are waiting.
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
     /// None is waiting.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()

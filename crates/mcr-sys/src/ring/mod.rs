@@ -190,7 +190,9 @@ fn ring_u32(n: usize) -> io::Result<u32> {
     u32::try_from(n).map_err(|_| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("a ring dimension of {n} is too large"),
+            format!(
+                "a ring dimension of {n} is beyond what the kernel takes: give the ring fewer bytes (mcrd --ring-mb)"
+            ),
         )
     })
 }

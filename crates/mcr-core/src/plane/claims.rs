@@ -195,38 +195,9 @@ fn release<K: Eq + std::hash::Hash>(users: &mut HashMap<K, usize>, key: K) -> bo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::interfaces::InterfaceInfo;
+    use crate::plane::fixture::{Host, ifs, needed, rule};
     use proptest::prelude::*;
-    use std::collections::{BTreeMap, BTreeSet};
-
-    fn ifs(present: &[bool; 2]) -> Interfaces {
-        let all = [
-            InterfaceInfo::ethernet("in0", 2, ["10.0.0.2".parse().expect("literal")]),
-            InterfaceInfo::ethernet("in1", 3, ["10.0.1.2".parse().expect("literal")]),
-        ];
-        Interfaces::new(all.into_iter().zip(present).filter(|(_, p)| **p).map(|(i, _)| i))
-    }
-
-    /// An input from a small set, so that rules share and swap claims:
-    /// `which` picks the interface, the group (or a unicast port) and
-    /// the sources.
-    fn rule(name: &str, which: u8) -> Rule {
-        let ifname = if which & 1 == 0 { "in0" } else { "in1" };
-        let group = (which >> 1) % 3;
-        let input = match which >> 3 {
-            0 => format!("{ifname}:239.1.1.{group}:5001"),
-            1 => format!(
-                "{ifname}:239.1.1.{group}:5001,source=10.9.0.1,source=10.9.0.{}",
-                group + 2
-            ),
-            _ => format!("{ifname}:10.0.0.2:{}", 7000 + u16::from(group)),
-        };
-        Rule {
-            name: name.into(),
-            input: input.parse().expect("input"),
-            outputs: vec!["in1:239.10.1.1:6001".parse().expect("output")],
-        }
-    }
+    use std::collections::BTreeMap;
 
     #[derive(Debug, Clone)]
     enum Op {
@@ -243,28 +214,6 @@ mod tests {
             1 => proptest::collection::vec((0u8..6, 0u8..24), 0..6).prop_map(Op::Reload),
             1 => any::<[bool; 2]>().prop_map(Op::Interfaces),
         ]
-    }
-
-    /// The host as the actions leave it: what is joined and held.
-    #[derive(Default)]
-    struct Host {
-        joined: BTreeSet<JoinKey>,
-        held: BTreeSet<SocketAddr>,
-    }
-
-    impl Host {
-        fn apply(&mut self, a: &Action) {
-            match a {
-                Action::Join { key, .. } => {
-                    self.joined.insert(*key);
-                }
-                Action::HoldPort(p) => {
-                    self.held.insert(*p);
-                }
-                Action::Leave(key) => assert!(self.joined.remove(key), "left {key:?}, not joined"),
-                Action::FreePort(p) => assert!(self.held.remove(p), "freed {p}, not held"),
-            }
-        }
     }
 
     proptest! {
@@ -323,21 +272,7 @@ mod tests {
                     host.apply(a);
                 }
                 // (The table is published here.)
-                let needed_joins: BTreeSet<JoinKey> = rules
-                    .values()
-                    .filter_map(|r| match claim_of(r, &now) {
-                        Some(Claim::Join(k)) => Some(k),
-                        _ => None,
-                    })
-                    .flatten()
-                    .collect();
-                let needed_ports: BTreeSet<SocketAddr> = rules
-                    .values()
-                    .filter_map(|r| match claim_of(r, &now) {
-                        Some(Claim::Port(p)) => Some(p),
-                        _ => None,
-                    })
-                    .collect();
+                let Host { joined: needed_joins, held: needed_ports } = needed(rules.values(), &now);
                 for a in ledger.finish(change, removed.iter().map(String::as_str)) {
                     match &a {
                         Action::Leave(k) => prop_assert!(!needed_joins.contains(k), "left {:?}, still needed", k),

@@ -15,5 +15,8 @@
 
 pub mod backoff;
 pub mod claims;
+#[cfg(test)]
+mod fixture;
+pub mod machine;
 pub mod replies;
 pub mod rule_table;

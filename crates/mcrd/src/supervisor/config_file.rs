@@ -1,20 +1,22 @@
-//! The config file: reload (`SIGHUP`, `mcrctl reload`) and save
-//! (`mcrctl save`).
+//! The config file: read and checked (at the start and for every reload,
+//! `SIGHUP` or `mcrctl reload`), and saved (`mcrctl save`).
 //!
 //! A reload reads and checks the whole file first; a file that does not
 //! read, parse or check changes nothing and the error says where it is.
-//! Then only the difference is applied, as one new table: rules that did
-//! not change keep their slots, counters and memberships, and the workers
-//! leave their streams alone.
+//! Then the plane applies only the difference, as one new table
+//! ([`mcr_core::plane::machine`]): rules that did not change keep their
+//! slots, counters and memberships, and the workers leave their streams
+//! alone.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use mcr_core::config::{Config, Settings};
-use mcr_core::control::{ControlError, ErrorKind, Reply, Response};
-use tokio::sync::oneshot;
+use mcr_core::config::Config;
+use mcr_core::control::{ControlError, ErrorKind, Reply};
 
-use super::{PendingReply, Supervisor, interfaces};
+use mcr_core::plane::machine::Plane;
+
+use super::links::interfaces;
 
 /// Reads and checks the config file at `path` against the host's
 /// interfaces: the daemon's start and every reload go through here.
@@ -80,128 +82,49 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     written
 }
 
-impl Supervisor {
-    /// Reads the config file again and applies what changed; answers once
-    /// the workers run it.
-    pub(super) fn reload(&mut self, reply_to: oneshot::Sender<Response>) {
-        match self.try_reload() {
-            Ok((version, reply)) => self.reply_when_applied(version, reply, reply_to),
-            Err(error) => {
-                tracing::error!("reload refused, nothing changed: {}", error.message);
-                let _ = reply_to.send(Reply::Error { error }.into());
-            }
-        }
-    }
+/// The running rules, with the `[daemon]` settings of the config file, as
+/// the text of a config file; and how many rules.
+fn render<R>(plane: &Plane<R>) -> Result<(String, usize), String> {
+    let rules: Vec<_> = plane.rules().iter().map(|r| r.rule.clone()).collect();
+    Config::render(plane.settings(), &rules)
+        .map(|t| (t, rules.len()))
+        .map_err(|e| e.to_string())
+}
 
-    fn try_reload(&mut self) -> Result<(u64, PendingReply), ControlError> {
-        let Some(path) = self.config_path.clone() else {
-            return Err(ControlError::new(
-                ErrorKind::InvalidConfig,
-                "mcrd was started without a config file, so there is none to reload; start it with --config PATH",
-            ));
-        };
-        let config = load(&path)?;
-        let ifs = interfaces();
-        let before = self.rules.version();
-        let done = self.rules.replace_all(config.rules, &ifs, self.acked()).map_err(|e| {
-            let shown = path.display().to_string();
-            e.to_control(ErrorKind::InvalidConfig, Some(&shown), |what| {
-                format!(
-                    "{shown}: the new rules do not fit the table ({what}); the room of rules and outputs a \
-                         reload replaces is free again only after it, so apply a large change in two reloads"
-                )
-            })
-        })?;
-        self.stats.zero(self.counts(), &done.reused.rules, &done.reused.outputs);
-        // Every new membership is taken before the table changes and every
-        // old one left after ([`Supervisor::change_rules`]).
-        let version = done.version;
-        self.change_rules(
-            done.added.iter().chain(done.changed.iter().map(|(_, new)| new)),
-            done.removed.iter().map(|r| r.name.as_str()),
-            ifs,
-            |s, ifs| {
-                if version != before {
-                    s.publish_with(ifs);
-                }
-            },
-        );
-        let restart_needed = self.started_settings.changed_keys(&config.settings);
-        for k in &restart_needed {
-            tracing::warn!(
-                "{}: `{k}` changed; it takes effect when mcrd is restarted",
-                path.display()
-            );
-        }
-        self.file_settings = config.settings;
-        let names = |v: &[mcr_core::rule::Rule]| v.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
-        let changed: Vec<String> = done.changed.iter().map(|(_, r)| r.name.clone()).collect();
-        tracing::info!(
-            "reloaded {}: {} added, {} changed, {} removed, {} unchanged",
-            path.display(),
-            done.added.len(),
-            changed.len(),
-            done.removed.len(),
-            done.unchanged
-        );
-        Ok((
-            done.version,
-            PendingReply::Reloaded {
-                path,
-                added: names(&done.added),
-                changed,
-                removed: names(&done.removed),
-                unchanged: done.unchanged,
-                restart_needed,
-            },
-        ))
+/// Answers `config`: what `save` would write.
+pub fn text<R>(plane: &Plane<R>) -> Reply {
+    match render(plane) {
+        Ok((text, rules)) => Reply::Config { text, rules },
+        Err(e) => error(ErrorKind::Internal, e),
     }
+}
 
-    /// The running rules, with the `[daemon]` settings of the config file,
-    /// as the text of a config file; and how many rules.
-    fn render(&self) -> Result<(String, usize), String> {
-        let rules: Vec<_> = self.rules.rules().iter().map(|r| r.rule.clone()).collect();
-        let settings: &Settings = &self.file_settings;
-        Config::render(settings, &rules)
-            .map(|t| (t, rules.len()))
-            .map_err(|e| e.to_string())
-    }
-
-    /// Answers `config`: what `save` would write.
-    pub(super) fn config_text(&self) -> Reply {
-        match self.render() {
-            Ok((text, rules)) => Reply::Config { text, rules },
-            Err(e) => error(ErrorKind::Internal, e),
-        }
-    }
-
-    /// Writes the running rules, with the `[daemon]` settings of the
-    /// config file, to `to` or to the config file: only ever in the config
-    /// file's directory.
-    pub(super) fn save(&self, to: Option<PathBuf>) -> Reply {
-        let Some(config) = &self.config_path else {
-            return error(
-                ErrorKind::InvalidConfig,
-                "mcrd was started without a config file, so it has nowhere to save (it writes only in \
+/// Writes the running rules, with the `[daemon]` settings of the config
+/// file, to `to` or to the config file: only ever in the config file's
+/// directory.
+pub fn save<R>(plane: &Plane<R>, to: Option<PathBuf>) -> Reply {
+    let Some(config) = plane.config_path() else {
+        return error(
+            ErrorKind::InvalidConfig,
+            "mcrd was started without a config file, so it has nowhere to save (it writes only in \
                  its config file's directory): `mcrctl save --print > FILE` writes the rules yourself",
-            );
-        };
-        let path = to.unwrap_or_else(|| config.clone());
-        let target = match save_target(&path, config) {
-            Ok(p) => p,
-            Err(message) => return error(ErrorKind::BadRequest, message),
-        };
-        let (text, rules) = match self.render() {
-            Ok(r) => r,
-            Err(e) => return error(ErrorKind::Internal, e),
-        };
-        match write_atomically(&target, &text) {
-            Ok(()) => {
-                tracing::info!("saved {rules} rule(s) to {}", path.display());
-                Reply::Saved { path, rules }
-            }
-            Err(e) => error(ErrorKind::Internal, format!("could not write {}: {e}", path.display())),
+        );
+    };
+    let path = to.unwrap_or_else(|| config.to_path_buf());
+    let target = match save_target(&path, config) {
+        Ok(p) => p,
+        Err(message) => return error(ErrorKind::BadRequest, message),
+    };
+    let (text, rules) = match render(plane) {
+        Ok(r) => r,
+        Err(e) => return error(ErrorKind::Internal, e),
+    };
+    match write_atomically(&target, &text) {
+        Ok(()) => {
+            tracing::info!("saved {rules} rule(s) to {}", path.display());
+            Reply::Saved { path, rules }
         }
+        Err(e) => error(ErrorKind::Internal, format!("could not write {}: {e}", path.display())),
     }
 }
 

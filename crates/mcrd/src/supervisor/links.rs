@@ -1,18 +1,37 @@
-//! Interfaces that change under the rules: netlink announces every link
-//! and address change; the supervisor then reads the interfaces again and,
-//! if any a rule uses changed (appeared, went, was re-created with a new
-//! index, changed its address, MAC or MTU), takes or retakes the group
-//! memberships and sends the workers a new table. Rules are never dropped
-//! for a missing interface: they wait for it.
+//! The host's interfaces: read afresh for every change of the rules, and
+//! watched, since they change under the rules: netlink announces every link
+//! and address change; the supervisor then reads the interfaces again and
+//! hands them to the plane, which, if any a rule uses changed (appeared,
+//! went, was re-created with a new index, changed its address, MAC or
+//! MTU), takes or retakes the group memberships and sends the workers a
+//! new table. Rules are never dropped for a missing interface: they wait
+//! for it.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
+use mcr_core::interfaces::{InterfaceInfo, Interfaces};
 use mcr_sys::netlink::LinkWatch;
 use tokio::sync::mpsc;
 
-use mcr_core::plane::claims::claim_of;
-
-use super::{Supervisor, interfaces};
+/// Everything the host's interfaces offer, read afresh.
+pub fn interfaces() -> Interfaces {
+    let mut addresses = mcr_sys::iface::all_addresses().unwrap_or_else(|e| {
+        tracing::warn!("could not read the interfaces' addresses: {e}");
+        HashMap::new()
+    });
+    Interfaces::new(mcr_sys::iface::names().into_iter().filter_map(|name| {
+        Some(InterfaceInfo {
+            index: mcr_sys::iface::index(&name).ok()?,
+            mac: mcr_sys::iface::mac(&name).unwrap_or([0; 6]),
+            mtu: mcr_sys::iface::mtu(&name).unwrap_or(1500),
+            addresses: addresses.remove(&name).unwrap_or_default(),
+            ethernet: mcr_sys::iface::is_ethernet(&name).unwrap_or(false),
+            master: mcr_sys::iface::master(&name),
+            name,
+        })
+    }))
+}
 
 /// Changes often come in bursts (a link, then its addresses): wait this
 /// long after the first before reading the interfaces.
@@ -50,85 +69,5 @@ pub fn watch(changed: mpsc::Sender<()>) {
     });
     if let Err(e) = spawned {
         tracing::error!("cannot start the interface watcher: {e}");
-    }
-}
-
-/// What differs between two readings of one interface.
-fn what_changed(a: &mcr_core::interfaces::InterfaceInfo, b: &mcr_core::interfaces::InterfaceInfo) -> String {
-    let list = |v: &[std::net::IpAddr]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");
-    let mut parts = Vec::new();
-    if a.addresses != b.addresses {
-        parts.push(format!(
-            "addresses [{}] -> [{}]",
-            list(&a.addresses),
-            list(&b.addresses)
-        ));
-    }
-    if a.mac != b.mac {
-        parts.push("MAC".to_string());
-    }
-    if a.mtu != b.mtu {
-        parts.push(format!("MTU {} -> {}", a.mtu, b.mtu));
-    }
-    if a.master != b.master {
-        parts.push(format!("bridge {:?} -> {:?}", a.master, b.master));
-    }
-    if a.ethernet != b.ethernet {
-        parts.push("link type".to_string());
-    }
-    parts.join(", ")
-}
-
-impl Supervisor {
-    /// Reads the interfaces again and applies what changed for the rules.
-    pub(super) fn on_links_changed(&mut self) {
-        let ifs = interfaces();
-        let used: std::collections::BTreeSet<String> = self
-            .rules
-            .rules()
-            .iter()
-            .flat_map(|r| {
-                std::iter::once(r.rule.input.interface.clone())
-                    .chain(r.rule.outputs.iter().map(|o| o.interface.clone()))
-            })
-            .collect();
-        let mut changed = Vec::new();
-        for name in &used {
-            match (self.ifs.get(name), ifs.get(name)) {
-                (None, Some(i)) => changed.push(format!("`{name}` appeared (index {})", i.index)),
-                (Some(_), None) => changed.push(format!("`{name}` is gone")),
-                (Some(a), Some(b)) if a.index != b.index => {
-                    changed.push(format!("`{name}` was re-created (index {} -> {})", a.index, b.index))
-                }
-                (Some(a), Some(b)) if a != b => changed.push(format!("`{name}` changed: {}", what_changed(a, b))),
-                _ => {}
-            }
-        }
-        if !changed.is_empty() {
-            tracing::info!("interfaces: {}", changed.join(", "));
-        }
-        // Memberships on the interfaces as they are now, checked every time
-        // (a rule change in between may have published the new interfaces
-        // already, without retaking other rules' memberships): taken before
-        // the table changes, the old ones left after.
-        let rules = self.rules.rules().to_vec();
-        let reclaim: Vec<&mcr_core::rule::Rule> = rules
-            .iter()
-            .map(|r| &r.rule)
-            .filter(|r| claim_of(r, &ifs).as_ref() != self.ledger.claim(&r.name))
-            .collect();
-        if changed.is_empty() && reclaim.is_empty() {
-            // A unicast input's port may be holdable now that its address is.
-            self.ports.retry_failed();
-            return;
-        }
-        self.change_rules(reclaim, [], ifs, |s, ifs| {
-            let ports = s.ports.retry_failed();
-            if ports > 0 {
-                tracing::info!("{ports} unicast port(s) held now");
-            }
-            s.rules.touch();
-            s.publish_with(ifs);
-        });
     }
 }

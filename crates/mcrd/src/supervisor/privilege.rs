@@ -6,20 +6,20 @@
 //! that user and the control group (`--control-group`).
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use anyhow::Context;
 use mcr_sys::privilege::{self, Cap};
 
-use super::Options;
 use super::control::Access;
 
 /// What the daemon keeps when it drops root.
 pub const KEPT: [Cap; 2] = [Cap::NetRaw, Cap::NetAdmin];
 
-/// Gives the control socket its owner and group and, with `--user`, drops
-/// to that user; returns who may use the control socket.
-pub fn settle(opts: &Options) -> anyhow::Result<Access> {
-    let account = match &opts.user {
+/// Gives the control socket its owner and the `--control-group` and, with
+/// `--user`, drops to that user; returns who may use the control socket.
+pub fn settle(socket: &Path, user: Option<&str>, control_group: Option<&str>) -> anyhow::Result<Access> {
+    let account = match user {
         Some(name) => Some(
             privilege::user(name)
                 .with_context(|| format!("look up user `{name}`"))?
@@ -27,12 +27,12 @@ pub fn settle(opts: &Options) -> anyhow::Result<Access> {
         ),
         None => None,
     };
-    let (gid, group_name) = match &opts.control_group {
+    let (gid, group_name) = match control_group {
         Some(name) => (
             privilege::group(name)
                 .with_context(|| format!("look up group `{name}`"))?
                 .with_context(|| format!("--control-group: there is no group `{name}`"))?,
-            name.clone(),
+            name.to_string(),
         ),
         None => {
             let gid = account.as_ref().map_or_else(mcr_sys::process::effective_gid, |a| a.gid);
@@ -40,7 +40,6 @@ pub fn settle(opts: &Options) -> anyhow::Result<Access> {
         }
     };
     let uid = account.as_ref().map_or_else(mcr_sys::process::effective_uid, |a| a.uid);
-    let socket = &opts.control_socket;
     std::os::unix::fs::chown(socket, Some(uid), Some(gid))
         .with_context(|| format!("give the control socket {} to uid {uid} gid {gid}", socket.display()))?;
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))

@@ -235,3 +235,46 @@ impl Stats {
         }
     }
 }
+
+/// The totals mcrd prints as it stops.
+pub fn totals(report: &StatsReport) -> String {
+    let mut out = String::from("mcrd final totals\n");
+    for r in &report.rules {
+        out.push_str(&format!(
+            "  rule {:<20} {:>12} packets {:>14} bytes\n",
+            r.name, r.packets, r.bytes
+        ));
+        for o in &r.outputs {
+            let drops: u64 = o.drops.values().sum();
+            out.push_str(&format!(
+                "    -> {:<40} {:>12} packets {:>10} dropped\n",
+                o.output, o.packets, drops
+            ));
+        }
+    }
+    for w in &report.workers {
+        let drops: u64 = w.drops.values().sum();
+        let why = mcr_core::control::nonzero_drops(&w.drops);
+        out.push_str(&format!(
+            "  worker {} rx {} frames, tx {} packets, {} ring drops, {} ring errors, {} dropped{}\n",
+            w.index,
+            w.rx_frames,
+            w.tx_packets,
+            w.ring_drops,
+            w.ring_errors,
+            drops,
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", why.join(", "))
+            }
+        ));
+    }
+    if let Some(d) = &report.datapath {
+        out.push_str(&format!(
+            "  ebpf data path rx {} frames, tx {} packets\n",
+            d.rx_frames, d.tx_packets
+        ));
+    }
+    out
+}

@@ -1,19 +1,19 @@
 //! The worker processes: started by re-executing `mcrd worker`, pinned to
-//! their cores, fed the whole table, watched, and restarted with backoff
-//! when they die. A restarted worker counts on in the same statistics
+//! their cores, fed the whole table, watched, and restarted when they die
+//! (when, and after what delay, the plane decides: [`mcr_core::plane::machine`]). A restarted worker counts on in the same statistics
 //! block, so no counter is lost, and reads on from the receive rings of
 //! the one it replaces, which the supervisor kept open meanwhile, so no
 //! frame that arrived while it was away is lost either.
 
-use mcr_core::plane::backoff::Backoff;
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mcr_core::control::WorkerStatus;
+use mcr_core::plane::machine::Worker;
 use mcr_sys::ring::RingGeometry;
 use mcr_sys::shm::SharedCounters;
 use tokio::io::{AsyncWriteExt, BufReader};
@@ -67,40 +67,20 @@ pub struct Recipe {
     pub common_args: Vec<String>,
 }
 
-/// The state of one worker slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// Spawned, not yet running the current table.
-    Starting,
-    /// Running.
-    Running,
-    /// Dead, waiting out its backoff.
-    Restarting,
-    /// Told to stop.
-    Stopping,
-}
-
-/// The supervisor's hold on one worker process: its state, its process,
-/// its restarts and the rings kept for its successor (the process itself
-/// runs `worker::Worker`).
+/// The supervisor's hold on one worker process: the process, what it
+/// could not set up, its CPU time and the rings kept for its successor
+/// (the process itself runs `worker::Worker`; where it is in its life is
+/// the plane's [`mcr_core::plane::machine::Worker`]).
 #[derive(Debug)]
 pub struct WorkerSlot {
     /// Its index (also its statistics block).
     pub index: usize,
     /// The CPU it is pinned to.
     pub cpu: usize,
-    /// Its state.
-    pub state: State,
     /// Its process id while it runs.
     pub pid: Option<u32>,
-    /// The table version it has applied.
-    pub applied: u64,
     /// What it could not set up for that table.
     pub problems: Vec<Problem>,
-    /// How often it was restarted.
-    pub restarts: u64,
-    /// Why it last ended.
-    pub last_exit: Option<String>,
     /// CPU seconds of its earlier processes.
     cpu_before_s: f64,
     /// CPU seconds of the current process when last sampled, and when.
@@ -108,8 +88,6 @@ pub struct WorkerSlot {
     /// The share of a CPU it used between the last two samples.
     pub busy: f64,
     generation: u64,
-    started: Instant,
-    backoff: Backoff,
     stop: Option<oneshot::Sender<()>>,
     /// The rings of the dead process, for the next one.
     kept: KeptRings,
@@ -128,18 +106,12 @@ impl WorkerSlot {
         WorkerSlot {
             index,
             cpu,
-            state: State::Restarting,
             pid: None,
-            applied: 0,
             problems: Vec::new(),
-            restarts: 0,
-            last_exit: None,
             cpu_before_s: 0.0,
             cpu_now: None,
             busy: 0.0,
             generation: 0,
-            started: Instant::now(),
-            backoff: Backoff::default(),
             stop: None,
             kept: KeptRings::new(),
             ring_tx: None,
@@ -186,10 +158,7 @@ impl WorkerSlot {
         drop(keeper_theirs);
         self.generation += 1;
         self.pid = child.id();
-        self.state = State::Starting;
-        self.applied = 0;
         self.problems.clear();
-        self.started = Instant::now();
         ours.set_nonblocking(true)?;
         let stream = UnixStream::from_std(ours)?;
         let (rd, mut wr) = stream.into_split();
@@ -287,18 +256,14 @@ impl WorkerSlot {
         Ok(())
     }
 
-    /// Notes that the process ended, leaving `rings` for the next one;
-    /// returns the delay before it restarts.
-    pub fn died(&mut self, how: String, rings: KeptRings) -> Duration {
+    /// Notes that the process ended, leaving `rings` for the next one.
+    pub fn ended(&mut self, rings: KeptRings) {
         self.pid = None;
         self.ring_tx = None;
         self.kept.extend(rings);
         self.cpu_before_s += self.cpu_now.take().map_or(0.0, |(_, s)| s);
         self.busy = 0.0;
         self.stop = None;
-        self.last_exit = Some(how);
-        self.state = State::Restarting;
-        self.backoff.after_death(self.started.elapsed())
     }
 
     /// Hands it a ring it did not open (the founding member of a fanout
@@ -347,25 +312,18 @@ impl WorkerSlot {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
-        self.state = State::Stopping;
     }
 
-    /// Its status for `mcrctl workers`.
-    pub fn status(&self) -> WorkerStatus {
+    /// Its status for `mcrctl workers`, with what the plane knows of it.
+    pub fn status(&self, life: &Worker) -> WorkerStatus {
         WorkerStatus {
             index: self.index,
             pid: self.pid,
             cpu: self.cpu,
-            state: match self.state {
-                State::Starting => "starting",
-                State::Running => "running",
-                State::Restarting => "restarting",
-                State::Stopping => "stopping",
-            }
-            .into(),
-            restarts: self.restarts,
-            table_version: self.applied,
-            last_exit: self.last_exit.clone(),
+            state: life.state.name().into(),
+            restarts: life.restarts,
+            table_version: life.applied,
+            last_exit: life.last_exit.clone(),
             problems: self.problems.iter().map(|p| p.error.clone()).collect(),
         }
     }

@@ -1,0 +1,1103 @@
+//! The supervisor's decisions as one state machine, the way quinn-proto
+//! holds QUIC without a socket: [`Plane::handle`] takes what happened (a
+//! request with the interfaces as just read, a worker's start, message or
+//! exit, an interface change, a tick) and the time, and returns what the
+//! daemon must do, in order ([`Effect`]: join, leave, hold or free a port,
+//! zero statistics slots, publish the table, answer, start a worker or
+//! start it after a delay, log). mcrd carries the effects out and feeds
+//! back what happened; nothing here opens a socket, starts a process or
+//! reads a clock, so every path is tested below without a network.
+//!
+//! Every change of the rules (an add, a remove, a reload, the start, an
+//! interface change) runs the same steps, in [`Plane::change`]: take the
+//! claims the changed rules need, and those of every rule whose claim
+//! differs on the interfaces as they are now; publish the new table; give
+//! up the claims the changed rules held before and those of the removed
+//! rules. So the host's memberships are always those the rules need, and
+//! a membership is left only once the workers no longer read it.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::config::{Config, Settings};
+use crate::control::{ControlError, ErrorKind, Reply};
+use crate::interfaces::{InterfaceInfo, Interfaces};
+use crate::rule::Rule;
+use crate::snapshot::SlottedRule;
+
+use super::backoff::Backoff;
+use super::claims::{Action, Claim, Ledger, claim_of};
+use super::replies::{self, Waiting};
+use super::rule_table::{Reused, RuleTable};
+
+/// How long an `add`, `remove` or `reload` waits for the workers to run
+/// the new table before it is answered anyway.
+pub const APPLY_WAIT: Duration = Duration::from_secs(5);
+
+/// What happened, for [`Plane::handle`]. `R` is whatever the daemon needs
+/// to answer a request (its reply channel); the plane hands it back once.
+#[derive(Debug)]
+pub enum Event<R> {
+    /// `mcrctl add`, with the interfaces as just read.
+    Add {
+        /// The rule (new, or replacing the one of its name).
+        rule: Rule,
+        /// The host's interfaces now.
+        interfaces: Interfaces,
+        /// Where the answer goes.
+        reply: R,
+    },
+    /// `mcrctl remove`.
+    Remove {
+        /// The rule's name.
+        name: String,
+        /// The host's interfaces now.
+        interfaces: Interfaces,
+        /// Where the answer goes.
+        reply: R,
+    },
+    /// `mcrctl reload` or SIGHUP: the config file as read and checked
+    /// (see [`Plane::config_file`]), or why it could not be.
+    Reload {
+        /// The file's content.
+        config: Result<Config, ControlError>,
+        /// The host's interfaces now.
+        interfaces: Interfaces,
+        /// Where the answer goes.
+        reply: R,
+    },
+    /// Netlink announced a change: the interfaces as read again.
+    Interfaces(Interfaces),
+    /// Worker `i`'s process started.
+    WorkerStarted(usize),
+    /// Worker `i`'s process could not be started.
+    WorkerFailedToStart {
+        /// Which worker.
+        index: usize,
+        /// Why.
+        why: String,
+    },
+    /// A worker runs table `version`.
+    WorkerApplied {
+        /// Which worker.
+        index: usize,
+        /// The version it applied.
+        version: u64,
+    },
+    /// A worker's process ended.
+    WorkerExited {
+        /// Which worker.
+        index: usize,
+        /// How it ended, for the log and `mcrctl workers`.
+        how: String,
+    },
+    /// A worker's restart delay is over.
+    RestartDue(usize),
+    /// The timer: changes that waited too long are answered.
+    Tick,
+    /// The daemon stops: the workers' ends are expected.
+    Stop,
+}
+
+/// What the daemon must do, in the order given.
+#[derive(Debug)]
+pub enum Effect<R> {
+    /// Make the host hold or give up a membership or port. `rule` names
+    /// the rule taking it (for the message if a join fails).
+    Host {
+        /// What to do.
+        action: Action,
+        /// The rule that takes it; none when it is given up.
+        rule: Option<String>,
+    },
+    /// The interfaces changed: try again to hold the unicast ports that
+    /// could not be held (their address may be there now).
+    RetryPorts,
+    /// Zero these statistics slots before a worker counts into them.
+    Zero(Reused),
+    /// Send every worker the current table ([`Plane::rules`] on
+    /// [`Plane::interfaces`]), which is this version.
+    Publish(u64),
+    /// Answer a change: `reply` says what was done and whether every
+    /// live worker runs it (`applied`; else the wait was over first). The
+    /// daemon adds what only it knows: how the rule's joins stand and
+    /// what keeps it from forwarding (`joins`, `problems`).
+    Answer {
+        /// Where the answer goes.
+        to: R,
+        /// The answer.
+        reply: Reply,
+        /// The table version with the change.
+        version: u64,
+    },
+    /// Refuse a request; nothing changed.
+    Refuse {
+        /// Where the answer goes.
+        to: R,
+        /// Why.
+        error: ControlError,
+    },
+    /// Start worker `i`'s process (then feed back
+    /// [`Event::WorkerStarted`] or [`Event::WorkerFailedToStart`]).
+    Start(usize),
+    /// Feed back [`Event::RestartDue`] for this worker after `delay`.
+    RestartAfter {
+        /// Which worker.
+        index: usize,
+        /// How long it waits.
+        delay: Duration,
+    },
+    /// Say this in the log.
+    Log(Level, String),
+}
+
+/// How loud a [`Effect::Log`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Worth knowing.
+    Info,
+    /// Something does not work as the rules ask.
+    Warn,
+    /// A request was refused or a worker cannot start.
+    Error,
+}
+
+/// Where a worker is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Started, not yet running the current table.
+    Starting,
+    /// Running.
+    Running,
+    /// Dead (or not started yet), waiting out its delay.
+    Restarting,
+    /// Told to stop.
+    Stopping,
+}
+
+impl State {
+    /// Its name in `mcrctl workers`.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Starting => "starting",
+            State::Running => "running",
+            State::Restarting => "restarting",
+            State::Stopping => "stopping",
+        }
+    }
+
+    /// A live worker holds up the answer to a change until it runs it.
+    pub fn live(self) -> bool {
+        matches!(self, State::Starting | State::Running)
+    }
+}
+
+/// What the plane knows of one worker.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    /// Where it is in its life.
+    pub state: State,
+    /// The table version it has applied.
+    pub applied: u64,
+    /// How often it was restarted.
+    pub restarts: u64,
+    /// Why it last ended.
+    pub last_exit: Option<String>,
+    started: Option<Instant>,
+    backoff: Backoff,
+}
+
+/// The control plane: the rules, what they hold on the host, the workers
+/// and the changes waiting for them.
+#[derive(Debug)]
+pub struct Plane<R> {
+    rules: RuleTable,
+    ledger: Ledger,
+    waiting: Waiting<(Reply, R)>,
+    workers: Vec<Worker>,
+    /// The interfaces the current table was published with.
+    ifs: Interfaces,
+    config_path: Option<PathBuf>,
+    /// The `[daemon]` settings of the file as last loaded (what `save`
+    /// writes).
+    settings: Settings,
+    /// Those it started with (what a reload compares against).
+    started_settings: Settings,
+}
+
+impl<R> Plane<R> {
+    /// A plane with room for `rule_slots` rules and `output_slots`
+    /// outputs, `workers` workers (none started), and the config file the
+    /// daemon was started with, if any, with its settings.
+    pub fn new(
+        rule_slots: usize,
+        output_slots: usize,
+        workers: usize,
+        config_path: Option<PathBuf>,
+        settings: Settings,
+    ) -> Self {
+        Plane {
+            rules: RuleTable::new(rule_slots, output_slots),
+            ledger: Ledger::default(),
+            waiting: Waiting::new(APPLY_WAIT),
+            workers: (0..workers)
+                .map(|_| Worker {
+                    state: State::Restarting,
+                    applied: 0,
+                    restarts: 0,
+                    last_exit: None,
+                    started: None,
+                    backoff: Backoff::default(),
+                })
+                .collect(),
+            ifs: Interfaces::default(),
+            config_path,
+            started_settings: settings.clone(),
+            settings,
+        }
+    }
+
+    /// The rules, in the order added.
+    pub fn rules(&self) -> &[SlottedRule] {
+        self.rules.rules()
+    }
+
+    /// The current table version.
+    pub fn version(&self) -> u64 {
+        self.rules.version()
+    }
+
+    /// The interfaces the current table was published with.
+    pub fn interfaces(&self) -> &Interfaces {
+        &self.ifs
+    }
+
+    /// What rule `name` holds on the host.
+    pub fn claim(&self, name: &str) -> Option<&Claim> {
+        self.ledger.claim(name)
+    }
+
+    /// Worker `i`.
+    pub fn worker(&self, i: usize) -> &Worker {
+        &self.workers[i]
+    }
+
+    /// The `[daemon]` settings of the config file as last loaded.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The config file the daemon was started with.
+    pub fn config_path(&self) -> Option<&Path> {
+        self.config_path.as_deref()
+    }
+
+    /// The table the workers are sent: the rules on the interfaces.
+    pub fn snapshot(&self) -> crate::snapshot::TableSnapshot {
+        self.rules.snapshot(&self.ifs)
+    }
+
+    /// The config file to reload, or why there is none.
+    pub fn config_file(&self) -> Result<&Path, ControlError> {
+        self.config_path().ok_or_else(|| {
+            ControlError::new(
+                ErrorKind::InvalidConfig,
+                "mcrd was started without a config file, so there is none to reload; start it with --config PATH",
+            )
+        })
+    }
+
+    /// The workers that do not yet run the current table.
+    pub fn not_ready(&self) -> Vec<usize> {
+        let version = self.version();
+        (0..self.workers.len())
+            .filter(|&i| !(self.workers[i].state == State::Running && self.workers[i].applied >= version))
+            .collect()
+    }
+
+    /// Takes the config file's rules before any worker starts (so each
+    /// starts with them); [`Plane::start_workers`] follows.
+    pub fn start(&mut self, rules: Vec<Rule>, interfaces: Interfaces) -> Result<Vec<Effect<R>>, String> {
+        self.rules
+            .replace_all(rules, &interfaces, 0)
+            .map_err(|e| format!("the config file's rules: {e}"))?;
+        // Nothing was published before: nothing moved.
+        self.ifs = interfaces.clone();
+        let mut out = Vec::new();
+        let all: Vec<Rule> = self.rules().iter().map(|r| r.rule.clone()).collect();
+        self.change(all, Vec::new(), interfaces, true, &mut out);
+        Ok(out)
+    }
+
+    /// Starts every worker, once the daemon is ready for them.
+    pub fn start_workers(&self) -> Vec<Effect<R>> {
+        (0..self.workers.len()).map(Effect::Start).collect()
+    }
+
+    /// Takes what happened at `now`; returns what to do, in order.
+    pub fn handle(&mut self, event: Event<R>, now: Instant) -> Vec<Effect<R>> {
+        let mut out = Vec::new();
+        match event {
+            Event::Add {
+                rule,
+                interfaces,
+                reply,
+            } => self.add(rule, interfaces, reply, now, &mut out),
+            Event::Remove {
+                name,
+                interfaces,
+                reply,
+            } => self.remove(name, interfaces, reply, now, &mut out),
+            Event::Reload {
+                config,
+                interfaces,
+                reply,
+            } => self.reload(config, interfaces, reply, now, &mut out),
+            Event::Interfaces(interfaces) => {
+                out.push(Effect::RetryPorts);
+                self.change(Vec::new(), Vec::new(), interfaces, false, &mut out);
+            }
+            Event::WorkerStarted(i) => {
+                let w = &mut self.workers[i];
+                w.state = State::Starting;
+                w.applied = 0;
+                w.started = Some(now);
+            }
+            Event::WorkerFailedToStart { index, why } => {
+                let delay = self.died(index, format!("could not start: {why}"), now);
+                out.push(Effect::Log(
+                    Level::Error,
+                    format!("worker {index} could not start: {why}; trying again in {delay:?}"),
+                ));
+                out.push(Effect::RestartAfter { index, delay });
+            }
+            Event::WorkerApplied { index, version } => {
+                let w = &mut self.workers[index];
+                w.applied = version;
+                if w.state == State::Starting {
+                    w.state = State::Running;
+                }
+                self.answer(now, false, &mut out);
+            }
+            Event::WorkerExited { index, how } => {
+                if self.workers[index].state == State::Stopping {
+                    return out;
+                }
+                let delay = self.died(index, how.clone(), now);
+                out.push(Effect::Log(
+                    Level::Warn,
+                    format!("worker {index} {how}; restarting in {delay:?}"),
+                ));
+                out.push(Effect::RestartAfter { index, delay });
+                // It no longer holds up answers.
+                self.answer(now, false, &mut out);
+            }
+            Event::RestartDue(i) => {
+                let w = &mut self.workers[i];
+                if w.state == State::Restarting {
+                    w.restarts += 1;
+                    out.push(Effect::Start(i));
+                }
+            }
+            Event::Tick => self.answer(now, true, &mut out),
+            Event::Stop => self.workers.iter_mut().for_each(|w| w.state = State::Stopping),
+        }
+        out
+    }
+
+    /// Notes that worker `i` ended; returns how long it waits to start
+    /// again.
+    fn died(&mut self, i: usize, how: String, now: Instant) -> Duration {
+        let w = &mut self.workers[i];
+        w.state = State::Restarting;
+        w.last_exit = Some(how);
+        let ran = w
+            .started
+            .take()
+            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        w.backoff.after_death(ran)
+    }
+
+    /// The lowest table version every live worker runs.
+    fn acked(&self) -> u64 {
+        replies::acked(
+            self.workers.iter().filter(|w| w.state.live()).map(|w| w.applied),
+            self.version(),
+        )
+    }
+
+    /// Answers the changes every live worker now runs (or, with `timed`,
+    /// those that waited too long, saying so).
+    fn answer(&mut self, now: Instant, timed: bool, out: &mut Vec<Effect<R>>) {
+        for due in self.waiting.due(self.acked(), now, timed) {
+            let (mut reply, to) = due.reply;
+            if let Reply::Added { applied, .. } | Reply::Removed { applied, .. } | Reply::Reloaded { applied, .. } =
+                &mut reply
+            {
+                *applied = due.applied;
+            }
+            if !due.applied {
+                out.push(Effect::Log(
+                    Level::Warn,
+                    format!(
+                        "table {} not yet applied by every worker after {APPLY_WAIT:?}",
+                        due.version
+                    ),
+                ));
+            }
+            out.push(Effect::Answer {
+                to,
+                reply,
+                version: due.version,
+            });
+        }
+    }
+
+    /// `reply` is given once every live worker runs `version`.
+    fn answer_when_applied(&mut self, version: u64, reply: Reply, to: R, now: Instant, out: &mut Vec<Effect<R>>) {
+        self.waiting.push(version, now, (reply, to));
+        self.answer(now, false, out);
+    }
+
+    fn add(&mut self, rule: Rule, interfaces: Interfaces, to: R, now: Instant, out: &mut Vec<Effect<R>>) {
+        let name = rule.name.clone();
+        match self.rules.add(rule.clone(), &interfaces, self.acked()) {
+            Err(e) => {
+                let error = e.to_control(ErrorKind::InvalidRule, None, |what| {
+                    format!("rule `{name}`: the table is full ({what}); remove rules first")
+                });
+                out.push(Effect::Refuse { to, error });
+            }
+            Ok(added) => {
+                out.push(Effect::Zero(added.reused));
+                self.change(vec![rule], Vec::new(), interfaces, true, out);
+                let reply = Reply::Added {
+                    rule: name,
+                    replaced: added.replaced.is_some(),
+                    applied: false,
+                    joins: Vec::new(),
+                    problems: Vec::new(),
+                };
+                self.answer_when_applied(added.version, reply, to, now, out);
+            }
+        }
+    }
+
+    fn remove(&mut self, name: String, interfaces: Interfaces, to: R, now: Instant, out: &mut Vec<Effect<R>>) {
+        let Some((_, version)) = self.rules.remove(&name) else {
+            let known: Vec<&str> = self.rules().iter().map(|r| r.rule.name.as_str()).collect();
+            let error = ControlError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "no rule named `{name}` (rules: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            );
+            out.push(Effect::Refuse { to, error });
+            return;
+        };
+        // Stop forwarding first, then leave the group.
+        self.change(Vec::new(), vec![name.clone()], interfaces, true, out);
+        let reply = Reply::Removed {
+            rule: name,
+            applied: false,
+        };
+        self.answer_when_applied(version, reply, to, now, out);
+    }
+
+    fn reload(
+        &mut self,
+        config: Result<Config, ControlError>,
+        interfaces: Interfaces,
+        to: R,
+        now: Instant,
+        out: &mut Vec<Effect<R>>,
+    ) {
+        let path = self.config_file().map(Path::to_path_buf);
+        let read = path.and_then(|path| config.map(|c| (path, c)));
+        let (path, config) = match read {
+            Ok(r) => r,
+            Err(error) => return self.refuse_reload(error, to, out),
+        };
+        let before = self.version();
+        let shown = path.display().to_string();
+        let done = match self.rules.replace_all(config.rules, &interfaces, self.acked()) {
+            Ok(d) => d,
+            Err(e) => {
+                let error = e.to_control(ErrorKind::InvalidConfig, Some(&shown), |what| {
+                    format!(
+                        "{shown}: the new rules do not fit the table ({what}); the room of rules and outputs a \
+                         reload replaces is free again only after it, so apply a large change in two reloads"
+                    )
+                });
+                return self.refuse_reload(error, to, out);
+            }
+        };
+        out.push(Effect::Zero(done.reused));
+        let claim = done
+            .added
+            .iter()
+            .cloned()
+            .chain(done.changed.iter().map(|(_, new)| new.clone()));
+        let gone = done.removed.iter().map(|r| r.name.clone()).collect();
+        self.change(claim.collect(), gone, interfaces, done.version != before, out);
+        let restart_needed = self.started_settings.changed_keys(&config.settings);
+        for k in &restart_needed {
+            out.push(Effect::Log(
+                Level::Warn,
+                format!("{shown}: `{k}` changed; it takes effect when mcrd is restarted"),
+            ));
+        }
+        self.settings = config.settings;
+        let names = |v: &[Rule]| v.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+        let changed: Vec<String> = done.changed.iter().map(|(_, r)| r.name.clone()).collect();
+        out.push(Effect::Log(
+            Level::Info,
+            format!(
+                "reloaded {shown}: {} added, {} changed, {} removed, {} unchanged",
+                done.added.len(),
+                changed.len(),
+                done.removed.len(),
+                done.unchanged
+            ),
+        ));
+        let reloaded = Reply::Reloaded {
+            path,
+            added: names(&done.added),
+            changed,
+            removed: names(&done.removed),
+            unchanged: done.unchanged,
+            applied: false,
+            restart_needed,
+            problems: Vec::new(),
+        };
+        self.answer_when_applied(done.version, reloaded, to, now, out);
+    }
+
+    fn refuse_reload(&self, error: ControlError, to: R, out: &mut Vec<Effect<R>>) {
+        out.push(Effect::Log(
+            Level::Error,
+            format!("reload refused, nothing changed: {}", error.message),
+        ));
+        out.push(Effect::Refuse { to, error });
+    }
+
+    /// Every change of the rules goes through here, in the ledger's three
+    /// steps ([`super::claims`]): the claims of the rules in `claim` are
+    /// taken on `interfaces` (a membership joined again that a rule holds
+    /// already is a retry of what failed), with those of every other rule
+    /// whose claim differs on them; then the table is published, if the
+    /// change made a new version (`bumped`) or the interfaces the rules
+    /// use or claim differ from those it was published with (then with a
+    /// version of its own); then the claims those rules held before and
+    /// those of the rules named in `drop` are given up.
+    fn change(
+        &mut self,
+        mut claim: Vec<Rule>,
+        drop: Vec<String>,
+        interfaces: Interfaces,
+        bumped: bool,
+        out: &mut Vec<Effect<R>>,
+    ) {
+        let moved = self.moved(&interfaces);
+        if !moved.is_empty() {
+            out.push(Effect::Log(Level::Info, format!("interfaces: {}", moved.join(", "))));
+        }
+        let stale: Vec<Rule> = self
+            .rules()
+            .iter()
+            .map(|r| &r.rule)
+            .filter(|r| !claim.iter().any(|c| c.name == r.name))
+            .filter(|r| claim_of(r, &interfaces).as_ref() != self.ledger.claim(&r.name))
+            .cloned()
+            .collect();
+        let publish = bumped || !moved.is_empty() || !stale.is_empty();
+        claim.extend(stale);
+        let (change, todo) = self.ledger.take(&claim, &interfaces);
+        for (rule, actions) in claim.iter().zip(todo) {
+            out.extend(actions.into_iter().map(|action| Effect::Host {
+                action,
+                rule: Some(rule.name.clone()),
+            }));
+        }
+        if publish {
+            let version = if bumped { self.version() } else { self.rules.touch() };
+            self.ifs = interfaces;
+            out.push(Effect::Publish(version));
+        }
+        for action in self.ledger.finish(change, drop.iter().map(String::as_str)) {
+            out.push(Effect::Host { action, rule: None });
+        }
+    }
+
+    /// How the interfaces the rules use differ on `now` from those the
+    /// table was published with: one phrase each.
+    fn moved(&self, now: &Interfaces) -> Vec<String> {
+        let used: std::collections::BTreeSet<&str> = self
+            .rules()
+            .iter()
+            .flat_map(|r| {
+                std::iter::once(r.rule.input.interface.as_str())
+                    .chain(r.rule.outputs.iter().map(|o| o.interface.as_str()))
+            })
+            .collect();
+        used.into_iter()
+            .filter_map(|name| match (self.ifs.get(name), now.get(name)) {
+                (None, Some(i)) => Some(format!("`{name}` appeared (index {})", i.index)),
+                (Some(_), None) => Some(format!("`{name}` is gone")),
+                (Some(a), Some(b)) if a.index != b.index => {
+                    Some(format!("`{name}` was re-created (index {} -> {})", a.index, b.index))
+                }
+                (Some(a), Some(b)) if a != b => Some(format!("`{name}` changed: {}", what_changed(a, b))),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// What differs between two readings of one interface.
+fn what_changed(a: &InterfaceInfo, b: &InterfaceInfo) -> String {
+    let list = |v: &[std::net::IpAddr]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");
+    let mut parts = Vec::new();
+    if a.addresses != b.addresses {
+        parts.push(format!(
+            "addresses [{}] -> [{}]",
+            list(&a.addresses),
+            list(&b.addresses)
+        ));
+    }
+    if a.mac != b.mac {
+        parts.push("MAC".to_string());
+    }
+    if a.mtu != b.mtu {
+        parts.push(format!("MTU {} -> {}", a.mtu, b.mtu));
+    }
+    if a.master != b.master {
+        parts.push(format!("bridge {:?} -> {:?}", a.master, b.master));
+    }
+    if a.ethernet != b.ethernet {
+        parts.push("link type".to_string());
+    }
+    parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plane::fixture::{Host, ifs, needed, rule};
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    const WORKERS: usize = 3;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// `mcrctl add` of rule `r{n}` with input `w`, the interfaces
+        /// having changed to these first (before netlink said so).
+        Add(u8, u8, Option<[bool; 2]>),
+        Remove(u8),
+        /// A reload of a file with these rules, or of one that does not
+        /// read.
+        Reload(Option<Vec<(u8, u8)>>),
+        Interfaces([bool; 2]),
+        /// Worker `i` applies the newest table it was sent.
+        Apply(usize),
+        /// Worker `i`'s process dies.
+        Kill(usize),
+        /// Worker `i` cannot be started (or can again).
+        Break(usize),
+        /// This many ms pass: restart delays that are over fire, and the
+        /// timer ticks.
+        Wait(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let w = 0..WORKERS;
+        prop_oneof![
+            4 => (0u8..6, 0u8..24, proptest::option::weighted(0.2, any::<[bool; 2]>()))
+                .prop_map(|(n, w, i)| Op::Add(n, w, i)),
+            2 => (0u8..6).prop_map(Op::Remove),
+            1 => proptest::option::weighted(0.8, proptest::collection::vec((0u8..6, 0u8..24), 0..6)).prop_map(Op::Reload),
+            1 => any::<[bool; 2]>().prop_map(Op::Interfaces),
+            6 => w.clone().prop_map(Op::Apply),
+            1 => w.clone().prop_map(Op::Kill),
+            1 => w.prop_map(Op::Break),
+            2 => (0u64..3000).prop_map(Op::Wait),
+        ]
+    }
+
+    /// The daemon around the plane, as the effects leave it, with the
+    /// checks that every effect keeps the promises of the module.
+    struct Daemon {
+        plane: Plane<u32>,
+        host: Host,
+        present: [bool; 2],
+        now: Instant,
+        /// The newest table published.
+        published: u64,
+        /// Per worker: its process runs, the table it applied, it cannot
+        /// be started.
+        alive: [bool; WORKERS],
+        applied: [u64; WORKERS],
+        broken: [bool; WORKERS],
+        /// Restart delays under way: when, and for whom.
+        restarts: Vec<(Instant, usize)>,
+        /// Requests asked (with when) and answered.
+        asked: BTreeMap<u32, Instant>,
+        answered: BTreeSet<u32>,
+    }
+
+    impl Daemon {
+        fn new() -> Self {
+            Daemon {
+                plane: Plane::new(6, 6, WORKERS, Some("/etc/mcr/mcrd.toml".into()), Settings::default()),
+                host: Host::default(),
+                present: [true, true],
+                now: Instant::now(),
+                published: 0,
+                alive: [false; WORKERS],
+                applied: [0; WORKERS],
+                broken: [false; WORKERS],
+                restarts: Vec::new(),
+                asked: BTreeMap::new(),
+                answered: BTreeSet::new(),
+            }
+        }
+
+        fn ask(&mut self) -> u32 {
+            let token = u32::try_from(self.asked.len()).expect("few requests");
+            self.asked.insert(token, self.now);
+            token
+        }
+
+        fn feed(&mut self, event: Event<u32>) -> Result<(), TestCaseError> {
+            let effects = self.plane.handle(event, self.now);
+            self.carry_out(effects)
+        }
+
+        fn carry_out(&mut self, effects: Vec<Effect<u32>>) -> Result<(), TestCaseError> {
+            for e in effects {
+                match e {
+                    Effect::Host { action, rule } => {
+                        let taking = matches!(action, Action::Join { .. } | Action::HoldPort(_));
+                        prop_assert_eq!(taking, rule.is_some(), "{:?} for {:?}", action, rule);
+                        self.host.apply(&action);
+                    }
+                    Effect::RetryPorts | Effect::Zero(_) | Effect::Log(..) => {}
+                    Effect::Publish(v) => {
+                        prop_assert!(v > self.published, "table {} published after {}", v, self.published);
+                        self.published = v;
+                    }
+                    Effect::Answer { to, reply, version } => {
+                        let applied = match reply {
+                            Reply::Added { applied, .. }
+                            | Reply::Removed { applied, .. }
+                            | Reply::Reloaded { applied, .. } => applied,
+                            other => return Err(TestCaseError::fail(format!("answered {other:?}"))),
+                        };
+                        prop_assert!(self.answered.insert(to), "request {} answered twice", to);
+                        let runs = (0..WORKERS)
+                            .filter(|&i| self.alive[i])
+                            .all(|i| self.applied[i] >= version);
+                        prop_assert!(
+                            !applied || runs,
+                            "said applied, but a live worker does not run {}",
+                            version
+                        );
+                        let waited = self.now - self.asked[&to];
+                        prop_assert!(applied || waited >= APPLY_WAIT, "answered early ({:?})", waited);
+                    }
+                    Effect::Refuse { to, .. } => {
+                        prop_assert!(self.answered.insert(to), "request {} answered twice", to);
+                    }
+                    Effect::Start(i) => {
+                        prop_assert!(!self.alive[i], "worker {} started twice", i);
+                        let e = if self.broken[i] {
+                            Event::WorkerFailedToStart {
+                                index: i,
+                                why: "no such file".into(),
+                            }
+                        } else {
+                            self.alive[i] = true;
+                            self.applied[i] = 0;
+                            Event::WorkerStarted(i)
+                        };
+                        self.feed(e)?;
+                    }
+                    Effect::RestartAfter { index, delay } => {
+                        prop_assert!(!self.alive[index], "worker {} restarted while it runs", index);
+                        prop_assert!(
+                            self.restarts.iter().all(|(_, i)| *i != index),
+                            "worker {} restarted twice",
+                            index
+                        );
+                        self.restarts.push((self.now + delay, index));
+                    }
+                }
+            }
+            Ok(())
+        }
+
+        fn step(&mut self, op: Op) -> Result<(), TestCaseError> {
+            match op {
+                Op::Add(n, w, moved) => {
+                    self.present = moved.unwrap_or(self.present);
+                    let reply = self.ask();
+                    self.feed(Event::Add {
+                        rule: rule(&format!("r{n}"), w),
+                        interfaces: ifs(&self.present),
+                        reply,
+                    })
+                }
+                Op::Remove(n) => {
+                    let reply = self.ask();
+                    self.feed(Event::Remove {
+                        name: format!("r{n}"),
+                        interfaces: ifs(&self.present),
+                        reply,
+                    })
+                }
+                Op::Reload(file) => {
+                    let config = file
+                        .map(|rules| {
+                            let by_name: BTreeMap<String, Rule> = rules
+                                .iter()
+                                .map(|&(n, w)| (format!("r{n}"), rule(&format!("r{n}"), w)))
+                                .collect();
+                            let rules: Vec<Rule> = by_name.into_values().collect();
+                            let text = Config::render(&Settings::default(), &rules).expect("render");
+                            Config::parse(&text).expect("parse")
+                        })
+                        .ok_or_else(|| ControlError::new(ErrorKind::InvalidConfig, "cannot read it"));
+                    let reply = self.ask();
+                    self.feed(Event::Reload {
+                        config,
+                        interfaces: ifs(&self.present),
+                        reply,
+                    })
+                }
+                Op::Interfaces(p) => {
+                    self.present = p;
+                    self.feed(Event::Interfaces(ifs(&p)))
+                }
+                Op::Apply(i) if self.alive[i] => {
+                    self.applied[i] = self.published;
+                    self.feed(Event::WorkerApplied {
+                        index: i,
+                        version: self.published,
+                    })
+                }
+                Op::Kill(i) if self.alive[i] => {
+                    self.alive[i] = false;
+                    self.feed(Event::WorkerExited {
+                        index: i,
+                        how: "killed by signal 9".into(),
+                    })
+                }
+                Op::Apply(_) | Op::Kill(_) => Ok(()),
+                Op::Break(i) => {
+                    self.broken[i] = !self.broken[i];
+                    Ok(())
+                }
+                Op::Wait(ms) => self.wait(Duration::from_millis(ms)),
+            }
+        }
+
+        fn wait(&mut self, d: Duration) -> Result<(), TestCaseError> {
+            self.now += d;
+            let (due, later): (Vec<_>, Vec<_>) = self.restarts.drain(..).partition(|(at, _)| *at <= self.now);
+            self.restarts = later;
+            for (_, i) in due {
+                self.feed(Event::RestartDue(i))?;
+            }
+            self.feed(Event::Tick)
+        }
+
+        /// What holds after every step.
+        fn check(&self) -> Result<(), TestCaseError> {
+            let on = self.plane.interfaces();
+            let rules: Vec<&Rule> = self.plane.rules().iter().map(|r| &r.rule).collect();
+            let want = needed(rules.iter().copied(), on);
+            prop_assert_eq!(
+                &self.host.joined,
+                &want.joined,
+                "memberships held are not those the rules need"
+            );
+            prop_assert_eq!(&self.host.held, &want.held, "ports held are not those the rules need");
+            for r in &rules {
+                let claim = claim_of(r, on);
+                prop_assert_eq!(self.plane.claim(&r.name), claim.as_ref());
+            }
+            prop_assert_eq!(
+                self.published,
+                self.plane.version(),
+                "the workers were not sent the newest table"
+            );
+            for i in 0..WORKERS {
+                let pending = self.restarts.iter().filter(|(_, w)| *w == i).count();
+                prop_assert_eq!(
+                    pending,
+                    usize::from(!self.alive[i]),
+                    "worker {} is dead and not restarting",
+                    i
+                );
+                prop_assert_eq!(self.plane.worker(i).state.live(), self.alive[i]);
+            }
+            Ok(())
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        /// Random requests, interface changes, worker deaths and the
+        /// passing of time, as mcrd feeds them. After every step: the
+        /// host holds exactly the memberships and ports the rules need on
+        /// the interfaces the workers were sent, and gives up nothing it
+        /// does not hold; the workers were sent the newest table, and
+        /// table versions only grow; a dead worker has exactly one restart
+        /// under way and is never started twice; every answer comes once,
+        /// "applied" only when every live worker runs the change, and
+        /// otherwise only after the wait. At the end every request has
+        /// been answered.
+        #[test]
+        fn the_plane_keeps_its_promises(ops in proptest::collection::vec(op(), 1..60)) {
+            let mut d = Daemon::new();
+            let rules = vec![rule("r0", 0), rule("r1", 9), rule("r2", 16)];
+            let start = d.plane.start(rules, ifs(&d.present)).map_err(TestCaseError::fail)?;
+            d.carry_out(start)?;
+            let workers = d.plane.start_workers();
+            d.carry_out(workers)?;
+            d.check()?;
+            for op in ops {
+                d.step(op)?;
+                d.check()?;
+            }
+            d.wait(APPLY_WAIT)?;
+            d.check()?;
+            let asked: BTreeSet<u32> = d.asked.keys().copied().collect();
+            prop_assert_eq!(asked, d.answered.clone(), "requests not answered");
+        }
+    }
+
+    fn plane() -> Plane<u32> {
+        Plane::new(8, 8, 1, None, Settings::default())
+    }
+
+    #[test]
+    fn a_change_is_answered_when_the_worker_runs_it() {
+        let now = Instant::now();
+        let mut p = plane();
+        p.start(Vec::new(), ifs(&[true, true])).expect("start");
+        assert!(matches!(&p.start_workers()[..], [Effect::Start(0)]));
+        p.handle(Event::WorkerStarted(0), now);
+        let add = p.handle(
+            Event::Add {
+                rule: rule("a", 0),
+                interfaces: ifs(&[true, true]),
+                reply: 7,
+            },
+            now,
+        );
+        let kinds: Vec<&str> = add
+            .iter()
+            .map(|e| match e {
+                Effect::Zero(_) => "zero",
+                Effect::Host { .. } => "host",
+                Effect::Publish(_) => "publish",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["zero", "host", "publish"], "{add:?}");
+        let answered = p.handle(Event::WorkerApplied { index: 0, version: 1 }, now);
+        assert!(matches!(
+            &answered[..],
+            [Effect::Answer {
+                to: 7,
+                version: 1,
+                reply: Reply::Added {
+                    applied: true,
+                    replaced: false,
+                    ..
+                }
+            }]
+        ));
+    }
+
+    #[test]
+    fn an_interface_change_reclaims_and_publishes_only_what_moved() {
+        let now = Instant::now();
+        let mut p = plane();
+        p.start(vec![rule("a", 1)], ifs(&[true, true])).expect("start");
+        // A change of nothing the rules use: no new table.
+        let same = p.handle(Event::Interfaces(ifs(&[true, true])), now);
+        assert!(matches!(&same[..], [Effect::RetryPorts]), "{same:?}");
+        // Its input interface goes: the membership is left, a new table
+        // is sent, and the log says why.
+        let gone = p.handle(Event::Interfaces(ifs(&[true, false])), now);
+        assert!(gone.iter().any(|e| matches!(e, Effect::Publish(2))), "{gone:?}");
+        assert!(gone.iter().any(|e| matches!(
+            e,
+            Effect::Host {
+                action: Action::Leave(_),
+                rule: None
+            }
+        )));
+        assert!(
+            gone.iter()
+                .any(|e| matches!(e, Effect::Log(Level::Info, m) if m == "interfaces: `in1` is gone"))
+        );
+        assert_eq!(p.claim("a"), None);
+    }
+
+    #[test]
+    fn a_worker_that_keeps_dying_waits_longer_each_time() {
+        let mut now = Instant::now();
+        let mut p = plane();
+        p.start(Vec::new(), Interfaces::default()).expect("start");
+        let mut delays = Vec::new();
+        for _ in 0..3 {
+            p.handle(Event::WorkerStarted(0), now);
+            let died = p.handle(
+                Event::WorkerExited {
+                    index: 0,
+                    how: "exited with status 1".into(),
+                },
+                now,
+            );
+            let Some(Effect::RestartAfter { delay, .. }) =
+                died.iter().find(|e| matches!(e, Effect::RestartAfter { .. }))
+            else {
+                panic!("no restart: {died:?}");
+            };
+            delays.push(*delay);
+            now += *delay;
+            assert!(matches!(&p.handle(Event::RestartDue(0), now)[..], [Effect::Start(0)]));
+        }
+        assert_eq!(
+            delays,
+            [
+                Duration::from_millis(100),
+                Duration::from_millis(200),
+                Duration::from_millis(400)
+            ]
+        );
+        assert_eq!(p.worker(0).restarts, 3);
+        assert_eq!(p.worker(0).last_exit.as_deref(), Some("exited with status 1"));
+        // Once stopping, an exit starts nothing.
+        p.handle(Event::Stop, now);
+        assert!(
+            p.handle(
+                Event::WorkerExited {
+                    index: 0,
+                    how: "exited".into()
+                },
+                now
+            )
+            .is_empty()
+        );
+    }
+}

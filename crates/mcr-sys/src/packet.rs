@@ -51,7 +51,7 @@ impl PacketTx {
 }
 
 /// An AF_PACKET socket with protocol 0: it receives nothing until bound.
-fn raw_socket() -> io::Result<OwnedFd> {
+pub(crate) fn raw_socket() -> io::Result<OwnedFd> {
     // SAFETY: socket(2) takes plain integers; protocol 0 means no frame is
     // queued to the socket before `bind` names a protocol.
     let raw = crate::check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
@@ -61,7 +61,7 @@ fn raw_socket() -> io::Result<OwnedFd> {
 
 /// Binds a packet socket to one interface and an EtherType (0: none,
 /// `ETH_P_ALL`: every frame), in host order.
-fn bind(fd: &OwnedFd, ifindex: u32, protocol: u16) -> io::Result<()> {
+pub(crate) fn bind(fd: &OwnedFd, ifindex: u32, protocol: u16) -> io::Result<()> {
     // SAFETY: sockaddr_ll is plain data; all zeroes is valid.
     let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
     sll.sll_family = crate::conv::family(libc::AF_PACKET);

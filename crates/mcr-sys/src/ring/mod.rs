@@ -15,8 +15,7 @@ mod v2;
 mod v3;
 
 use std::io;
-use std::mem;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use crate::mmap::Mmap;
 use crate::sockopt::set_raw;
@@ -218,11 +217,7 @@ impl RxRing {
     /// lets through. With `fanout`, the socket joins (or founds) a fanout
     /// group in hash mode.
     pub fn open(ifindex: u32, cfg: &RingConfig, filter: Filter<'_>, fanout: Option<Fanout>) -> io::Result<RxRing> {
-        // SAFETY: socket(2) takes plain integers; protocol 0 means nothing
-        // is queued before bind names a protocol.
-        let raw = crate::check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
-        // SAFETY: `raw` is a freshly created fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = crate::packet::raw_socket()?;
         // The relay never reads back what it sends.
         set_raw(
             fd.as_fd(),
@@ -292,20 +287,7 @@ impl RxRing {
         };
         // Drop everything until this socket is in its fanout group.
         crate::sockopt::drop_everything(fd.as_fd())?;
-        // SAFETY: sockaddr_ll is plain data; all zeroes is valid.
-        let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
-        sll.sll_family = crate::conv::family(libc::AF_PACKET);
-        sll.sll_protocol = crate::conv::ethertype(libc::ETH_P_ALL).to_be();
-        sll.sll_ifindex = crate::conv::ifindex_int(ifindex);
-        // SAFETY: `sll` is a valid sockaddr_ll of the length passed.
-        let rc = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&raw const sll).cast(),
-                crate::conv::socklen_of::<libc::sockaddr_ll>(),
-            )
-        };
-        crate::check(rc)?;
+        crate::packet::bind(&fd, ifindex, crate::conv::ethertype(libc::ETH_P_ALL))?;
         if let Some(group) = fanout {
             // Without PACKET_FANOUT_FLAG_DEFRAG: MCR forwards no fragment
             // (each is counted `fragment`), so reassembling them first
@@ -501,26 +483,9 @@ impl RxRing {
 /// group `id` in plain hash mode (no flags). Fails with `EINVAL` if a group
 /// with that id exists with other settings (such as MCR's). For tests.
 pub fn join_foreign_fanout(ifindex: u32, id: u16) -> io::Result<OwnedFd> {
-    // SAFETY: socket(2) takes plain integers; protocol 0 means nothing is
-    // queued before bind names a protocol.
-    let raw = crate::check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
-    // SAFETY: `raw` is a freshly created fd that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let fd = crate::packet::raw_socket()?;
     crate::sockopt::drop_everything(fd.as_fd())?;
-    // SAFETY: sockaddr_ll is plain data; all zeroes is valid.
-    let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
-    sll.sll_family = crate::conv::family(libc::AF_PACKET);
-    sll.sll_protocol = crate::conv::ethertype(libc::ETH_P_ALL).to_be();
-    sll.sll_ifindex = crate::conv::ifindex_int(ifindex);
-    // SAFETY: `sll` is a valid sockaddr_ll of the length passed.
-    let rc = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&raw const sll).cast(),
-            crate::conv::socklen_of::<libc::sockaddr_ll>(),
-        )
-    };
-    crate::check(rc)?;
+    crate::packet::bind(&fd, ifindex, crate::conv::ethertype(libc::ETH_P_ALL))?;
     let arg: u32 = u32::from(id) | (libc::PACKET_FANOUT_HASH << 16);
     set_raw(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)?;
     Ok(fd)

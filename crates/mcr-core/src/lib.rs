@@ -2,14 +2,20 @@
 //! nothing. It is handed bytes and returns decisions, so everything here is
 //! tested, and fuzzed, on any machine.
 //!
-//! - [`wire`]: checked views over Ethernet, IPv4 and UDP headers, checksums
-//!   (full and incremental), and the builder of UDP frames.
+//! - [`wire`]: checked views over Ethernet, IPv4, IPv6, UDP, RTP and
+//!   MPEG-TS headers, checksums (full and incremental), and the builder of
+//!   UDP frames.
 //! - [`rule`]: the rule model and its text form; [`validate`]: the checks
 //!   every rule passes before it is used; [`interfaces`]: the facts about
 //!   interfaces that validation and forwarding need.
 //! - [`snapshot`]: the whole rule table as workers receive it;
 //!   [`table`]: the match table compiled from it; [`forward`]: parsing a
 //!   frame and rewriting it for an output; [`bpf`]: the ingress filter.
+//! - [`dispatch`]: a worker's decision for one frame, output by output.
+//! - [`health`]: an input's health as its datagrams pass (RTP sequence and
+//!   jitter, MPEG-TS first-priority checks).
+//! - [`plane`]: the control plane as one state machine: events in, effects
+//!   out.
 //! - [`stats`]: where every counter lives in the shared statistics memory.
 //! - [`control`]: the control protocol between `mcrctl` and `mcrd`;
 //!   [`config`]: the config file; [`metrics`]: the Prometheus text format.
@@ -23,6 +29,7 @@ pub mod datapath;
 pub mod dispatch;
 pub mod field;
 pub mod forward;
+pub mod health;
 pub mod interfaces;
 pub mod metrics;
 pub mod named;

@@ -8,6 +8,8 @@ pub mod checksum;
 pub mod ethernet;
 pub mod ipv4;
 pub mod ipv6;
+pub mod rtp;
+pub mod ts;
 pub mod udp;
 mod udp_frame;
 

@@ -14,6 +14,8 @@
 //! - [`dispatch`]: a worker's decision for one frame, output by output.
 //! - [`health`]: an input's health as its datagrams pass (RTP sequence and
 //!   jitter, MPEG-TS first-priority checks).
+//! - [`merge`]: SMPTE ST 2022-7: copies of one RTP stream from several
+//!   paths merged back into one, in order.
 //! - [`plane`]: the control plane as one state machine: events in, effects
 //!   out.
 //! - [`stats`]: where every counter lives in the shared statistics memory.
@@ -31,6 +33,7 @@ pub mod field;
 pub mod forward;
 pub mod health;
 pub mod interfaces;
+pub mod merge;
 pub mod metrics;
 pub mod named;
 pub mod plane;

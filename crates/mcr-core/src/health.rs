@@ -45,7 +45,7 @@ impl Arrival {
 }
 
 /// An RTP stream's counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RtpCounts {
     /// Packets seen.
     pub packets: u64,
@@ -192,7 +192,7 @@ impl RtpSequence {
 }
 
 /// The TR 101 290 first-priority counts of a transport stream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TsCounts {
     /// Transport packets seen.
     pub packets: u64,

@@ -25,3 +25,4 @@ pub mod send;
 pub mod spec;
 pub mod tracker;
 pub mod units;
+pub mod wrap;

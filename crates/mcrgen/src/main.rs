@@ -191,9 +191,15 @@ struct SendArgs {
     /// TTL (IPv4) or hop limit (IPv6).
     #[arg(long, default_value_t = 16)]
     ttl: u32,
-    /// UDP payload size in bytes (64-8972).
+    /// UDP payload size in bytes (64-8972); with --wrap ts or rtp-ts it
+    /// is 1316 or 1328 (seven transport packets).
     #[arg(long, default_value_t = 1024)]
     size: usize,
+    /// How the test payload is carried: `plain`, `rtp` (after an RTP
+    /// header), `ts` (in seven MPEG-TS packets, with a PAT) or `rtp-ts`
+    /// (MPEG-TS in RTP, as IPTV and SMPTE ST 2022-2 carry it).
+    #[arg(long, value_enum, default_value = "plain")]
+    wrap: mcrgen::wrap::Wrap,
     /// Packets per second, all streams together: a number (50000, 50k,
     /// 1.5M) or `max`.
     #[arg(short, long, default_value = "1000", conflicts_with = "rate_per_stream")]
@@ -294,6 +300,11 @@ struct RecvArgs {
     /// the sender.
     #[arg(long, conflicts_with = "expect")]
     late_join: bool,
+    /// How the test payload is carried (as `send --wrap`): with `rtp`,
+    /// `ts` or `rtp-ts` the RTP sequence and jitter and the MPEG-TS
+    /// first-priority errors (ETSI TR 101 290) are checked and reported too.
+    #[arg(long, value_enum, default_value = "plain")]
+    wrap: mcrgen::wrap::Wrap,
     /// List every stream in the table, not only those with a problem.
     #[arg(long)]
     all_streams: bool,
@@ -329,7 +340,8 @@ fn send(a: SendArgs) -> anyhow::Result<ExitCode> {
         interface: a.interface,
         source: a.source,
         ttl: a.ttl,
-        payload_bytes: a.size,
+        payload_bytes: a.wrap.datagram_len(a.size),
+        wrap: a.wrap,
         rate,
         count: a.count,
         duration: a.duration,
@@ -365,6 +377,7 @@ fn recv(a: RecvArgs) -> anyhow::Result<ExitCode> {
         cpu: a.cpu,
         via: a.via,
         vlan: a.vlan,
+        wrap: a.wrap,
     };
     if a.vlan.is_some() && a.via != RecvVia::Ring {
         anyhow::bail!("--vlan reads the tag of each frame, so it needs --via ring");

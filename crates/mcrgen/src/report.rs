@@ -47,6 +47,43 @@ pub struct StreamStats {
     /// through sockets).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dscp: Vec<u8>,
+    /// With `--wrap`: what the RTP and MPEG-TS layers showed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<WireHealth>,
+}
+
+/// The RTP and MPEG-TS checks of one stream (`mcr_core::health`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireHealth {
+    /// RTP sequence and jitter, when the stream is RTP.
+    pub rtp: Option<mcr_core::health::RtpCounts>,
+    /// The TR 101 290 first-priority checks, when it carries MPEG-TS.
+    pub ts: Option<mcr_core::health::TsCounts>,
+}
+
+impl WireHealth {
+    /// One line: what each layer counted.
+    pub fn line(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(r) = self.rtp {
+            parts.push(format!(
+                "rtp {} packets, {} lost, {} late, {} duplicated, {} restarts, jitter {} µs",
+                r.packets,
+                r.lost,
+                r.late,
+                r.duplicates,
+                r.restarts,
+                r.jitter_ns / 1000
+            ));
+        }
+        if let Some(t) = self.ts {
+            parts.push(format!(
+                "ts {} packets, {} continuity errors, {} sync byte errors, {} sync losses, {} PAT errors",
+                t.packets, t.continuity_errors, t.sync_byte_errors, t.sync_losses, t.pat_errors
+            ));
+        }
+        parts.join("; ")
+    }
 }
 
 impl StreamStats {
@@ -66,6 +103,10 @@ impl StreamStats {
         add(self.corrupted, "corrupted");
         add(self.wrong_stream, "of another stream");
         add(self.unrecognized, "not mcrgen payloads");
+        if let Some(t) = self.health.and_then(|h| h.ts) {
+            add(t.continuity_errors, "MPEG-TS continuity errors");
+            add(t.sync_byte_errors, "MPEG-TS sync byte errors");
+        }
         if let Some(n) = expect {
             if self.received != n && self.lost == 0 && self.duplicated == 0 {
                 p.push(format!("{} received, expected {n}", self.received));
@@ -240,6 +281,11 @@ impl RecvReport {
             }
             for s in self.streams.iter().filter(|s| !s.holes.is_empty()).take(5) {
                 let _ = writeln!(out, "{}", where_skipped(s));
+            }
+        }
+        for s in self.streams.iter().filter(|s| s.health.is_some()).take(20) {
+            if let Some(h) = s.health {
+                let _ = writeln!(out, "{}: {}", s.destination, h.line());
             }
         }
         out

@@ -139,6 +139,11 @@ fn unicast_and_ipv6_destinations() {
 /// in the middle of a chain; returns what the receiver saw and what the
 /// impairer did.
 fn through_impair(tag: &str, faults: &[&str]) -> (Received, ImpairReport) {
+    through_impair_wrapped(tag, faults, "plain")
+}
+
+/// As [`through_impair`], the test payload carried as `wrap` says.
+fn through_impair_wrapped(tag: &str, faults: &[&str], wrap: &str) -> (Received, ImpairReport) {
     let c = Chain::new(tag).expect("chain");
     let mut args = vec!["--in", Chain::RELAY_IN_IF, "--out", Chain::RELAY_OUT_IF, "--seed", "42"];
     args.extend_from_slice(faults);
@@ -148,11 +153,15 @@ fn through_impair(tag: &str, faults: &[&str]) -> (Received, ImpairReport) {
         .expect(2000)
         .arg("--idle-timeout")
         .arg("1s")
+        .arg("--wrap")
+        .arg(wrap)
         .recv(&c.sink)
         .expect("receiver ready");
     let sent = Mcrgen::streams(streams, Chain::GEN_IF)
         .count(2000)
         .rate("6000")
+        .arg("--wrap")
+        .arg(wrap)
         .send(&c.generator, MINUTE)
         .expect("sender ran");
     assert_eq!(sent.packets, 6000);
@@ -175,6 +184,82 @@ fn loss_is_detected_and_counted_exactly() {
     assert_eq!((t.duplicated, t.reordered, t.corrupted), (0, 0, 0));
     assert!(
         got.report.problems.iter().any(|p| p.contains("lost")),
+        "{:?}",
+        got.report.problems
+    );
+}
+
+#[test]
+fn rtp_and_mpeg_ts_cross_clean_and_every_packet_is_checked() {
+    let _lock = traffic_lock().expect("lock");
+    let p = link("wrap-clean");
+    for (wrap, bytes) in [("rtp", 1024), ("ts", 1316), ("rtp-ts", 1328)] {
+        let streams = "239.1.2.1+3:5001+";
+        let (got, sent) = run(
+            &p,
+            &["-s", streams, "-i", "veth1", "--expect", "2000", "--wrap", wrap],
+            &[
+                "-s", streams, "-i", "veth0", "--count", "2000", "--rate", "6000", "--wrap", wrap,
+            ],
+        );
+        assert_eq!(sent.packets, 6000);
+        let r = &got.report;
+        assert_eq!(got.code, Some(0), "{wrap}: {:?}\n{}", r.problems, got.stderr);
+        for s in &r.streams {
+            assert_eq!(
+                (s.received, s.unique, s.lost, s.corrupted),
+                (2000, 2000, 0, 0),
+                "{wrap}: {s:?}"
+            );
+            assert_eq!(s.bytes, 2000 * bytes, "{wrap}");
+            let h = s.health.expect("health with a wrapping");
+            if let Some(rtp) = h.rtp {
+                assert_eq!(
+                    (rtp.packets, rtp.lost, rtp.duplicates, rtp.late, rtp.restarts),
+                    (2000, 0, 0, 0, 0)
+                );
+            }
+            if let Some(ts) = h.ts {
+                assert_eq!(ts.packets, 2000 * 7, "{wrap}");
+                assert_eq!(
+                    (ts.continuity_errors, ts.sync_byte_errors, ts.pat_errors),
+                    (0, 0, 0),
+                    "{wrap}"
+                );
+            }
+            assert_eq!(
+                (h.rtp.is_some(), h.ts.is_some()),
+                (wrap.contains("rtp"), wrap.contains("ts"))
+            );
+        }
+    }
+}
+
+#[test]
+fn loss_inside_rtp_and_mpeg_ts_is_seen_by_every_layer() {
+    let _lock = traffic_lock().expect("lock");
+    let (got, did) = through_impair_wrapped("impair-wrapped", &["--loss", "3%"], "rtp-ts");
+    assert!(did.dropped > 0);
+    assert_eq!(got.report.total.lost, did.dropped);
+    for s in &got.report.streams {
+        let h = s.health.expect("health");
+        let (rtp, ts) = (h.rtp.expect("rtp"), h.ts.expect("ts"));
+        // RTP counts exactly the datagrams lost between its first and
+        // last; MPEG-TS sees each run of them as one jump of the counter
+        // on PID 0 and one on the data PID. (Before the first packet and
+        // after the last, neither layer can see a loss.)
+        let leading = s.holes.first().filter(|h| h.0 == 0).map_or(0, |h| h.1);
+        let trailing = 1999 - s.highest_seq.expect("packets arrived");
+        assert_eq!(rtp.lost, s.lost - leading - trailing, "{s:?}");
+        let runs = s.holes.len() as u64 - u64::from(leading > 0);
+        assert_eq!(ts.continuity_errors, 2 * runs, "{s:?}");
+        assert_eq!(ts.packets, 7 * s.received);
+    }
+    assert!(
+        got.report
+            .problems
+            .iter()
+            .any(|p| p.contains("MPEG-TS continuity errors")),
         "{:?}",
         got.report.problems
     );

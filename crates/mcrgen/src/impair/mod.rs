@@ -1,8 +1,9 @@
 //! `mcrgen impair`: a userspace stand-in for netem between two interfaces.
 //!
 //! Every frame that arrives on the input interface leaves on the output
-//! interface unchanged, except `mcrgen` test packets (IPv4 UDP whose payload
-//! starts with the header's magic), of which a chosen share is:
+//! interface unchanged, except `mcrgen` test packets (IPv4 UDP carrying a
+//! test payload, plain or wrapped in RTP or MPEG-TS), of which a chosen
+//! share is:
 //!
 //! - *dropped*;
 //! - *duplicated*: sent twice;
@@ -30,7 +31,7 @@ use mcr_core::wire::udp::UdpHeader;
 use serde::{Deserialize, Serialize};
 use zerocopy::FromBytes;
 
-use crate::payload::{HEADER_LEN, MAGIC};
+use crate::payload::HEADER_LEN;
 
 /// The share (0 to 1) of test packets that suffer each fault.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -122,7 +123,7 @@ fn test_packet(frame: &[u8]) -> Option<(usize, Flow)> {
     }
     let udp_at = 14 + ip.header_len();
     let (udp, payload) = UdpHeader::ref_from_prefix(frame.get(udp_at..)?).ok()?;
-    if payload.len() < HEADER_LEN || payload[..4] != MAGIC {
+    if !crate::wrap::carries_test_payload(payload) {
         return None;
     }
     Some((udp_at + 8, (ip.dst, udp.dst_port.get())))

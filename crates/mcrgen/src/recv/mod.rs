@@ -21,6 +21,7 @@ use crate::payload::{self, Check};
 use crate::report::{RecvReport, StreamStats};
 use crate::tracker::{Arrival, SeqTracker};
 use crate::units::as_ns;
+use mcr_core::health::Carries;
 
 /// Which stream id each destination must carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +101,9 @@ pub struct RecvConfig {
     pub cpu: Option<usize>,
     /// Through sockets or from a ring.
     pub via: RecvVia,
+    /// How the test payload is carried (RTP, MPEG-TS): unwrapped, and
+    /// those layers checked, before the payload is.
+    pub wrap: crate::wrap::Wrap,
     /// From a ring: take only frames tagged with this 802.1Q VLAN id
     /// (untagged frames only, if none).
     pub vlan: Option<u16>,
@@ -177,6 +181,8 @@ struct Dest {
     bytes: u64,
     /// The DSCP values seen (a bit each), from a ring.
     dscp_seen: u64,
+    /// The RTP and MPEG-TS checks, with a wrapping.
+    health: Option<mcr_core::health::InputHealth>,
 }
 
 /// The accounting of every destination.
@@ -190,6 +196,9 @@ struct Counters {
     other_vlan: u64,
     expect: Option<u64>,
     complete: usize,
+    wrap: crate::wrap::Wrap,
+    /// Where an MPEG-TS payload is gathered.
+    scratch: Vec<u8>,
 }
 
 impl Counters {
@@ -214,6 +223,7 @@ impl Counters {
                     unrecognized: 0,
                     bytes: 0,
                     dscp_seen: 0,
+                    health: (cfg.wrap != crate::wrap::Wrap::Plain).then(mcr_core::health::InputHealth::default),
                 })
                 .collect(),
             index: cfg.streams.iter().enumerate().map(|(i, a)| (*a, i)).collect(),
@@ -222,6 +232,8 @@ impl Counters {
             other_vlan: 0,
             expect: cfg.expect,
             complete: 0,
+            wrap: cfg.wrap,
+            scratch: Vec::new(),
         }
     }
 
@@ -239,6 +251,17 @@ impl Counters {
         if let Some(v) = dscp {
             d.dscp_seen |= 1u64 << (v & 63);
         }
+        if let Some(h) = &mut d.health
+            && !truncated
+        {
+            h.observe(data, at);
+        }
+        // Bytes count the UDP payload as it arrived, wrapping and all.
+        let len = data.len() as u64;
+        let Some(data) = self.wrap.unwrap(data, &mut self.scratch) else {
+            d.unrecognized += 1;
+            return;
+        };
         let (header, damaged) = match payload::check(data) {
             _ if truncated => {
                 d.corrupted += 1;
@@ -268,7 +291,7 @@ impl Counters {
         if damaged {
             d.corrupted += 1;
         }
-        d.bytes += data.len() as u64;
+        d.bytes += len;
         if matches!(arrival, Arrival::InOrder | Arrival::Reordered) {
             d.latency.record(at.saturating_sub(header.send_ns));
         }
@@ -383,6 +406,10 @@ fn report(cfg: &RecvConfig, o: &Outcome) -> RecvReport {
                 highest_seq: d.tracker.highest(),
                 latency: d.latency.summary(),
                 dscp: (0..64u8).filter(|v| d.dscp_seen & (1u64 << v) != 0).collect(),
+                health: d.health.as_ref().map(|h| crate::report::WireHealth {
+                    rtp: matches!(h.carries, Carries::Rtp | Carries::RtpTs).then(|| h.rtp.counts()),
+                    ts: matches!(h.carries, Carries::Ts | Carries::RtpTs).then(|| h.ts.counts()),
+                }),
             };
             total.add_counts(&s);
             all_latency.merge(&d.latency);

@@ -19,6 +19,8 @@ pub(super) struct FramePath {
     specs: Vec<UdpFrameSpec>,
     first_id: u32,
     payload_bytes: usize,
+    wrap: crate::wrap::Wrap,
+    scratch: Vec<u8>,
     bufs: Vec<Vec<u8>>,
     /// The 802.1Q tag to insert after the MAC addresses, if any.
     vlan: Option<[u8; 4]>,
@@ -112,6 +114,8 @@ impl FramePath {
             specs,
             first_id: cfg.first_id,
             payload_bytes: cfg.payload_bytes,
+            wrap: cfg.wrap,
+            scratch: Vec::new(),
             bufs: (0..MAX_BATCH)
                 .map(|_| vec![0u8; VLAN_TAG + UDP_V4_HEADERS + cfg.payload_bytes])
                 .collect(),
@@ -136,12 +140,11 @@ impl Transmit for FramePath {
         for (i, buf) in self.bufs.iter_mut().take(n).enumerate() {
             let (stream, seq) = stream_and_seq(first + i as u64, s);
             let frame = &mut buf[VLAN_TAG..];
-            payload::fill(
-                &mut frame[UDP_V4_HEADERS..],
-                self.first_id.wrapping_add(stream as u32),
-                seq,
-                now_ns,
-            );
+            let id = self.first_id.wrapping_add(stream as u32);
+            self.wrap
+                .fill(&mut frame[UDP_V4_HEADERS..], id, seq, now_ns, &mut self.scratch, |b| {
+                    payload::fill(b, id, seq, now_ns);
+                });
             let mut spec = self.specs[stream];
             spec.ident = self.ident;
             self.ident = self.ident.wrapping_add(1);

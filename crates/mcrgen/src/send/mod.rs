@@ -111,8 +111,10 @@ pub struct SendConfig {
     pub source: Option<IpAddr>,
     /// TTL (IPv4) or hop limit (IPv6).
     pub ttl: u32,
-    /// UDP payload size in bytes.
+    /// UDP payload size in bytes (the datagram's, wrapping and all).
     pub payload_bytes: usize,
+    /// How the test payload is carried (RTP, MPEG-TS).
+    pub wrap: crate::wrap::Wrap,
     /// How fast.
     pub rate: Rate,
     /// Packets per stream; `None` for no limit.
@@ -468,6 +470,7 @@ mod tests {
             source: None,
             ttl: 16,
             payload_bytes: 1024,
+            wrap: crate::wrap::Wrap::Plain,
             rate: Rate::Total(1000.0),
             count: Some(1),
             duration: None,

@@ -9,6 +9,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use super::{SendConfig, SendError, Sent, Transmit, send_all, setup, stream_and_seq};
 use crate::payload;
+use crate::wrap::Wrap;
 
 pub(super) struct UdpPath {
     sock: Socket,
@@ -16,6 +17,8 @@ pub(super) struct UdpPath {
     addrs: Vec<RawSockAddr>,
     first_id: u32,
     bufs: Vec<Vec<u8>>,
+    wrap: Wrap,
+    scratch: Vec<u8>,
 }
 
 impl UdpPath {
@@ -59,6 +62,8 @@ impl UdpPath {
             addrs: cfg.streams.iter().map(|a| RawSockAddr::new(*a)).collect(),
             first_id: cfg.first_id,
             bufs: (0..MAX_BATCH).map(|_| vec![0u8; cfg.payload_bytes]).collect(),
+            wrap: cfg.wrap,
+            scratch: Vec::new(),
         })
     }
 }
@@ -68,7 +73,10 @@ impl Transmit for UdpPath {
         let s = self.streams.len();
         for (i, buf) in self.bufs.iter_mut().take(n).enumerate() {
             let (stream, seq) = stream_and_seq(first + i as u64, s);
-            payload::fill(buf, self.first_id.wrapping_add(stream as u32), seq, now_ns);
+            let id = self.first_id.wrapping_add(stream as u32);
+            self.wrap.fill(buf, id, seq, now_ns, &mut self.scratch, |b| {
+                payload::fill(b, id, seq, now_ns);
+            });
         }
         let mut msgs = [Outgoing::new(None, &[]); MAX_BATCH];
         for (i, (m, b)) in msgs.iter_mut().zip(&self.bufs).take(n).enumerate() {

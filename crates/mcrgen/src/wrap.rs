@@ -1,0 +1,244 @@
+//! How the test payload travels, as broadcast and IPTV streams do: as the
+//! whole UDP payload (`plain`), after an RTP header (`rtp`, RFC 3550), in
+//! MPEG-TS packets straight in UDP (`ts`), or in MPEG-TS packets inside RTP
+//! (`rtp-ts`, payload type 33, as SMPTE ST 2022-2 and most IPTV carry it).
+//!
+//! With MPEG-TS, each datagram holds seven 188-byte packets: a PAT (PID 0,
+//! no programs, its CRC right) and six packets of PID 0x100 whose payloads,
+//! 6 × 184 = 1,104 bytes, are the test payload; every PID's continuity
+//! counter runs on from datagram to datagram. The RTP sequence number is
+//! the packet's (mod 2^16), its timestamp the send time on a 90 kHz clock,
+//! its SSRC the stream's id. The receiver checks RTP sequence and jitter
+//! and the TS first-priority errors (`mcr_core::health`), then the test
+//! payload byte for byte as always.
+
+use mcr_core::wire::rtp::{self, RtpHeader};
+use mcr_core::wire::ts;
+
+use crate::payload::{HEADER_LEN, MAGIC};
+
+/// What carries the test payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Wrap {
+    /// The UDP payload is the test payload.
+    #[default]
+    Plain,
+    /// An RTP header, then the test payload.
+    Rtp,
+    /// Seven MPEG-TS packets.
+    Ts,
+    /// An RTP header, then seven MPEG-TS packets.
+    RtpTs,
+}
+
+/// Transport packets per datagram.
+pub const TS_PACKETS: usize = 7;
+/// The PID the test payload travels on.
+pub const DATA_PID: u16 = 0x100;
+/// The test payload's length inside MPEG-TS.
+pub const TS_PAYLOAD: usize = (TS_PACKETS - 1) * (ts::PACKET - 4);
+/// The RTP payload type of MPEG-TS (RFC 3551); of a plain payload, the
+/// first dynamic one.
+const PT_MP2T: u8 = 33;
+const PT_DYNAMIC: u8 = 96;
+
+impl Wrap {
+    /// The datagram's length for `--size` bytes: MPEG-TS fixes it.
+    pub fn datagram_len(self, size: usize) -> usize {
+        match self {
+            Wrap::Plain => size,
+            Wrap::Rtp => size,
+            Wrap::Ts => TS_PACKETS * ts::PACKET,
+            Wrap::RtpTs => rtp::FIXED + TS_PACKETS * ts::PACKET,
+        }
+    }
+
+    /// The test payload's length in a datagram of `len` bytes.
+    pub fn inner_len(self, len: usize) -> usize {
+        match self {
+            Wrap::Plain => len,
+            Wrap::Rtp => len.saturating_sub(rtp::FIXED),
+            Wrap::Ts | Wrap::RtpTs => TS_PAYLOAD,
+        }
+    }
+
+    fn rtp(self) -> bool {
+        matches!(self, Wrap::Rtp | Wrap::RtpTs)
+    }
+
+    /// Writes the whole datagram `buf` for packet `seq` of `stream`, sent
+    /// at `send_ns`; `fill` writes the test payload into the slice it is
+    /// given (the payload's own buffer for MPEG-TS, `scratch`).
+    pub fn fill(
+        self,
+        buf: &mut [u8],
+        stream: u32,
+        seq: u64,
+        send_ns: u64,
+        scratch: &mut Vec<u8>,
+        fill: impl FnOnce(&mut [u8]),
+    ) {
+        let body = if self.rtp() {
+            let pt = if self == Wrap::RtpTs { PT_MP2T } else { PT_DYNAMIC };
+            // The 90 kHz media clock, from the send time (wraps as RTP's does).
+            let ticks = (u128::from(send_ns) * 90_000 / 1_000_000_000) as u32;
+            RtpHeader::write(buf, pt, seq as u16, ticks, stream);
+            &mut buf[rtp::FIXED..]
+        } else {
+            buf
+        };
+        if matches!(self, Wrap::Plain | Wrap::Rtp) {
+            fill(body);
+            return;
+        }
+        scratch.resize(TS_PAYLOAD, 0);
+        fill(scratch);
+        let mut packets = body.chunks_exact_mut(ts::PACKET);
+        if let Some(pat) = packets.next() {
+            write_pat(pat, (seq & 0x0f) as u8);
+        }
+        for (k, (p, data)) in packets.zip(scratch.chunks(ts::PACKET - 4)).enumerate() {
+            let cc = ((seq * (TS_PACKETS as u64 - 1) + k as u64) & 0x0f) as u8;
+            ts::write_header(p, DATA_PID, k == 0, cc);
+            p[4..].copy_from_slice(data);
+        }
+    }
+
+    /// The test payload of a received datagram (gathered into `scratch`
+    /// for MPEG-TS), or `None` when the datagram is not wrapped this way.
+    pub fn unwrap<'a>(self, datagram: &'a [u8], scratch: &'a mut Vec<u8>) -> Option<&'a [u8]> {
+        let body = if self.rtp() {
+            let h = RtpHeader::parse(datagram)?;
+            &datagram[h.payload_start..h.payload_end]
+        } else {
+            datagram
+        };
+        if matches!(self, Wrap::Plain | Wrap::Rtp) {
+            return Some(body);
+        }
+        scratch.clear();
+        for p in ts::packets(body)?.filter(|p| p.pid() == DATA_PID) {
+            scratch.extend_from_slice(p.payload());
+        }
+        Some(scratch)
+    }
+}
+
+/// Whether a UDP payload carries an `mcrgen` test payload, wrapped in any
+/// of the ways above (what `mcrgen impair` acts on).
+pub fn carries_test_payload(udp_payload: &[u8]) -> bool {
+    let starts = |b: &[u8]| b.len() >= HEADER_LEN && b[..4] == MAGIC;
+    if starts(udp_payload) {
+        return true;
+    }
+    let body = match RtpHeader::parse(udp_payload) {
+        Some(h) if starts(&udp_payload[h.payload_start..h.payload_end]) => return true,
+        Some(h) => &udp_payload[h.payload_start..h.payload_end],
+        None => udp_payload,
+    };
+    ts::packets(body)
+        .and_then(|mut p| p.find(|p| p.pid() == DATA_PID))
+        .is_some_and(|p| p.payload().starts_with(&MAGIC))
+}
+
+/// A PAT with no programs (transport stream id 1, version 0), its CRC
+/// right, padded with 0xff: PID 0, a section starting here, counter `cc`.
+fn write_pat(p: &mut [u8], cc: u8) {
+    ts::write_header(p, ts::PAT_PID, true, cc);
+    p[4..].fill(0xff);
+    // Pointer field, then the section: table id 0, section syntax, length
+    // 9 (5 bytes of header after the length, 4 of CRC).
+    let section = [0x00, 0xb0, 0x09, 0x00, 0x01, 0xc1, 0x00, 0x00];
+    p[4] = 0;
+    p[5..13].copy_from_slice(&section);
+    let crc = crc32_mpeg(&section);
+    p[13..17].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// The CRC-32 of MPEG-2 sections (polynomial 0x04c11db7, no reflection,
+/// initial value all ones, no final XOR).
+fn crc32_mpeg(data: &[u8]) -> u32 {
+    let mut crc = u32::MAX;
+    for &b in data {
+        crc ^= u32::from(b) << 24;
+        for _ in 0..8 {
+            crc = if crc & 0x8000_0000 != 0 {
+                (crc << 1) ^ 0x04c1_1db7
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::{self, Check};
+    use mcr_core::health::{Carries, InputHealth};
+
+    #[test]
+    fn the_mpeg_crc_has_its_check_value() {
+        // The CRC-32/MPEG-2 of "123456789".
+        assert_eq!(crc32_mpeg(b"123456789"), 0x0376_e6e7);
+    }
+
+    #[test]
+    fn every_wrapping_carries_the_payload_back_and_a_clean_stream_is_clean() {
+        for (wrap, carries) in [
+            (Wrap::Rtp, Carries::Rtp),
+            (Wrap::Ts, Carries::Ts),
+            (Wrap::RtpTs, Carries::RtpTs),
+        ] {
+            let len = wrap.datagram_len(1024);
+            let mut buf = vec![0u8; len];
+            let (mut scratch, mut back) = (Vec::new(), Vec::new());
+            let mut health = InputHealth::default();
+            for seq in 0..70_000u64 {
+                let at = seq * 1_000_000;
+                wrap.fill(&mut buf, 7, seq, at, &mut scratch, |b| payload::fill(b, 7, seq, at));
+                health.observe(&buf, at);
+                let inner = wrap.unwrap(&buf, &mut back).expect("unwraps");
+                assert_eq!(inner.len(), wrap.inner_len(len));
+                assert!(
+                    matches!(payload::check(inner), Check::Intact(h) if h.seq == seq),
+                    "{wrap:?} {seq}"
+                );
+            }
+            assert_eq!(health.carries, carries);
+            let r = health.rtp.counts();
+            assert_eq!(
+                (r.lost, r.duplicates, r.late, r.restarts, r.strays),
+                (0, 0, 0, 0, 0),
+                "{wrap:?}"
+            );
+            let t = health.ts.counts();
+            assert_eq!(
+                (t.continuity_errors, t.sync_byte_errors, t.sync_losses, t.pat_errors),
+                (0, 0, 0, 0),
+                "{wrap:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_test_payload_is_recognised_in_every_wrapping() {
+        for wrap in [Wrap::Plain, Wrap::Rtp, Wrap::Ts, Wrap::RtpTs] {
+            let mut buf = vec![0u8; wrap.datagram_len(200)];
+            wrap.fill(&mut buf, 1, 5, 0, &mut Vec::new(), |b| payload::fill(b, 1, 5, 0));
+            assert!(carries_test_payload(&buf), "{wrap:?}");
+        }
+        assert!(!carries_test_payload(&[0x80; 300]));
+        assert!(!carries_test_payload(&[0x47; 188]));
+    }
+
+    #[test]
+    fn a_datagram_wrapped_otherwise_does_not_unwrap() {
+        let mut buf = vec![0u8; Wrap::Ts.datagram_len(0)];
+        Wrap::Ts.fill(&mut buf, 1, 0, 0, &mut Vec::new(), |b| payload::fill(b, 1, 0, 0));
+        assert!(Wrap::RtpTs.unwrap(&buf, &mut Vec::new()).is_none());
+        assert!(Wrap::Plain.unwrap(&buf, &mut Vec::new()).is_some());
+    }
+}

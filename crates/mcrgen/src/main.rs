@@ -89,6 +89,13 @@ struct ImpairArgs {
     /// valid).
     #[arg(long, default_value = "0", value_parser = parse_percent)]
     corrupt: f64,
+    /// Send every test packet this much later, in order (a longer path).
+    #[arg(long, value_parser = parse_duration)]
+    delay: Option<Duration>,
+    /// Cut the path: drop every test packet from AFTER past the first test
+    /// packet, for FOR (`AFTER+FOR`, e.g. 2s+5s).
+    #[arg(long, value_parser = parse_cut)]
+    cut: Option<(Duration, Duration)>,
     /// Seed of the fault generator: the same seed repeats the same faults.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -103,6 +110,19 @@ struct ImpairArgs {
 /// A rate that is a number (`max` is refused).
 fn parse_pps(s: &str) -> Result<f64, String> {
     mcrgen::units::parse_rate(s)?.ok_or_else(|| "give a rate in packets per second (e.g. 20k), not max".into())
+}
+
+/// `AFTER+FOR`: two durations.
+fn parse_cut(s: &str) -> Result<(Duration, Duration), String> {
+    let (after, long) = s
+        .split_once('+')
+        .ok_or_else(|| format!("`{s}`: give AFTER+FOR, e.g. 2s+5s"))?;
+    Ok((parse_duration(after)?, parse_duration(long)?))
+}
+
+/// A duration in ns (saturating).
+fn as_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn parse_percent(s: &str) -> Result<f64, String> {
@@ -151,6 +171,8 @@ fn impair(a: ImpairArgs) -> anyhow::Result<ExitCode> {
             duplicate: a.duplicate,
             reorder: a.reorder,
             corrupt: a.corrupt,
+            delay_ns: a.delay.map_or(0, as_ns),
+            cut: a.cut.map(|(after, long)| (as_ns(after), as_ns(long))),
         },
         seed: a.seed,
         duration: a.duration,
@@ -200,6 +222,18 @@ struct SendArgs {
     /// (MPEG-TS in RTP, as IPTV and SMPTE ST 2022-2 carry it).
     #[arg(long, value_enum, default_value = "plain")]
     wrap: mcrgen::wrap::Wrap,
+    /// Send every packet again, byte for byte, to these destinations (one
+    /// per stream, in the syntax of --streams): a second path, as SMPTE
+    /// ST 2022-7 senders do.
+    #[arg(long)]
+    copy: Option<String>,
+    /// With --copy: how much later the copy goes (0s, 20ms, ...).
+    #[arg(long, value_parser = parse_duration, default_value = "0s", requires = "copy")]
+    copy_delay: Duration,
+    /// With --copy: the interface the copies go out on (the first path's
+    /// if none).
+    #[arg(long, requires = "copy")]
+    copy_interface: Option<String>,
     /// Packets per second, all streams together: a number (50000, 50k,
     /// 1.5M) or `max`.
     #[arg(short, long, default_value = "1000", conflicts_with = "rate_per_stream")]
@@ -342,6 +376,14 @@ fn send(a: SendArgs) -> anyhow::Result<ExitCode> {
         ttl: a.ttl,
         payload_bytes: a.wrap.datagram_len(a.size),
         wrap: a.wrap,
+        copy: match &a.copy {
+            Some(c) => Some(mcrgen::send::Copy {
+                streams: spec::parse(c)?,
+                interface: a.copy_interface.clone(),
+                delay: a.copy_delay,
+            }),
+            None => None,
+        },
         rate,
         count: a.count,
         duration: a.duration,

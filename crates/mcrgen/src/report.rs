@@ -198,6 +198,9 @@ pub struct SendReport {
     pub icmp_errors: u64,
     /// Why it stopped: `count`, `duration` or `signal`.
     pub stopped_by: String,
+    /// Packets sent again on the second path (`--copy`).
+    #[serde(default)]
+    pub copies: u64,
     /// How due packets were handed to the kernel: `batch` or `each`.
     #[serde(default)]
     pub pace: String,
@@ -348,6 +351,9 @@ impl SendReport {
             None => out.push_str(" (as fast as possible)"),
         }
         let _ = write!(out, ", {} retries, stopped by {}", self.retries, self.stopped_by);
+        if self.copies > 0 {
+            let _ = write!(out, "; {} copies on the second path", self.copies);
+        }
         out.push('\n');
         for c in &self.cpu_busy {
             let _ = writeln!(

@@ -236,6 +236,51 @@ fn rtp_and_mpeg_ts_cross_clean_and_every_packet_is_checked() {
 }
 
 #[test]
+fn a_copy_goes_to_a_second_group_later_and_byte_for_byte() {
+    let _lock = traffic_lock().expect("lock");
+    let p = link("copy");
+    let all = "239.1.3.1:5001,239.1.3.2:5002,239.1.4.1:6001,239.1.4.2:6002";
+    let (got, sent) = run(
+        &p,
+        &[
+            "-s", all, "-i", "veth1", "--expect", "1000", "--ids", "any", "--wrap", "rtp-ts",
+        ],
+        &[
+            "-s",
+            "239.1.3.1+2:5001+",
+            "--copy",
+            "239.1.4.1+2:6001+",
+            "--copy-delay",
+            "20ms",
+            "-i",
+            "veth0",
+            "--count",
+            "1000",
+            "--rate",
+            "2000",
+            "--wrap",
+            "rtp-ts",
+        ],
+    );
+    assert_eq!((sent.packets, sent.copies), (2000, 2000));
+    let r = &got.report;
+    assert_eq!(got.code, Some(0), "{:?}\n{}", r.problems, got.stderr);
+    for (original, copy) in r.streams[..2].iter().zip(&r.streams[2..]) {
+        assert_eq!(original.stream_id, copy.stream_id, "the copy carries the same stream");
+        for s in [original, copy] {
+            assert_eq!((s.received, s.unique, s.lost, s.corrupted), (1000, 1000, 0, 0), "{s:?}");
+            let h = s.health.expect("health");
+            assert_eq!(h.rtp.expect("rtp").lost, 0);
+            assert_eq!(h.ts.expect("ts").continuity_errors, 0);
+        }
+        // Latency counts from the send time in the header, which the copy
+        // shares with the original: it cannot have left before its delay.
+        let l = copy.latency.expect("latency");
+        assert!(l.min_ns >= 20_000_000, "a copy left early: {l:?}");
+    }
+}
+
+#[test]
 fn loss_inside_rtp_and_mpeg_ts_is_seen_by_every_layer() {
     let _lock = traffic_lock().expect("lock");
     let (got, did) = through_impair_wrapped("impair-wrapped", &["--loss", "3%"], "rtp-ts");
@@ -263,6 +308,52 @@ fn loss_inside_rtp_and_mpeg_ts_is_seen_by_every_layer() {
         "{:?}",
         got.report.problems
     );
+}
+
+#[test]
+fn a_cut_path_loses_one_run_per_stream_and_a_delayed_one_nothing() {
+    let _lock = traffic_lock().expect("lock");
+    // 2000 pps a stream: a cut of 200 ms from 100 ms in takes one run of
+    // about 400 out of each stream.
+    let (got, did) = through_impair("impair-cut", &["--cut", "100ms+200ms"]);
+    assert!(did.cut > 0);
+    assert_eq!(got.report.total.lost, did.cut);
+    for s in &got.report.streams {
+        assert_eq!(s.holes.len(), 1, "one run lost: {s:?}");
+        assert_eq!((s.duplicated, s.reordered, s.corrupted), (0, 0, 0));
+    }
+    let c = Chain::new("impair-delay").expect("chain");
+    let imp = Impairer::start(
+        &c.relay,
+        &[
+            "--in",
+            Chain::RELAY_IN_IF,
+            "--out",
+            Chain::RELAY_OUT_IF,
+            "--delay",
+            "30ms",
+        ],
+    )
+    .expect("impairer ready");
+    let streams = "239.3.2.1+3:5001+";
+    let rx = Mcrgen::streams(streams, Chain::SINK_IF)
+        .expect(1000)
+        .recv(&c.sink)
+        .expect("receiver ready");
+    Mcrgen::streams(streams, Chain::GEN_IF)
+        .count(1000)
+        .rate("3000")
+        .send(&c.generator, MINUTE)
+        .expect("sender ran");
+    let got = rx.finish(MINUTE).expect("receiver finished");
+    let did = imp.stop().expect("impairer report");
+    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+    assert_eq!(did.delayed, 3000);
+    for s in &got.report.streams {
+        // Nothing leaves the impairer before its delay is over.
+        let l = s.latency.expect("latency");
+        assert!(l.min_ns >= 30_000_000, "{l:?}");
+    }
 }
 
 #[test]

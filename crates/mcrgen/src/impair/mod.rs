@@ -44,6 +44,11 @@ pub struct Faults {
     pub reorder: f64,
     /// One payload bit flipped.
     pub corrupt: f64,
+    /// Every test packet leaves this much later (a longer path), in order.
+    pub delay_ns: u64,
+    /// The path is cut: every test packet is dropped from this long after
+    /// the first test packet, for this long.
+    pub cut: Option<(u64, u64)>,
 }
 
 impl Faults {
@@ -83,6 +88,12 @@ pub struct ImpairReport {
     pub corrupted: u64,
     /// Frames the output interface refused.
     pub send_errors: u64,
+    /// Test packets sent `--delay` later.
+    #[serde(default)]
+    pub delayed: u64,
+    /// Test packets dropped while the path was cut.
+    #[serde(default)]
+    pub cut: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -107,6 +118,10 @@ pub struct Impairer {
     rng: u64,
     /// Per destination: the held frame and when it was held.
     held: HashMap<Flow, (Vec<u8>, u64)>,
+    /// Test packets waiting out the delay: when they go, in order.
+    delayed: std::collections::VecDeque<(u64, Vec<u8>)>,
+    /// When the first test packet came (the cut counts from it).
+    first_test: Option<u64>,
     report: ImpairReport,
 }
 
@@ -137,6 +152,8 @@ impl Impairer {
             faults,
             rng: seed ^ 0x2545_f491_4f6c_dd1d,
             held: HashMap::new(),
+            delayed: std::collections::VecDeque::new(),
+            first_test: None,
             report: ImpairReport::default(),
         }
     }
@@ -164,6 +181,16 @@ impl Impairer {
         out.push(frame);
     }
 
+    /// Sends a test packet now, or after the delay.
+    fn pass(&mut self, frame: Vec<u8>, now_ns: u64, out: &mut Vec<Vec<u8>>) {
+        if self.faults.delay_ns == 0 {
+            return self.emit(frame, out);
+        }
+        self.report.delayed += 1;
+        self.delayed
+            .push_back((now_ns.saturating_add(self.faults.delay_ns), frame));
+    }
+
     /// Takes one frame that arrived at `now_ns`; appends what to send, in
     /// order, to `out`.
     pub fn frame(&mut self, frame: &[u8], now_ns: u64, out: &mut Vec<Vec<u8>>) {
@@ -174,6 +201,14 @@ impl Impairer {
             return;
         };
         self.report.test_packets += 1;
+        let first = *self.first_test.get_or_insert(now_ns);
+        if let Some((after, long)) = self.faults.cut {
+            let since = now_ns - first;
+            if since >= after && since - after < long {
+                self.report.cut += 1;
+                return;
+            }
+        }
         let mut copy = frame.to_vec();
         match self.draw() {
             Some(Fault::Loss) => {
@@ -182,7 +217,7 @@ impl Impairer {
             }
             Some(Fault::Duplicate) => {
                 self.report.duplicated += 1;
-                self.emit(copy.clone(), out);
+                self.pass(copy.clone(), now_ns, out);
             }
             // One packet per flow is held at a time; another that draws
             // this fault meanwhile passes unharmed.
@@ -196,15 +231,15 @@ impl Impairer {
             }
             _ => {}
         }
-        self.emit(copy, out);
+        self.pass(copy, now_ns, out);
         if let Some((h, _)) = self.held.remove(&flow) {
             self.report.reordered += 1;
-            self.emit(h, out);
+            self.pass(h, now_ns, out);
         }
     }
 
     /// Sends, as they are, the held packets that have waited [`HOLD_NS`] or
-    /// longer by `now_ns`.
+    /// longer by `now_ns`, and the delayed ones whose delay is over.
     pub fn expire(&mut self, now_ns: u64, out: &mut Vec<Vec<u8>>) {
         let due: Vec<Flow> = self
             .held
@@ -215,7 +250,12 @@ impl Impairer {
         for f in due {
             if let Some((h, _)) = self.held.remove(&f) {
                 self.report.released_in_order += 1;
-                self.emit(h, out);
+                self.pass(h, now_ns, out);
+            }
+        }
+        while self.delayed.front().is_some_and(|(at, _)| *at <= now_ns) {
+            if let Some((_, f)) = self.delayed.pop_front() {
+                self.emit(f, out);
             }
         }
     }
@@ -263,12 +303,15 @@ impl Impairer {
         }
     }
 
-    /// Sends every held packet as it is (at the end).
+    /// Sends every held and delayed packet as it is (at the end).
     pub fn flush(&mut self, out: &mut Vec<Vec<u8>>) {
         let held: Vec<Vec<u8>> = self.held.drain().map(|(_, (f, _))| f).collect();
         for h in held {
             self.report.released_in_order += 1;
-            self.emit(h, out);
+            self.delayed.push_back((0, h));
+        }
+        while let Some((_, f)) = self.delayed.pop_front() {
+            self.emit(f, out);
         }
     }
 }
@@ -394,7 +437,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn any_bytes_never_panic_and_pass_through(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
-            let mut imp = Impairer::new(Faults { loss: 0.3, duplicate: 0.2, reorder: 0.2, corrupt: 0.3 }, 9);
+            let mut imp = Impairer::new(Faults { loss: 0.3, duplicate: 0.2, reorder: 0.2, corrupt: 0.3, ..Default::default() }, 9);
             let mut out = Vec::new();
             imp.frame(&bytes, 0, &mut out);
             // Whatever is not a test packet passes unchanged.
@@ -432,5 +475,39 @@ mod tests {
             .validate()
             .is_ok()
         );
+    }
+
+    #[test]
+    fn a_delay_keeps_the_order_and_a_cut_drops_exactly_its_window() {
+        let mut imp = Impairer::new(
+            Faults {
+                delay_ns: 20,
+                cut: Some((100, 50)),
+                ..Default::default()
+            },
+            1,
+        );
+        let mut out = Vec::new();
+        for seq in 0..30u64 {
+            // One packet every 10 ns: 10 to 14 fall in the cut.
+            imp.frame(&frame(seq, 5001), seq * 10, &mut out);
+            imp.expire(seq * 10, &mut out);
+        }
+        let seqs = |out: &[Vec<u8>]| -> Vec<u64> {
+            out.iter()
+                .map(|f| match payload::check(&f[UDP_V4_HEADERS..]) {
+                    payload::Check::Intact(h) => h.seq,
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        // By t = 290 those sent by 270 are out: 0..=27 less the cut.
+        let want: Vec<u64> = (0..=27).filter(|s| !(10..15).contains(s)).collect();
+        assert_eq!(seqs(&out), want);
+        imp.flush(&mut out);
+        let want: Vec<u64> = (0..30).filter(|s| !(10..15).contains(s)).collect();
+        assert_eq!(seqs(&out), want);
+        let r = imp.report();
+        assert_eq!((r.cut, r.delayed, r.dropped), (5, 25, 0));
     }
 }

@@ -115,6 +115,9 @@ pub struct SendConfig {
     pub payload_bytes: usize,
     /// How the test payload is carried (RTP, MPEG-TS).
     pub wrap: crate::wrap::Wrap,
+    /// A second path for every packet (SMPTE ST 2022-7 style): the same
+    /// bytes to other destinations, later.
+    pub copy: Option<Copy>,
     /// How fast.
     pub rate: Rate,
     /// Packets per stream; `None` for no limit.
@@ -137,9 +140,30 @@ pub struct SendConfig {
     pub watch_cpus: Vec<usize>,
 }
 
+/// The second path of `--copy`: every packet, byte for byte the same
+/// (sequence, send time, RTP timestamp), sent again to `streams[i]` for
+/// stream `i`, `delay` after the original, from `interface`.
+#[derive(Debug, Clone)]
+pub struct Copy {
+    /// One destination per stream.
+    pub streams: Vec<SocketAddr>,
+    /// The interface to send the copies on (the first path's if none).
+    pub interface: Option<String>,
+    /// How much later.
+    pub delay: Duration,
+}
+
 /// Why `send` could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
+    /// `--copy` names another number of destinations than `--streams`.
+    #[error("--copy names {copies} destinations for {streams} streams: give one per stream")]
+    CopyStreams {
+        /// How many streams.
+        streams: usize,
+        /// How many copy destinations.
+        copies: usize,
+    },
     /// Payload size out of range.
     #[error("payload size {0} bytes is outside {MIN_PAYLOAD}-{MAX_PAYLOAD}")]
     Size(usize),
@@ -270,8 +294,15 @@ fn validate(cfg: &SendConfig) -> Result<(bool, Option<f64>), SendError> {
         return Err(SendError::Ttl(cfg.ttl));
     }
     let ipv6 = cfg.streams.first().is_some_and(|a| a.is_ipv6());
-    if cfg.streams.iter().any(|a| a.is_ipv6() != ipv6) {
+    let copies = cfg.copy.iter().flat_map(|c| &c.streams);
+    if cfg.streams.iter().chain(copies).any(|a| a.is_ipv6() != ipv6) {
         return Err(SendError::MixedFamilies);
+    }
+    if let Some(c) = cfg.copy.as_ref().filter(|c| c.streams.len() != cfg.streams.len()) {
+        return Err(SendError::CopyStreams {
+            streams: cfg.streams.len(),
+            copies: c.streams.len(),
+        });
     }
     if let Some(src) = cfg.source.filter(|s| s.is_ipv6() != ipv6) {
         return Err(SendError::SourceFamily { source_addr: src });
@@ -307,6 +338,22 @@ fn open_path(cfg: &SendConfig, ipv6: bool) -> Result<Box<dyn Transmit>, SendErro
 pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError> {
     let (ipv6, pps) = validate(cfg)?;
     let mut path = open_path(cfg, ipv6)?;
+    let mut copy_path = match &cfg.copy {
+        Some(c) => {
+            let second = SendConfig {
+                streams: c.streams.clone(),
+                interface: c.interface.clone().or_else(|| cfg.interface.clone()),
+                copy: None,
+                ..cfg.clone()
+            };
+            Some((open_path(&second, ipv6)?, as_ns(c.delay)))
+        }
+        None => None,
+    };
+    // Batches sent on the first path, waiting to go on the second: when,
+    // the first packet, how many, and the original send time.
+    let mut copies: std::collections::VecDeque<(u64, u64, usize, u64)> = std::collections::VecDeque::new();
+    let mut copies_sent: u64 = 0;
     if let Some(cpu) = cfg.cpu {
         mcr_sys::process::pin_current_thread(cpu).map_err(setup(format!("pin to CPU {cpu}")))?;
     }
@@ -333,10 +380,19 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
         if stop.load(Ordering::Relaxed) {
             break "signal";
         }
-        if limit.is_some_and(|l| sent >= l) {
-            break "count";
-        }
         let now = monotonic_ns();
+        if let Some((second, _)) = &mut copy_path {
+            copies_sent += send_copies(&mut copies, second.as_mut(), now, &stopping)?;
+        }
+        if limit.is_some_and(|l| sent >= l) {
+            match copies.front() {
+                None => break "count",
+                Some(&(due, ..)) => {
+                    sleep_until_ns(due.min(now.saturating_add(100_000_000)));
+                    continue;
+                }
+            }
+        }
         if deadline.is_some_and(|d| now >= d) {
             break "duration";
         }
@@ -347,8 +403,10 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
         };
         if due <= sent {
             let next = start.saturating_add((sent as f64 * interval_ns.unwrap_or(0.0)) as u64);
-            // Wake at least every 100 ms to notice a signal.
-            let wake = next.min(now.saturating_add(100_000_000));
+            // Wake at least every 100 ms to notice a signal, and for a copy
+            // that is due.
+            let copy_due = copies.front().map_or(u64::MAX, |c| c.0);
+            let wake = next.min(copy_due).min(now.saturating_add(100_000_000));
             sleep_until_ns(deadline.map_or(wake, |d| wake.min(d)));
             continue;
         }
@@ -357,6 +415,9 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
         }
         let n = (due - sent).min(per_call).min(limit.map_or(u64::MAX, |l| l - sent)) as usize;
         let r = path.send(sent, n, now, &stopping)?;
+        if let Some((_, delay)) = &copy_path {
+            copies.push_back((now.saturating_add(*delay), sent, r.packets, now));
+        }
         retries += r.retries;
         icmp_errors += r.icmp_errors;
         sent += r.packets as u64;
@@ -383,9 +444,34 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
         retries,
         icmp_errors,
         stopped_by: stopped_by.to_string(),
+        copies: copies_sent,
         pace: cfg.pace.to_string(),
         cpu_busy,
     })
+}
+
+/// Sends the copies that are due at `now` on the second path; returns how
+/// many packets went.
+fn send_copies(
+    queue: &mut std::collections::VecDeque<(u64, u64, usize, u64)>,
+    second: &mut dyn Transmit,
+    now: u64,
+    stop: &dyn Fn() -> bool,
+) -> Result<u64, SendError> {
+    let mut sent = 0;
+    while let Some(&(due, first, n, at)) = queue.front() {
+        if due > now {
+            break;
+        }
+        queue.pop_front();
+        let mut off = 0;
+        while off < n {
+            let k = (n - off).min(MAX_BATCH);
+            sent += second.send(first + off as u64, k, at, stop)?.packets as u64;
+            off += k;
+        }
+    }
+    Ok(sent)
 }
 
 /// The idle time of some CPUs at the start of the sending window, to give
@@ -471,6 +557,7 @@ mod tests {
             ttl: 16,
             payload_bytes: 1024,
             wrap: crate::wrap::Wrap::Plain,
+            copy: None,
             rate: Rate::Total(1000.0),
             count: Some(1),
             duration: None,

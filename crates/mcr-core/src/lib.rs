@@ -14,6 +14,8 @@
 //! - [`dispatch`]: a worker's decision for one frame, output by output.
 //! - [`health`]: an input's health as its datagrams pass (RTP sequence and
 //!   jitter, MPEG-TS first-priority checks).
+//! - [`failover`]: a primary input and its backups: which one the stream
+//!   is taken from, with loss of signal, hold time and forced choices.
 //! - [`merge`]: SMPTE ST 2022-7: copies of one RTP stream from several
 //!   paths merged back into one, in order.
 //! - [`plane`]: the control plane as one state machine: events in, effects
@@ -29,6 +31,7 @@ pub mod config;
 pub mod control;
 pub mod datapath;
 pub mod dispatch;
+pub mod failover;
 pub mod field;
 pub mod forward;
 pub mod health;

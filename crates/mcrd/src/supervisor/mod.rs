@@ -1,7 +1,12 @@
-//! The supervisor: never touches a data packet. It owns the rule table,
-//! validates every change, pushes the whole new table to every worker,
-//! joins the groups the rules need, restarts workers that die, sums the
-//! statistics and serves the control socket.
+//! The supervisor: never touches a data packet. What it decides (the rule
+//! table, every change and its steps, when to answer, when to restart a
+//! worker) is the control plane's, `mcr_core::plane::machine`; here the
+//! plane is fed what happens (requests, the workers' messages and exits,
+//! interface changes, the timer) and its effects are carried out: groups
+//! joined and left, ports held, the table sent to every worker and written
+//! to the eBPF data path's maps, answers, worker processes started. The
+//! supervisor also sums the statistics and serves the control socket and
+//! `/metrics`.
 
 mod config_file;
 mod control;
@@ -70,7 +75,7 @@ pub struct Options {
 }
 
 pub use config_file::load as load_config;
-pub use links::interfaces;
+use links::interfaces;
 
 /// Where the answer to a request goes.
 type ReplyTo = oneshot::Sender<Response>;
@@ -100,11 +105,11 @@ struct Supervisor {
     ring: mcr_sys::ring::RingConfig,
 }
 
-/// Runs the daemon until SIGTERM or SIGINT.
 /// How long a start waits for every worker to run the initial table
 /// before serving anyway.
 const WORKERS_READY_LIMIT: Duration = Duration::from_secs(10);
 
+/// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(opts: Options) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -241,19 +246,15 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
 impl Supervisor {
     /// Where every counter is.
     fn counts(&self) -> stats::Counters<'_> {
-        stats::Counters {
-            shm: &self.counters,
-            kernel: self.kernel.as_ref().map(datapath::Datapath::counters),
-        }
+        stats::Counters::of(&self.counters, self.kernel.as_ref())
     }
 
     /// Samples the counters for rates.
     fn sample_stats(&mut self) {
-        let c = stats::Counters {
-            shm: &self.counters,
-            kernel: self.kernel.as_ref().map(datapath::Datapath::counters),
-        };
-        self.stats.sample(c, self.plane.rules());
+        self.stats.sample(
+            stats::Counters::of(&self.counters, self.kernel.as_ref()),
+            self.plane.rules(),
+        );
     }
 
     /// Tells the plane what happened, and carries out what it says.

@@ -20,6 +20,16 @@ pub struct Counters<'a> {
     pub kernel: Option<&'a MappedCounters>,
 }
 
+impl<'a> Counters<'a> {
+    /// The workers' block, and the eBPF data path's when it is loaded.
+    pub fn of(shm: &'a SharedCounters, kernel: Option<&'a super::datapath::Datapath>) -> Self {
+        Counters {
+            shm,
+            kernel: kernel.map(super::datapath::Datapath::counters),
+        }
+    }
+}
+
 /// What is sampled for rates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Key {

@@ -3,6 +3,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A shared, read-write mapping of `len` bytes of a file descriptor.
 ///
@@ -66,5 +67,47 @@ impl Drop for Mmap {
         // `shared`, unmapped only here, once; nothing borrows it past the
         // owner's lifetime.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// `len` 64-bit counters at the start of a shared mapping, touched only
+/// atomically, here and by whoever else maps them (other processes, eBPF
+/// programs). Owners that also own the fd declare it after this field.
+#[derive(Debug)]
+pub(crate) struct Cells {
+    map: Mmap,
+    len: usize,
+}
+
+impl Cells {
+    /// Maps `len` counters of `fd`.
+    pub(crate) fn map(fd: BorrowedFd<'_>, len: usize) -> io::Result<Cells> {
+        let map = Mmap::shared(fd, len.saturating_mul(8).max(8))?;
+        Ok(Cells { map, len })
+    }
+
+    /// Every counter.
+    pub(crate) fn all(&self) -> &[AtomicU64] {
+        // SAFETY: the mapping is page aligned, at least `len * 8` bytes long
+        // and lives as long as `self`; AtomicU64 has the layout of u64, and
+        // every user of the memory touches these words only atomically.
+        unsafe { std::slice::from_raw_parts(self.map.ptr().cast::<AtomicU64>(), self.len) }
+    }
+
+    /// How many counters.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Reads counter `i` (0 if out of range).
+    pub(crate) fn get(&self, i: usize) -> u64 {
+        self.all().get(i).map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// Sets counter `i` to `v` (nothing if out of range).
+    pub(crate) fn set(&self, i: usize, v: u64) {
+        if let Some(c) = self.all().get(i) {
+            c.store(v, Ordering::Relaxed);
+        }
     }
 }

@@ -5,9 +5,9 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
-use crate::mmap::Mmap;
+use crate::mmap::Cells;
 
 /// An array of `u64` counters in shared memory.
 ///
@@ -17,8 +17,7 @@ use crate::mmap::Mmap;
 #[derive(Debug)]
 pub struct SharedCounters {
     // Field order: unmapped before the fd closes.
-    map: Mmap,
-    len: usize,
+    cells: Cells,
     fd: OwnedFd,
 }
 
@@ -70,46 +69,37 @@ impl SharedCounters {
     }
 
     fn map(fd: OwnedFd, len: usize) -> io::Result<SharedCounters> {
-        let map = Mmap::shared(fd.as_fd(), (len * 8).max(8))?;
-        Ok(SharedCounters { map, len, fd })
-    }
-
-    fn cells(&self) -> &[AtomicU64] {
-        // SAFETY: the mapping is page aligned, at least `len * 8` bytes long
-        // and lives as long as `self`; AtomicU64 has the layout of u64, and
-        // every process touches these words only atomically.
-        unsafe { std::slice::from_raw_parts(self.map.ptr().cast::<AtomicU64>(), self.len) }
+        let cells = Cells::map(fd.as_fd(), len)?;
+        Ok(SharedCounters { cells, fd })
     }
 
     /// How many counters.
     pub fn len(&self) -> usize {
-        self.len
+        self.cells.len()
     }
 
     /// True when there are none.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// Adds `v` to counter `i` (its single writer). An index out of range is
     /// ignored.
     #[inline]
     pub fn add(&self, i: usize, v: u64) {
-        if let Some(c) = self.cells().get(i) {
+        if let Some(c) = self.cells.all().get(i) {
             c.store(c.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
         }
     }
 
     /// Sets counter `i` to `v`.
     pub fn set(&self, i: usize, v: u64) {
-        if let Some(c) = self.cells().get(i) {
-            c.store(v, Ordering::Relaxed);
-        }
+        self.cells.set(i, v);
     }
 
     /// Reads counter `i` (0 if out of range).
     pub fn get(&self, i: usize) -> u64 {
-        self.cells().get(i).map_or(0, |c| c.load(Ordering::Relaxed))
+        self.cells.get(i)
     }
 }
 

@@ -14,9 +14,8 @@ pub mod elf;
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::mmap::Mmap;
+use crate::mmap::Cells;
 use elf::{ElfError, MapDef};
 
 // bpf(2) commands and constants (linux/bpf.h; tcx from 6.6).
@@ -234,8 +233,7 @@ impl AsFd for Map {
 #[derive(Debug)]
 pub struct MappedCounters {
     // Field order: unmapped before the map's fd closes.
-    map: Mmap,
-    len: usize,
+    cells: Cells,
     _fd: OwnedFd,
 }
 
@@ -249,39 +247,30 @@ impl MappedCounters {
                 "counters need a mmapable array of u64",
             ));
         }
-        let len = d.max_entries as usize;
         let fd = map.as_fd().try_clone_to_owned()?;
-        let m = Mmap::shared(fd.as_fd(), (len * 8).max(8))?;
-        Ok(MappedCounters { map: m, len, _fd: fd })
-    }
-
-    fn cells(&self) -> &[AtomicU64] {
-        // SAFETY: the mapping is page aligned, `len * 8` bytes long and
-        // lives as long as `self`; AtomicU64 has u64's layout, and the
-        // programs touch these words only with atomic adds.
-        unsafe { std::slice::from_raw_parts(self.map.ptr().cast::<AtomicU64>(), self.len) }
+        // The programs touch these words only with atomic adds.
+        let cells = Cells::map(fd.as_fd(), d.max_entries as usize)?;
+        Ok(MappedCounters { cells, _fd: fd })
     }
 
     /// How many counters.
     pub fn len(&self) -> usize {
-        self.len
+        self.cells.len()
     }
 
     /// True when there are none.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// Reads counter `i` (0 if out of range).
     pub fn get(&self, i: usize) -> u64 {
-        self.cells().get(i).map_or(0, |c| c.load(Ordering::Relaxed))
+        self.cells.get(i)
     }
 
     /// Sets counter `i` to `v`.
     pub fn set(&self, i: usize, v: u64) {
-        if let Some(c) = self.cells().get(i) {
-            c.store(v, Ordering::Relaxed);
-        }
+        self.cells.set(i, v);
     }
 }
 

@@ -279,14 +279,15 @@ pub struct OutputStats {
 }
 
 /// The non-zero drop reasons of `drops`, each as "reason count", in the
-/// order of the map: what `mcrctl stats` and the final totals show beside a
-/// drop total.
-pub fn nonzero_drops(drops: &BTreeMap<String, u64>) -> Vec<String> {
-    drops
+/// order of the map, comma separated (none when nothing was dropped): what
+/// `mcrctl stats` and the final totals show beside a drop total.
+pub fn nonzero_drops(drops: &BTreeMap<String, u64>) -> Option<String> {
+    let why: Vec<String> = drops
         .iter()
         .filter(|(_, v)| **v > 0)
         .map(|(k, v)| format!("{k} {v}"))
-        .collect()
+        .collect();
+    (!why.is_empty()).then(|| why.join(", "))
 }
 
 /// Counters of one rule.
@@ -415,7 +416,11 @@ mod tests {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect();
-        assert_eq!(super::nonzero_drops(&drops), vec!["bad_frame 2", "queue_full 3"]);
+        assert_eq!(
+            super::nonzero_drops(&drops).as_deref(),
+            Some("bad_frame 2, queue_full 3")
+        );
+        assert_eq!(super::nonzero_drops(&BTreeMap::new()), None);
     }
 
     use super::*;

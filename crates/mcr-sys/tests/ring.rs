@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use mcr_core::bpf::ingress_filter;
 use mcr_core::wire::{UDP_V4_HEADERS, UdpFrameSpec, ethernet, write_udp_v4_frame};
 use mcr_sys::packet::PacketTx;
-use mcr_sys::ring::{Fanout, Filter, FilterInsn, RingConfig, RingVersion, RxRing};
+use mcr_sys::ring::{Fanout, Filter, FilterInsn, RingConfig, RingVersion, RxRing, filter_insn};
 use mcr_testbed::presets::Pipeline;
 
 fn filter_all() -> Vec<FilterInsn> {
@@ -24,12 +24,7 @@ fn filter_all() -> Vec<FilterInsn> {
 fn filter_core() -> Vec<FilterInsn> {
     ingress_filter(&mcr_core::bpf::FilterSpec::default())
         .into_iter()
-        .map(|i| FilterInsn {
-            code: i.code,
-            jt: i.jt,
-            jf: i.jf,
-            k: i.k,
-        })
+        .map(|i| filter_insn(i.code, i.jt, i.jf, i.k))
         .collect()
 }
 

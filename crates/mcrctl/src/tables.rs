@@ -226,11 +226,7 @@ fn stats(o: &mut String, s: &StatsReport) {
                 rate(out.pps),
                 bits(out.bps),
                 dropped,
-                if why.is_empty() {
-                    String::new()
-                } else {
-                    format!("  ({})", why.join(", "))
-                }
+                why.map_or_else(String::new, |w| format!("  ({w})"))
             );
         }
     }
@@ -253,7 +249,7 @@ fn stats(o: &mut String, s: &StatsReport) {
             w.ring_errors,
             w.busy * 100.0,
             w.cpu_s,
-            if why.is_empty() { "-".into() } else { why.join(", ") }
+            why.unwrap_or_else(|| "-".into())
         );
     }
     match (&s.datapath, &s.datapath_missing) {

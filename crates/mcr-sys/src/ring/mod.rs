@@ -48,6 +48,12 @@ pub struct RingConfig {
 /// One classic BPF instruction, as the kernel takes it.
 pub type FilterInsn = libc::sock_filter;
 
+/// One classic BPF instruction from its parts (as `mcr_core::bpf::Insn`
+/// holds them).
+pub fn filter_insn(code: u16, jt: u8, jf: u8, k: u32) -> FilterInsn {
+    FilterInsn { code, jt, jf, k }
+}
+
 /// What a ring lets in.
 #[derive(Debug, Clone, Copy)]
 pub enum Filter<'a> {

@@ -273,11 +273,7 @@ pub fn totals(report: &StatsReport) -> String {
             w.ring_drops,
             w.ring_errors,
             drops,
-            if why.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", why.join(", "))
-            }
+            why.map_or_else(String::new, |w| format!(" ({w})"))
         ));
     }
     if let Some(d) = &report.datapath {

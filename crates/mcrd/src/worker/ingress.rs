@@ -16,7 +16,7 @@ use mcr_core::bpf::{FilterSpec, ingress_filter};
 use mcr_core::interfaces::Interfaces;
 use mcr_core::table::MatchTable;
 use mcr_sys::epoll::Epoll;
-use mcr_sys::ring::{Fanout, Filter, FilterInsn, RingConfig, RxRing};
+use mcr_sys::ring::{Fanout, Filter, FilterInsn, RingConfig, RxRing, filter_insn};
 
 use super::keeper::Keeper;
 use crate::channel::{Problem, RingNote, Scope, ring_for_mtu};
@@ -83,12 +83,7 @@ pub struct Ingress {
 fn filter(spec: &FilterSpec) -> Vec<FilterInsn> {
     ingress_filter(spec)
         .into_iter()
-        .map(|i| FilterInsn {
-            code: i.code,
-            jt: i.jt,
-            jf: i.jf,
-            k: i.k,
-        })
+        .map(|i| filter_insn(i.code, i.jt, i.jf, i.k))
         .collect()
 }
 

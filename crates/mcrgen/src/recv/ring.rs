@@ -14,7 +14,7 @@ use mcr_core::stats::WorkerCounter;
 use mcr_sys::clock::{arrival_monotonic_ns, monotonic_ns, realtime_offset_ns};
 use mcr_sys::epoll::Epoll;
 use mcr_sys::membership::{JoinError, JoinSockets};
-use mcr_sys::ring::{FilterInsn, RingConfig, RingVersion, RxRing};
+use mcr_sys::ring::{FilterInsn, RingConfig, RingVersion, RxRing, filter_insn};
 
 use super::{Counters, Outcome, RecvConfig, RecvError, Timing, join_error, setup};
 
@@ -55,12 +55,7 @@ pub(super) fn run(cfg: &RecvConfig, stop: &AtomicBool, ready: impl FnOnce(&str))
     };
     let filter: Vec<FilterInsn> = mcr_core::bpf::ingress_filter(&spec)
         .into_iter()
-        .map(|i| FilterInsn {
-            code: i.code,
-            jt: i.jt,
-            jf: i.jf,
-            k: i.k,
-        })
+        .map(|i| filter_insn(i.code, i.jt, i.jf, i.k))
         .collect();
     let ring_cfg = RingConfig {
         version: RingVersion::V2,

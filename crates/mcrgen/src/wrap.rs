@@ -54,15 +54,6 @@ impl Wrap {
         }
     }
 
-    /// The test payload's length in a datagram of `len` bytes.
-    pub fn inner_len(self, len: usize) -> usize {
-        match self {
-            Wrap::Plain => len,
-            Wrap::Rtp => len.saturating_sub(rtp::FIXED),
-            Wrap::Ts | Wrap::RtpTs => TS_PAYLOAD,
-        }
-    }
-
     fn rtp(self) -> bool {
         matches!(self, Wrap::Rtp | Wrap::RtpTs)
     }
@@ -201,7 +192,12 @@ mod tests {
                 wrap.fill(&mut buf, 7, seq, at, &mut scratch, |b| payload::fill(b, 7, seq, at));
                 health.observe(&buf, at);
                 let inner = wrap.unwrap(&buf, &mut back).expect("unwraps");
-                assert_eq!(inner.len(), wrap.inner_len(len));
+                let want = if wrap == Wrap::Rtp {
+                    len - rtp::FIXED
+                } else {
+                    TS_PAYLOAD
+                };
+                assert_eq!(inner.len(), want);
                 assert!(
                     matches!(payload::check(inner), Check::Intact(h) if h.seq == seq),
                     "{wrap:?} {seq}"

@@ -57,6 +57,16 @@ impl Mcrgen {
         self.opt("--via", how)
     }
 
+    /// `--duration`: how long to send or receive (`8s`).
+    pub fn duration(self, d: impl Display) -> Mcrgen {
+        self.opt("--duration", d)
+    }
+
+    /// `--wrap`: how the test payload is carried (`rtp`, `ts`, `rtp-ts`).
+    pub fn wrap(self, how: impl Display) -> Mcrgen {
+        self.opt("--wrap", how)
+    }
+
     /// `--ids`: the stream ids a receiver takes.
     pub fn ids(self, ids: impl Display) -> Mcrgen {
         self.opt("--ids", ids)

@@ -310,8 +310,7 @@ fn an_output_that_cannot_keep_up_drops_what_it_cannot_take_and_says_why() {
         .add_rule("feed", "veth1:239.1.1.1:5001", &refs)
         .expect("rule added");
     let sent = Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
-        .arg("--duration")
-        .arg("8s")
+        .duration("8s")
         .rate("max")
         .size(64)
         .send(&c.generator, MINUTES)

@@ -41,8 +41,7 @@ fn a_stream_reaches_the_relay_only_while_it_is_joined() {
     let sender_ns = d.senders[0].clone();
     let sender = std::thread::spawn(move || {
         Mcrgen::streams("239.1.1.1:5001", DualBridge::HOST_IF)
-            .arg("--duration")
-            .arg("25s")
+            .duration("25s")
             .rate("500")
             .send(&sender_ns, MINUTES)
             .expect("send")
@@ -67,8 +66,7 @@ fn a_stream_reaches_the_relay_only_while_it_is_joined() {
         .expect("add");
     let rx = Mcrgen::streams("239.10.1.1:6001", DualBridge::HOST_IF)
         .arg("--late-join")
-        .arg("--duration")
-        .arg("3s")
+        .duration("3s")
         .recv(&d.sinks[0])
         .expect("recv");
     let got = rx.finish(MINUTES).expect("recv done");

@@ -443,8 +443,7 @@ fn an_overload_of_30_seconds_is_dropped_with_reasons_and_forwarding_recovers() {
     let rss_before = relay_rss_kib(&relay);
     // 30 s of small packets as fast as the generator goes.
     let sent = Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
-        .arg("--duration")
-        .arg("30s")
+        .duration("30s")
         .rate("max")
         .size(64)
         .send(&c.generator, MINUTES)

@@ -8,11 +8,13 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::ValueEnum as _;
 use clap::{Args, Parser, Subcommand};
 use mcrgen::impair::{Faults, ImpairConfig};
 use mcrgen::recv::{IdPolicy, RecvConfig, RecvVia};
 use mcrgen::send::{Pace, Rate, SendConfig, Via};
 use mcrgen::units::{parse_duration, parse_rate};
+use mcrgen::wrap::Wrap;
 use mcrgen::{payload, spec};
 
 #[derive(Parser, Debug)]
@@ -213,10 +215,10 @@ struct SendArgs {
     /// TTL (IPv4) or hop limit (IPv6).
     #[arg(long, default_value_t = 16)]
     ttl: u32,
-    /// UDP payload size in bytes (64-8972); with --wrap ts or rtp-ts it
-    /// is 1316 or 1328 (seven transport packets).
-    #[arg(long, default_value_t = 1024)]
-    size: usize,
+    /// UDP payload size in bytes (64-8972; default 1024); --wrap ts and
+    /// rtp-ts fix it at 1316 and 1328 (seven transport packets).
+    #[arg(long)]
+    size: Option<usize>,
     /// How the test payload is carried: `plain`, `rtp` (after an RTP
     /// header), `ts` (in seven MPEG-TS packets, with a PAT) or `rtp-ts`
     /// (MPEG-TS in RTP, as IPTV and SMPTE ST 2022-2 carry it).
@@ -347,6 +349,20 @@ struct RecvArgs {
     json: bool,
 }
 
+/// The datagram's size: `--size` (1024 bytes by default), except that
+/// MPEG-TS fixes it.
+fn payload_bytes(wrap: Wrap, size: Option<usize>) -> anyhow::Result<usize> {
+    match (wrap, size) {
+        (Wrap::Ts | Wrap::RtpTs, Some(n)) if n != wrap.datagram_len(n) => anyhow::bail!(
+            "--size {n} with --wrap {}: a datagram of seven MPEG-TS packets is {} bytes; leave --size out",
+            wrap.to_possible_value()
+                .map_or_else(String::new, |v| v.get_name().to_string()),
+            wrap.datagram_len(n)
+        ),
+        _ => Ok(wrap.datagram_len(size.unwrap_or(1024))),
+    }
+}
+
 fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -374,7 +390,7 @@ fn send(a: SendArgs) -> anyhow::Result<ExitCode> {
         interface: a.interface,
         source: a.source,
         ttl: a.ttl,
-        payload_bytes: a.wrap.datagram_len(a.size),
+        payload_bytes: payload_bytes(a.wrap, a.size)?,
         wrap: a.wrap,
         copy: match &a.copy {
             Some(c) => Some(mcrgen::send::Copy {

@@ -102,7 +102,10 @@ impl StreamStats {
         add(self.too_late, "too late to judge");
         add(self.corrupted, "corrupted");
         add(self.wrong_stream, "of another stream");
-        add(self.unrecognized, "not mcrgen payloads");
+        add(
+            self.unrecognized,
+            "not mcrgen payloads (or carried otherwise than --wrap says)",
+        );
         if let Some(t) = self.health.and_then(|h| h.ts) {
             add(t.continuity_errors, "MPEG-TS continuity errors");
             add(t.sync_byte_errors, "MPEG-TS sync byte errors");

@@ -47,8 +47,7 @@ impl Wrap {
     /// The datagram's length for `--size` bytes: MPEG-TS fixes it.
     pub fn datagram_len(self, size: usize) -> usize {
         match self {
-            Wrap::Plain => size,
-            Wrap::Rtp => size,
+            Wrap::Plain | Wrap::Rtp => size,
             Wrap::Ts => TS_PACKETS * ts::PACKET,
             Wrap::RtpTs => rtp::FIXED + TS_PACKETS * ts::PACKET,
         }

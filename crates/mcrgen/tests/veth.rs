@@ -153,15 +153,13 @@ fn through_impair_wrapped(tag: &str, faults: &[&str], wrap: &str) -> (Received, 
         .expect(2000)
         .arg("--idle-timeout")
         .arg("1s")
-        .arg("--wrap")
-        .arg(wrap)
+        .wrap(wrap)
         .recv(&c.sink)
         .expect("receiver ready");
     let sent = Mcrgen::streams(streams, Chain::GEN_IF)
         .count(2000)
         .rate("6000")
-        .arg("--wrap")
-        .arg(wrap)
+        .wrap(wrap)
         .send(&c.generator, MINUTE)
         .expect("sender ran");
     assert_eq!(sent.packets, 6000);
@@ -233,6 +231,31 @@ fn rtp_and_mpeg_ts_cross_clean_and_every_packet_is_checked() {
             );
         }
     }
+}
+
+#[test]
+fn a_size_that_mpeg_ts_cannot_have_is_refused_with_the_size_it_has() {
+    let mcrgen = mcr_testbed::bin("mcrgen").expect("mcrgen built");
+    let out = std::process::Command::new(mcrgen)
+        .args([
+            "send",
+            "-s",
+            "239.1.1.1:5001",
+            "--wrap",
+            "rtp-ts",
+            "--size",
+            "500",
+            "--count",
+            "1",
+        ])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--size 500 with --wrap rtp-ts") && err.contains("1328 bytes"),
+        "{err}"
+    );
 }
 
 #[test]

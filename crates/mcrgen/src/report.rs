@@ -204,6 +204,10 @@ pub struct SendReport {
     /// Packets sent again on the second path (`--copy`).
     #[serde(default)]
     pub copies: u64,
+    /// The least time between a packet and its copy leaving, in ns (on
+    /// the sender's clock: what `--copy-delay` came to).
+    #[serde(default)]
+    pub copy_lag_min_ns: Option<u64>,
     /// How due packets were handed to the kernel: `batch` or `each`.
     #[serde(default)]
     pub pace: String,

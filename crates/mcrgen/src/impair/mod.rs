@@ -91,6 +91,10 @@ pub struct ImpairReport {
     /// Test packets sent `--delay` later.
     #[serde(default)]
     pub delayed: u64,
+    /// The least time a delayed packet was held, in ns (the impairer's
+    /// clock).
+    #[serde(default)]
+    pub delay_min_ns: Option<u64>,
     /// Test packets dropped while the path was cut.
     #[serde(default)]
     pub cut: u64,
@@ -254,7 +258,10 @@ impl Impairer {
             }
         }
         while self.delayed.front().is_some_and(|(at, _)| *at <= now_ns) {
-            if let Some((_, f)) = self.delayed.pop_front() {
+            if let Some((at, f)) = self.delayed.pop_front() {
+                let held = now_ns - (at - self.faults.delay_ns);
+                let least = self.report.delay_min_ns.map_or(held, |m| m.min(held));
+                self.report.delay_min_ns = Some(least);
                 self.emit(f, out);
             }
         }
@@ -509,5 +516,6 @@ mod tests {
         assert_eq!(seqs(&out), want);
         let r = imp.report();
         assert_eq!((r.cut, r.delayed, r.dropped), (5, 25, 0));
+        assert_eq!(r.delay_min_ns, Some(20), "none went before its delay");
     }
 }

@@ -354,6 +354,8 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
     // the first packet, how many, and the original send time.
     let mut copies: std::collections::VecDeque<(u64, u64, usize, u64)> = std::collections::VecDeque::new();
     let mut copies_sent: u64 = 0;
+    // The least time between a packet and its copy leaving.
+    let mut copy_lag_min: Option<u64> = None;
     if let Some(cpu) = cfg.cpu {
         mcr_sys::process::pin_current_thread(cpu).map_err(setup(format!("pin to CPU {cpu}")))?;
     }
@@ -382,7 +384,9 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
         }
         let now = monotonic_ns();
         if let Some((second, _)) = &mut copy_path {
-            copies_sent += send_copies(&mut copies, second.as_mut(), now, &stopping)?;
+            let (n, lag) = send_copies(&mut copies, second.as_mut(), now, &stopping)?;
+            copies_sent += n;
+            copy_lag_min = copy_lag_min.into_iter().chain(lag).min();
         }
         if limit.is_some_and(|l| sent >= l) {
             match copies.front() {
@@ -445,25 +449,28 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
         icmp_errors,
         stopped_by: stopped_by.to_string(),
         copies: copies_sent,
+        copy_lag_min_ns: copy_lag_min,
         pace: cfg.pace.to_string(),
         cpu_busy,
     })
 }
 
 /// Sends the copies that are due at `now` on the second path; returns how
-/// many packets went.
+/// many packets went, and the least time since their originals left.
 fn send_copies(
     queue: &mut std::collections::VecDeque<(u64, u64, usize, u64)>,
     second: &mut dyn Transmit,
     now: u64,
     stop: &dyn Fn() -> bool,
-) -> Result<u64, SendError> {
+) -> Result<(u64, Option<u64>), SendError> {
     let mut sent = 0;
+    let mut lag: Option<u64> = None;
     while let Some(&(due, first, n, at)) = queue.front() {
         if due > now {
             break;
         }
         queue.pop_front();
+        lag = Some(lag.map_or(now - at, |l| l.min(now - at)));
         let mut off = 0;
         while off < n {
             let k = (n - off).min(MAX_BATCH);
@@ -471,7 +478,7 @@ fn send_copies(
             off += k;
         }
     }
-    Ok(sent)
+    Ok((sent, lag))
 }
 
 /// The idle time of some CPUs at the start of the sending window, to give

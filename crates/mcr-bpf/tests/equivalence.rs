@@ -187,7 +187,7 @@ impl Bed {
             return None;
         }
         match self.table.lookup(self.ifindex, d.vlan, d.dst, d.dst_port, d.src) {
-            Lookup::Rule(r) => Some(r.slot),
+            Lookup::Rule(r, _) => Some(r.slot),
             _ => None,
         }
     }
@@ -313,7 +313,7 @@ fn the_program_rewrites_a_frame_byte_for_byte_as_the_workers_do() {
                 continue;
             }
             let d = parse(&f, f.len(), RxChecksum::Unknown, None).expect("owned frames parse");
-            let Lookup::Rule(r) = b.table.lookup(d0, d.vlan, d.dst, d.dst_port, d.src) else {
+            let Lookup::Rule(r, _) = b.table.lookup(d0, d.vlan, d.dst, d.dst_port, d.src) else {
                 panic!("an owned frame has a rule")
             };
             let OutputKind::Frame(rw) = &r.outputs[0].kind else {

@@ -10,6 +10,12 @@
 //! name = "feed-a"
 //! input = "eth0:239.1.1.1:5001"
 //! outputs = ["eth1:239.10.1.1:6001,ttl=8", "eth2:10.0.2.9:7000"]
+//!
+//! [[rule]]
+//! name = "feed-b"
+//! inputs = ["eth0:239.1.1.2:5001", "eth3:239.2.1.2:5001"]
+//! mode = "merge,differential=80ms"
+//! outputs = ["eth1:239.10.1.2:6001"]
 //! ```
 //!
 //! Every mistake is reported with its line and column: TOML syntax, an
@@ -28,7 +34,7 @@ use toml::Spanned;
 
 use crate::field::Field;
 use crate::interfaces::Interfaces;
-use crate::rule::{Input, Output, Rule};
+use crate::rule::{Input, Mode, Output, Redundancy, Rule};
 use crate::validate::{RuleError, RuleIndex, check_rule_in};
 
 /// Where `mcrd` looks for its config file when not told.
@@ -239,7 +245,12 @@ fn as_text<S: serde::Serializer, T: fmt::Display>(v: &Option<T>, s: S) -> Result
 #[serde(deny_unknown_fields)]
 struct RawRule {
     name: Spanned<String>,
-    input: Spanned<String>,
+    #[serde(default)]
+    input: Option<Spanned<String>>,
+    #[serde(default)]
+    inputs: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    mode: Option<Spanned<String>>,
     outputs: Spanned<Vec<Spanned<String>>>,
 }
 
@@ -255,7 +266,12 @@ struct RawFile {
 #[derive(Debug, Serialize)]
 struct SavedRule {
     name: String,
-    input: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    inputs: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mode: Option<String>,
     outputs: Vec<String>,
 }
 
@@ -270,7 +286,9 @@ struct SavedFile<'a> {
 struct RuleSpans {
     rule: Range<usize>,
     name: Range<usize>,
-    input: Range<usize>,
+    /// Each input's string, in order.
+    inputs: Vec<Range<usize>>,
+    mode: Option<Range<usize>>,
     outputs: Range<usize>,
     output: Vec<Range<usize>>,
 }
@@ -281,7 +299,9 @@ impl RuleSpans {
     fn of(&self, field: Field) -> Range<usize> {
         match field {
             Field::Name => self.name.clone(),
-            Field::Input(_) => self.input.clone(),
+            Field::Input(_) => self.inputs[0].clone(),
+            Field::OtherInput(i, _) => self.inputs.get(i + 1).unwrap_or(&self.rule).clone(),
+            Field::Redundancy => self.mode.as_ref().unwrap_or(&self.rule).clone(),
             Field::Output(i, _) => self.output.get(i).unwrap_or(&self.outputs).clone(),
             Field::Outputs => self.outputs.clone(),
         }
@@ -385,12 +405,71 @@ impl Config {
             }
             // Inputs and outputs are parsed here rather than by serde, so
             // that a mistake points at the string at fault, not its array.
-            let input_span = r.input.span();
-            let input: Input = r
-                .input
-                .get_ref()
-                .parse()
-                .map_err(|m| locate(text, &lines, input_span.start, m))?;
+            let parse_input = |i: &Spanned<String>| {
+                i.get_ref()
+                    .parse::<Input>()
+                    .map(|input| (input, i.span()))
+                    .map_err(|m| locate(text, &lines, i.span().start, m))
+            };
+            let mut inputs: Vec<(Input, Range<usize>)> = match (&r.input, &r.inputs) {
+                (Some(i), None) => vec![parse_input(i)?],
+                (None, Some(is)) => is.get_ref().iter().map(parse_input).collect::<Result<_, _>>()?,
+                (Some(_), Some(is)) => {
+                    return Err(locate(
+                        text,
+                        &lines,
+                        is.span().start,
+                        "write `input` for one input or `inputs` for several, not both".into(),
+                    ));
+                }
+                (None, None) => {
+                    return Err(locate(
+                        text,
+                        &lines,
+                        rule_span.start,
+                        "missing field `input` (or `inputs`, with a `mode`)".into(),
+                    ));
+                }
+            };
+            let mode = match &r.mode {
+                Some(m) => Some((
+                    m.get_ref()
+                        .parse::<Mode>()
+                        .map_err(|e| locate(text, &lines, m.span().start, e))?,
+                    m.span(),
+                )),
+                None => None,
+            };
+            let several = r.inputs.as_ref();
+            match (several, &mode) {
+                (Some(is), None) if is.get_ref().len() > 1 => {
+                    return Err(locate(
+                        text,
+                        &lines,
+                        is.span().start,
+                        "several inputs need a `mode`: \"merge\" (ST 2022-7, packet by packet) or \"failover\"".into(),
+                    ));
+                }
+                (Some(is), _) if is.get_ref().is_empty() => {
+                    return Err(locate(text, &lines, is.span().start, "`inputs` is empty".into()));
+                }
+                (None, Some((_, span))) => {
+                    return Err(locate(
+                        text,
+                        &lines,
+                        span.start,
+                        "a `mode` is for a rule with several `inputs`".into(),
+                    ));
+                }
+                _ => {}
+            }
+            let input_spans: Vec<Range<usize>> = inputs.iter().map(|(_, s)| s.clone()).collect();
+            let others: Vec<Input> = inputs.drain(1..).map(|(i, _)| i).collect();
+            let input = inputs.remove(0).0;
+            let redundancy = mode.as_ref().map(|(mode, _)| Redundancy {
+                mode: *mode,
+                inputs: others,
+            });
             let outputs_span = r.outputs.span();
             let mut output_spans = Vec::with_capacity(r.outputs.get_ref().len());
             let mut outputs = Vec::with_capacity(r.outputs.get_ref().len());
@@ -406,12 +485,16 @@ impl Config {
             spans.push(RuleSpans {
                 rule: rule_span,
                 name: name_span,
-                input: input_span,
+                inputs: input_spans,
+                mode: mode.map(|(_, span)| span),
                 outputs: outputs_span,
                 output: output_spans,
             });
             names.insert(name.clone(), rules.len());
-            rules.push(Rule { name, input, outputs });
+            rules.push(Rule {
+                redundancy,
+                ..Rule::new(name, input, outputs)
+            });
         }
         Ok(Config {
             settings: raw.daemon,
@@ -446,7 +529,12 @@ impl Config {
                 .iter()
                 .map(|r| SavedRule {
                     name: r.name.clone(),
-                    input: r.input.to_string(),
+                    input: r.redundancy.is_none().then(|| r.input.to_string()),
+                    inputs: match &r.redundancy {
+                        Some(_) => r.inputs().map(ToString::to_string).collect(),
+                        None => Vec::new(),
+                    },
+                    mode: r.redundancy.as_ref().map(|x| x.mode.to_string()),
                     outputs: r.outputs.iter().map(ToString::to_string).collect(),
                 })
                 .collect(),
@@ -524,6 +612,75 @@ outputs = ["eth1:239.10.1.2:6001,source=keep"]
         assert_eq!(c.rules[0].outputs[1].to_string(), "eth1:10.0.1.9:7000");
         assert_eq!(c.rules[1].outputs[0].to_string(), "eth1:239.10.1.2:6001,source=keep");
         assert_eq!(c.rules[1].input.to_string(), "eth0:239.1.1.2:5001,source=10.0.0.1");
+    }
+
+    #[test]
+    fn a_rule_with_several_inputs_loads_renders_back_and_says_what_is_wrong() {
+        let text = r#"
+[[rule]]
+name = "m"
+inputs = ["eth0:239.1.1.1:5001", "eth1:239.2.1.1:5001"]
+mode = "merge,differential=80ms"
+outputs = ["eth1:239.10.1.1:6001"]
+
+[[rule]]
+name = "f"
+inputs = ["eth0:239.1.1.2:5001", "eth1:239.2.1.2:5001"]
+mode = "failover,hold=2s"
+outputs = ["eth1:239.10.1.2:6001"]
+"#;
+        let c = Config::parse(text).expect("parses");
+        c.check(text, &ifaces()).expect("valid");
+        let m = c.rules[0].redundancy.as_ref().expect("several inputs");
+        assert_eq!(m.mode, Mode::Merge { differential_ms: 80 });
+        assert_eq!(m.inputs[0].to_string(), "eth1:239.2.1.1:5001");
+        let saved = Config::render(&Settings::default(), &c.rules).expect("renders");
+        assert!(saved.contains("mode = \"failover,hold=2000ms\""), "{saved}");
+        assert_eq!(Config::parse(&saved).expect("parses back").rules, c.rules);
+        let rule = |body: &str| format!("[[rule]]\nname = \"a\"\n{body}outputs = [\"eth1:239.10.1.1:6001\"]\n");
+        for (body, line, col, says) in [
+            (
+                "inputs = [\"eth0:239.1.1.1:5001\", \"eth1:239.2.1.1:5001\"]\n",
+                3,
+                10,
+                "several inputs need a `mode`",
+            ),
+            (
+                "input = \"eth0:239.1.1.1:5001\"\nmode = \"merge\"\n",
+                4,
+                8,
+                "a `mode` is for a rule with several `inputs`",
+            ),
+            (
+                "input = \"eth0:239.1.1.1:5001\"\ninputs = [\"eth1:239.2.1.1:5001\"]\n",
+                4,
+                10,
+                "not both",
+            ),
+            (
+                "inputs = [\"eth0:239.1.1.1:5001\", \"eth1:239.2.1.1\"]\nmode = \"merge\"\n",
+                3,
+                34,
+                "is not ADDRESS:PORT",
+            ),
+            (
+                "inputs = [\"eth0:239.1.1.1:5001\", \"eth1:239.2.1.1:5001\"]\nmode = \"mirror\"\n",
+                4,
+                8,
+                "write merge or failover",
+            ),
+            (
+                "inputs = [\"eth0:239.1.1.1:5001\", \"eth0:239.1.1.1:5001\"]\nmode = \"failover\"\n",
+                3,
+                34,
+                "separate paths",
+            ),
+        ] {
+            let t = rule(body);
+            let e = mistake(&t);
+            assert!(e.message.contains(says), "{t}: {e}");
+            assert_eq!((e.line, e.column), (line, col), "{t}: {e}");
+        }
     }
 
     #[test]

@@ -157,6 +157,8 @@ pub enum Ineligible {
     TooManyOutputs(usize),
     /// The input interface has no tc program.
     NoProgram,
+    /// The rule has several inputs, which one worker combines.
+    Redundancy,
 }
 
 impl std::fmt::Display for Ineligible {
@@ -166,6 +168,7 @@ impl std::fmt::Display for Ineligible {
             Ineligible::Translation => f.write_str("an output of the other IP version"),
             Ineligible::TooManyOutputs(n) => write!(f, "{n} outputs (the kernel path takes up to {MAX_FANOUT})"),
             Ineligible::NoProgram => f.write_str("no tc program on the input interface"),
+            Ineligible::Redundancy => f.write_str("several inputs (a worker merges them or fails over)"),
         }
     }
 }
@@ -173,6 +176,9 @@ impl std::fmt::Display for Ineligible {
 /// The outputs of `r`, for a datagram arriving as `input` (for its
 /// family), if the kernel can carry it.
 pub fn outputs_of(r: &CompiledRule, input: IpAddr, layout: &StatsLayout) -> Result<Vec<OutputValue>, Ineligible> {
+    if r.redundancy.is_some() {
+        return Err(Ineligible::Redundancy);
+    }
     if r.outputs.len() > MAX_FANOUT {
         return Err(Ineligible::TooManyOutputs(r.outputs.len()));
     }

@@ -29,6 +29,8 @@ pub struct Taken<'t> {
     pub datagram: Datagram,
     /// The rule.
     pub rule: &'t CompiledRule,
+    /// Which of its inputs it came from (0 for a rule with one).
+    pub input: usize,
 }
 
 /// What to do for one output of the rule.
@@ -62,7 +64,11 @@ pub fn take<'t>(table: &'t MatchTable, ifindex: u32, frame: &[u8], meta: RxMeta)
     let tag = kernel_tag(meta.vlan_tci, meta.vlan_tpid)?;
     let d = parse(frame, meta.wire_len, meta.checksum, tag)?;
     match table.lookup(ifindex, d.vlan, d.dst, d.dst_port, d.src) {
-        Lookup::Rule(rule) => Ok(Taken { datagram: d, rule }),
+        Lookup::Rule(rule, input) => Ok(Taken {
+            datagram: d,
+            rule,
+            input,
+        }),
         Lookup::NoRule => Err(WorkerCounter::NoRule),
         Lookup::WrongSource => Err(WorkerCounter::WrongSource),
     }

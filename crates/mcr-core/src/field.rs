@@ -10,8 +10,13 @@ use std::fmt;
 pub enum Field {
     /// Its name.
     Name,
-    /// Its input, or a part of it.
+    /// Its (first) input, or a part of it.
     Input(Part),
+    /// Its mode of redundancy and that mode's settings.
+    Redundancy,
+    /// Its other input `index` (from 0: the rule's second input), or a
+    /// part of it.
+    OtherInput(usize, Part),
     /// The list of outputs as a whole.
     Outputs,
     /// Output `index` (from 0), or a part of it.
@@ -60,11 +65,27 @@ impl fmt::Display for Field {
                 f.write_str("input")?;
                 part(f, p)
             }
+            Field::Redundancy => f.write_str("redundancy"),
+            Field::OtherInput(i, p) => {
+                write!(f, "redundancy.inputs[{i}]")?;
+                part(f, p)
+            }
             Field::Outputs => f.write_str("outputs"),
             Field::Output(i, p) => {
                 write!(f, "outputs[{i}]")?;
                 part(f, p)
             }
+        }
+    }
+}
+
+impl Field {
+    /// Input `k` of a rule (0: the first, `input`; then those of
+    /// `redundancy.inputs`), or a part of it.
+    pub fn input(k: usize, p: Part) -> Field {
+        match k {
+            0 => Field::Input(p),
+            k => Field::OtherInput(k - 1, p),
         }
     }
 }
@@ -87,6 +108,8 @@ mod tests {
         assert_eq!(Field::Name.to_string(), "name");
         assert_eq!(Field::Input(Part::Whole).to_string(), "input");
         assert_eq!(Field::Input(Part::Destination).to_string(), "input.destination");
+        assert_eq!(Field::input(2, Part::Source).to_string(), "redundancy.inputs[1].source");
+        assert_eq!(Field::Redundancy.to_string(), "redundancy");
         assert_eq!(Field::Outputs.to_string(), "outputs");
         assert_eq!(Field::Output(2, Part::Whole).to_string(), "outputs[2]");
         assert_eq!(Field::Output(0, Part::Ttl).to_string(), "outputs[0].ttl");

@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bpf;
+pub mod combine;
 pub mod config;
 pub mod control;
 pub mod datapath;

@@ -30,10 +30,266 @@ use serde::{Deserialize, Serialize};
 pub struct Rule {
     /// A name, unique among the rules: letters, digits, `.`, `_`, `-`.
     pub name: String,
-    /// Where the stream comes in.
+    /// Where the stream comes in (with `redundancy`: the first input, the
+    /// primary of a failover).
     pub input: Input,
+    /// The stream's other inputs and how they are combined, if it has
+    /// several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redundancy: Option<Redundancy>,
     /// Where it goes out; at least one.
     pub outputs: Vec<Output>,
+}
+
+impl Rule {
+    /// A rule with one input.
+    pub fn new(name: impl Into<String>, input: Input, outputs: Vec<Output>) -> Self {
+        Rule {
+            name: name.into(),
+            input,
+            redundancy: None,
+            outputs,
+        }
+    }
+
+    /// Every input, the first one first.
+    pub fn inputs(&self) -> impl Iterator<Item = &Input> {
+        std::iter::once(&self.input).chain(self.redundancy.iter().flat_map(|r| r.inputs.iter()))
+    }
+
+    /// How many inputs.
+    pub fn input_count(&self) -> usize {
+        1 + self.redundancy.as_ref().map_or(0, |r| r.inputs.len())
+    }
+}
+
+/// A stream that comes in on several inputs (separate paths carrying the
+/// same stream), and how they make one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "RedundancyForm", into = "RedundancyForm")]
+pub struct Redundancy {
+    /// How the inputs are combined.
+    pub mode: Mode,
+    /// The inputs besides the rule's first (at least one; in failover
+    /// order).
+    pub inputs: Vec<Input>,
+}
+
+/// The JSON form of [`Redundancy`]: the mode and its settings beside the
+/// inputs (`{"mode":"merge","differential_ms":50,"inputs":[...]}`).
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
+enum RedundancyForm {
+    Merge {
+        inputs: Vec<Input>,
+        #[serde(default = "default_differential")]
+        differential_ms: u32,
+    },
+    Failover {
+        inputs: Vec<Input>,
+        #[serde(default = "default_loss_of_signal")]
+        loss_of_signal_ms: u32,
+        #[serde(default = "default_hold")]
+        hold_ms: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_threshold: Option<u64>,
+    },
+}
+
+/// A merge's path differential when a rule names none.
+pub const DEFAULT_DIFFERENTIAL_MS: u32 = 50;
+/// A failover's loss-of-signal time when a rule names none.
+pub const DEFAULT_LOSS_OF_SIGNAL_MS: u32 = 200;
+/// A failover's hold time when a rule names none.
+pub const DEFAULT_HOLD_MS: u32 = 10_000;
+
+fn default_differential() -> u32 {
+    DEFAULT_DIFFERENTIAL_MS
+}
+fn default_loss_of_signal() -> u32 {
+    DEFAULT_LOSS_OF_SIGNAL_MS
+}
+fn default_hold() -> u32 {
+    DEFAULT_HOLD_MS
+}
+
+impl From<RedundancyForm> for Redundancy {
+    fn from(f: RedundancyForm) -> Self {
+        match f {
+            RedundancyForm::Merge { inputs, differential_ms } => Redundancy {
+                mode: Mode::Merge { differential_ms },
+                inputs,
+            },
+            RedundancyForm::Failover {
+                inputs,
+                loss_of_signal_ms,
+                hold_ms,
+                error_threshold,
+            } => Redundancy {
+                mode: Mode::Failover {
+                    loss_of_signal_ms,
+                    hold_ms,
+                    error_threshold,
+                },
+                inputs,
+            },
+        }
+    }
+}
+
+impl From<Redundancy> for RedundancyForm {
+    fn from(r: Redundancy) -> Self {
+        match r.mode {
+            Mode::Merge { differential_ms } => RedundancyForm::Merge {
+                inputs: r.inputs,
+                differential_ms,
+            },
+            Mode::Failover {
+                loss_of_signal_ms,
+                hold_ms,
+                error_threshold,
+            } => RedundancyForm::Failover {
+                inputs: r.inputs,
+                loss_of_signal_ms,
+                hold_ms,
+                error_threshold,
+            },
+        }
+    }
+}
+
+/// How a rule's inputs make one stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// SMPTE ST 2022-7: every RTP packet once, from whichever input brings
+    /// it first, in sequence order; a gap is held for at most the path
+    /// differential.
+    Merge {
+        /// The longest one path may lag another, in ms.
+        differential_ms: u32,
+    },
+    /// One input at a time: the first while it is healthy, else the next
+    /// healthy one; back to the first once it was healthy for the hold
+    /// time.
+    Failover {
+        /// An input that brought nothing this long has lost its signal, ms.
+        loss_of_signal_ms: u32,
+        /// How long the first input must be healthy to be taken back, ms.
+        hold_ms: u32,
+        /// More RTP gaps than this within a second make an input unhealthy
+        /// (none: only a loss of signal does).
+        error_threshold: Option<u64>,
+    },
+}
+
+impl Mode {
+    /// A merge with the default path differential (50 ms).
+    pub const MERGE: Mode = Mode::Merge {
+        differential_ms: DEFAULT_DIFFERENTIAL_MS,
+    };
+    /// A failover with the default loss-of-signal (200 ms) and hold (10 s)
+    /// times.
+    pub const FAILOVER: Mode = Mode::Failover {
+        loss_of_signal_ms: DEFAULT_LOSS_OF_SIGNAL_MS,
+        hold_ms: DEFAULT_HOLD_MS,
+        error_threshold: None,
+    };
+
+    /// Its name: `merge` or `failover`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mode::Merge { .. } => "merge",
+            Mode::Failover { .. } => "failover",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    /// `merge` or `failover`, then the settings that are not the default
+    /// (`merge,differential=80ms`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())?;
+        match *self {
+            Mode::Merge { differential_ms } => {
+                if Mode::MERGE != *self {
+                    write!(f, ",differential={differential_ms}ms")?;
+                }
+            }
+            Mode::Failover {
+                loss_of_signal_ms,
+                hold_ms,
+                error_threshold,
+            } => {
+                if loss_of_signal_ms != DEFAULT_LOSS_OF_SIGNAL_MS {
+                    write!(f, ",loss-of-signal={loss_of_signal_ms}ms")?;
+                }
+                if hold_ms != DEFAULT_HOLD_MS {
+                    write!(f, ",hold={hold_ms}ms")?;
+                }
+                if let Some(n) = error_threshold {
+                    write!(f, ",errors={n}")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A duration in ms written `50ms`, `2s` or `50` (ms).
+fn parse_ms(key: &str, v: &str) -> Result<u32, String> {
+    let (num, scale) = if let Some(n) = v.strip_suffix("ms") {
+        (n, 1)
+    } else if let Some(n) = v.strip_suffix('s') {
+        (n, 1000)
+    } else {
+        (v, 1)
+    };
+    num.trim()
+        .parse::<u32>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("{key} `{v}`: write a time such as 50ms or 2s"))
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    /// `merge[,differential=T]` or
+    /// `failover[,loss-of-signal=T][,hold=T][,errors=N]`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut parts = s.split(',').map(str::trim);
+        let mut mode = match parts.next() {
+            Some("merge") => Mode::MERGE,
+            Some("failover") => Mode::FAILOVER,
+            _ => return Err(format!("mode `{s}`: write merge or failover, then any settings")),
+        };
+        for kv in parts {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("mode `{s}`: setting `{kv}` is not KEY=VALUE"))?;
+            match (&mut mode, k.trim()) {
+                (Mode::Merge { differential_ms }, "differential") => *differential_ms = parse_ms(k, v)?,
+                (Mode::Failover { loss_of_signal_ms, .. }, "loss-of-signal") => {
+                    *loss_of_signal_ms = parse_ms(k, v)?
+                }
+                (Mode::Failover { hold_ms, .. }, "hold") => *hold_ms = parse_ms(k, v)?,
+                (Mode::Failover { error_threshold, .. }, "errors") => {
+                    *error_threshold = Some(
+                        v.trim()
+                            .parse()
+                            .map_err(|_| format!("errors `{v}`: write a number of RTP gaps per second"))?,
+                    )
+                }
+                (m, k) => {
+                    let known = match m {
+                        Mode::Merge { .. } => "differential",
+                        Mode::Failover { .. } => "loss-of-signal, hold, errors",
+                    };
+                    return Err(format!("mode `{s}`: {} has no setting `{k}` (it has {known})", m.name()));
+                }
+            }
+        }
+        Ok(mode)
+    }
 }
 
 /// The stream a rule takes.
@@ -499,11 +755,11 @@ mod tests {
 
     #[test]
     fn json_form_is_compact_and_strict() {
-        let r = Rule {
-            name: "feed-a".into(),
-            input: "veth1:239.1.1.1:5001".parse().expect("input"),
-            outputs: vec!["veth2:239.10.1.1:6001,ttl=8,source=keep".parse().expect("output")],
-        };
+        let r = Rule::new(
+            "feed-a",
+            "veth1:239.1.1.1:5001".parse().expect("input"),
+            vec!["veth2:239.10.1.1:6001,ttl=8,source=keep".parse().expect("output")],
+        );
         let j = serde_json::to_string(&r).expect("json");
         assert_eq!(
             j,
@@ -527,5 +783,62 @@ mod tests {
             serde_json::from_str::<Rule>(&word).expect("word").outputs[0].ttl,
             Ttl::Decrement
         );
+    }
+
+    #[test]
+    fn modes_parse_print_back_and_name_their_mistakes() {
+        for (text, mode) in [
+            ("merge", Mode::MERGE),
+            ("merge,differential=80ms", Mode::Merge { differential_ms: 80 }),
+            (
+                "failover,loss-of-signal=100ms,hold=2000ms,errors=5",
+                Mode::Failover {
+                    loss_of_signal_ms: 100,
+                    hold_ms: 2000,
+                    error_threshold: Some(5),
+                },
+            ),
+            ("failover", Mode::FAILOVER),
+        ] {
+            assert_eq!(text.parse::<Mode>(), Ok(mode), "{text}");
+            assert_eq!(mode.to_string(), text);
+        }
+        assert_eq!(
+            "failover,hold=2s".parse::<Mode>(),
+            Ok(Mode::Failover {
+                loss_of_signal_ms: 200,
+                hold_ms: 2000,
+                error_threshold: None
+            })
+        );
+        for (bad, says) in [
+            ("mirror", "write merge or failover"),
+            ("merge,hold=2s", "merge has no setting `hold` (it has differential)"),
+            ("merge,differential=fast", "write a time such as 50ms"),
+            ("failover,errors", "is not KEY=VALUE"),
+        ] {
+            let e = bad.parse::<Mode>().expect_err(bad);
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let r = Rule {
+            redundancy: Some(Redundancy {
+                mode: Mode::MERGE,
+                inputs: vec!["veth3:239.2.1.1:5001".parse().expect("input")],
+            }),
+            ..Rule::new(
+                "m",
+                "veth1:239.1.1.1:5001".parse().expect("input"),
+                vec!["veth2:239.10.1.1:6001".parse().expect("output")],
+            )
+        };
+        let j = serde_json::to_string(&r).expect("json");
+        assert!(
+            j.contains(r#""redundancy":{"mode":"merge","inputs":[{"interface":"veth3","destination":"239.2.1.1:5001"}],"differential_ms":50}"#),
+            "{j}"
+        );
+        assert_eq!(serde_json::from_str::<Rule>(&j).expect("back"), r);
+        let typo = j.replace("differential_ms", "diferential_ms");
+        assert!(serde_json::from_str::<Rule>(&typo).is_err(), "unknown setting refused");
+        assert_eq!(r.inputs().map(|i| i.interface.as_str()).collect::<Vec<_>>(), ["veth1", "veth3"]);
     }
 }

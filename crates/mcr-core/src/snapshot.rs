@@ -44,10 +44,12 @@ impl TableSnapshot {
                 rule: Rule {
                     name: name.to_string(),
                     input: input.parse().map_err(|e| what(&e))?,
+                    redundancy: None,
                     outputs,
                 },
                 slot: i as u32,
                 output_slots: (0..outs.len() as u32).map(|k| 10 * i as u32 + k).collect(),
+                input_slots: Vec::new(),
             });
         }
         Ok(TableSnapshot {
@@ -68,4 +70,9 @@ pub struct SlottedRule {
     pub slot: u32,
     /// One slot among the output counters per output, in order.
     pub output_slots: Vec<u32>,
+    /// With several inputs: one slot among the output counters per input,
+    /// in order, for the input's counters ([`crate::stats::InputCounter`]);
+    /// none for a rule with one input (its counters are the rule's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub input_slots: Vec<u32>,
 }

@@ -86,6 +86,54 @@ pub enum RuleCounter {
     Packets,
     /// Their UDP payload bytes.
     Bytes,
+    /// With several inputs, merged: sequence numbers no input brought in
+    /// time (skipped).
+    Lost,
+    /// With several inputs, failing over: how often the input forwarded
+    /// from changed.
+    Switches,
+    /// With several inputs, failing over: the input forwarded from, from
+    /// 1 (0: none yet). A value, not a count.
+    Active,
+}
+
+/// The counters of one input of a rule with several, in a slot among the
+/// output slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum InputCounter {
+    /// Packets that arrived on it.
+    Packets,
+    /// Their UDP payload bytes.
+    Bytes,
+    /// Packets forwarded from it (merge: it brought them first; failover:
+    /// it was the active input).
+    Forwarded,
+    /// Merge: copies of what another input (or itself) brought before.
+    Duplicates,
+    /// Merge: packets it missed that another input brought.
+    Filled,
+    /// Merge: packets that came after their gap was skipped.
+    TooLate,
+    /// Merge: packets too far from the stream, or of another sender
+    /// (before a restart of the sender was confirmed).
+    Strays,
+    /// Merge: not RTP (a merge needs RTP's sequence numbers).
+    NotRtp,
+}
+
+impl InputCounter {
+    /// Every counter, in order, with its name in reports.
+    pub const ALL: [(InputCounter, &'static str); 8] = [
+        (InputCounter::Packets, "packets"),
+        (InputCounter::Bytes, "bytes"),
+        (InputCounter::Forwarded, "forwarded"),
+        (InputCounter::Duplicates, "duplicates"),
+        (InputCounter::Filled, "filled"),
+        (InputCounter::TooLate, "too_late"),
+        (InputCounter::Strays, "strays"),
+        (InputCounter::NotRtp, "not_rtp"),
+    ];
 }
 
 /// An output's counters.
@@ -163,7 +211,17 @@ impl StatsLayout {
 
     /// Where worker `w`'s counter `c` of output slot `slot` lives.
     pub fn output(&self, w: usize, slot: u32, c: OutputCounter) -> usize {
-        w * self.per_worker() + WORKER_COUNTERS + (self.rule_slots + slot as usize) * LINE + c as usize
+        self.output_line(w, slot) + c as usize
+    }
+
+    /// Where worker `w`'s counter `c` of an input counted in output slot
+    /// `slot` lives.
+    pub fn input(&self, w: usize, slot: u32, c: InputCounter) -> usize {
+        self.output_line(w, slot) + c as usize
+    }
+
+    fn output_line(&self, w: usize, slot: u32) -> usize {
+        w * self.per_worker() + WORKER_COUNTERS + (self.rule_slots + slot as usize) * LINE
     }
 }
 
@@ -196,6 +254,7 @@ mod tests {
         }
         assert!(all.iter().all(|&i| i < l.len()));
         assert!((WorkerCounter::RingErrors as usize) < WORKER_COUNTERS);
+        assert!((InputCounter::NotRtp as usize) < LINE && (RuleCounter::Active as usize) < LINE);
         // Rule and output lines start on cache-line boundaries.
         assert_eq!(l.rule(1, 2, RuleCounter::Packets) % LINE, 0);
         assert_eq!(l.output(1, 3, OutputCounter::Packets) % LINE, 0);

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use rustc_hash::FxHashMap;
 
 use crate::forward::FrameRewrite;
-use crate::rule::{Dscp, SourcePolicy, Ttl};
+use crate::rule::{Dscp, Mode, SourcePolicy, Ttl};
 use crate::snapshot::TableSnapshot;
 use crate::wire::ethernet;
 
@@ -53,19 +53,39 @@ pub struct CompiledRule {
     pub slot: u32,
     /// Its outputs.
     pub outputs: Vec<CompiledOutput>,
+    /// With several inputs: how they make one stream.
+    pub redundancy: Option<CompiledRedundancy>,
+}
+
+/// How the inputs of a rule with several make one stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledRedundancy {
+    /// The mode and its settings.
+    pub mode: Mode,
+    /// Each input's statistics slot (among the output slots), in order.
+    pub input_slots: Vec<u32>,
+}
+
+/// A rule's input that takes a destination: the rule's index, and which
+/// of its inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Taker {
+    rule: usize,
+    input: usize,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Entry {
-    any_source: Option<usize>,
-    by_source: Vec<(IpAddr, usize)>,
+    any_source: Option<Taker>,
+    by_source: Vec<(IpAddr, Taker)>,
 }
 
 /// The result of a lookup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lookup<'a> {
-    /// The rule that takes the packet.
-    Rule(&'a CompiledRule),
+    /// The rule that takes the packet, and which of its inputs (0 for a
+    /// rule with one).
+    Rule(&'a CompiledRule, usize),
     /// Rules exist for the destination, but only for other sources.
     WrongSource,
     /// No rule for the destination.
@@ -134,17 +154,20 @@ impl MatchTable {
         };
         let mut errors = Vec::new();
         for sr in &snap.rules {
-            if let Err(e) = t.add(sr, &snap.interfaces) {
+            if let Err(e) = t.add(sr, &snap.interfaces, &mut errors) {
                 errors.push(e);
             }
         }
         (t, errors)
     }
 
+    /// Adds one rule; an input of a rule with several that cannot be set
+    /// up is reported in `partly` and the rule forwards from the others.
     fn add(
         &mut self,
         sr: &crate::snapshot::SlottedRule,
         interfaces: &crate::interfaces::Interfaces,
+        partly: &mut Vec<CompileError>,
     ) -> Result<(), CompileError> {
         let t = self;
         {
@@ -153,9 +176,20 @@ impl MatchTable {
                 rule: r.name.clone(),
                 reason,
             };
-            let input_if = interfaces
-                .get(&r.input.interface)
-                .ok_or_else(|| bad(format!("input interface `{}` is unknown", r.input.interface)))?;
+            let mut inputs = Vec::with_capacity(r.input_count());
+            for (k, input) in r.inputs().enumerate() {
+                match interfaces.get(&input.interface) {
+                    Some(i) => inputs.push((k, input, i.index)),
+                    None => partly.push(bad(format!("input interface `{}` is unknown", input.interface))),
+                }
+            }
+            if inputs.is_empty() {
+                // Said above, once per input.
+                return Err(partly.pop().unwrap_or_else(|| bad("no input".into())));
+            }
+            if r.redundancy.is_none() && inputs.len() < r.input_count() {
+                return Err(partly.pop().unwrap_or_else(|| bad("no input".into())));
+            }
             let mut outputs = Vec::with_capacity(r.outputs.len());
             for (o, &slot) in r.outputs.iter().zip(&sr.output_slots) {
                 let iface = interfaces
@@ -208,18 +242,25 @@ impl MatchTable {
                 name: r.name.clone(),
                 slot: sr.slot,
                 outputs,
+                redundancy: r.redundancy.as_ref().map(|x| CompiledRedundancy {
+                    mode: x.mode,
+                    input_slots: sr.input_slots.clone(),
+                }),
             });
-            let key = InputKey {
-                ifindex: input_if.index,
-                vlan: r.input.vlan.unwrap_or(0),
-                dst: r.input.destination.ip(),
-                port: r.input.destination.port(),
-            };
-            let e = t.entries.entry(key).or_default();
-            if r.input.sources.is_empty() {
-                e.any_source = Some(idx);
+            for (k, input, ifindex) in inputs {
+                let key = InputKey {
+                    ifindex,
+                    vlan: input.vlan.unwrap_or(0),
+                    dst: input.destination.ip(),
+                    port: input.destination.port(),
+                };
+                let taker = Taker { rule: idx, input: k };
+                let e = t.entries.entry(key).or_default();
+                if input.sources.is_empty() {
+                    e.any_source = Some(taker);
+                }
+                e.by_source.extend(input.sources.iter().map(|&s| (s, taker)));
             }
-            e.by_source.extend(r.input.sources.iter().map(|&s| (s, idx)));
         }
         Ok(())
     }
@@ -236,14 +277,14 @@ impl MatchTable {
         }) else {
             return Lookup::NoRule;
         };
-        let idx = e
+        let taker = e
             .by_source
             .iter()
             .find(|(s, _)| *s == src)
-            .map(|&(_, i)| i)
+            .map(|&(_, t)| t)
             .or(e.any_source);
-        match idx {
-            Some(i) => Lookup::Rule(&self.rules[i]),
+        match taker {
+            Some(t) => Lookup::Rule(&self.rules[t.rule], t.input),
             None => Lookup::WrongSource,
         }
     }
@@ -261,8 +302,8 @@ impl MatchTable {
             vlan: k.vlan,
             dst: k.dst,
             port: k.port,
-            any_source: e.any_source.map(|i| &self.rules[i]),
-            by_source: e.by_source.iter().map(|&(s, i)| (s, &self.rules[i])).collect(),
+            any_source: e.any_source.map(|t| &self.rules[t.rule]),
+            by_source: e.by_source.iter().map(|&(s, t)| (s, &self.rules[t.rule])).collect(),
         })
     }
 
@@ -319,13 +360,14 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, (name, input, outs))| SlottedRule {
-                    rule: Rule {
-                        name: name.to_string(),
-                        input: input.parse().expect("input"),
-                        outputs: outs.iter().map(|o| o.parse().expect("output")).collect(),
-                    },
+                    rule: Rule::new(
+                        *name,
+                        input.parse().expect("input"),
+                        outs.iter().map(|o| o.parse().expect("output")).collect(),
+                    ),
                     slot: i as u32 + 10,
                     output_slots: (0..outs.len() as u32).map(|k| 100 * i as u32 + k).collect(),
+                    input_slots: Vec::new(),
                 })
                 .collect(),
             interfaces: Interfaces::new([iface("veth1", 2, "10.0.0.2"), iface("veth2", 3, "10.0.1.1")]),
@@ -341,8 +383,8 @@ mod tests {
         ]));
         let g: IpAddr = "239.1.1.1".parse().expect("literal");
         let from = |s: &str| t.lookup(2, 0, g, 5001, s.parse().expect("literal"));
-        assert!(matches!(from("10.0.0.1"), Lookup::Rule(r) if r.name == "s1"));
-        assert!(matches!(from("10.0.0.9"), Lookup::Rule(r) if r.name == "any"));
+        assert!(matches!(from("10.0.0.1"), Lookup::Rule(r, 0) if r.name == "s1"));
+        assert!(matches!(from("10.0.0.9"), Lookup::Rule(r, 0) if r.name == "any"));
         assert_eq!(
             t.lookup(2, 0, g, 5002, "10.0.0.1".parse().expect("literal")),
             Lookup::NoRule
@@ -411,13 +453,13 @@ mod tests {
         ]));
         let g: IpAddr = "239.1.1.1".parse().expect("literal");
         let s: IpAddr = "10.0.0.9".parse().expect("literal");
-        assert!(matches!(t.lookup(2, 100, g, 5001, s), Lookup::Rule(r) if r.name == "v100"));
-        assert!(matches!(t.lookup(2, 0, g, 5001, s), Lookup::Rule(r) if r.name == "plain"));
+        assert!(matches!(t.lookup(2, 100, g, 5001, s), Lookup::Rule(r, 0) if r.name == "v100"));
+        assert!(matches!(t.lookup(2, 0, g, 5001, s), Lookup::Rule(r, 0) if r.name == "plain"));
         assert_eq!(t.lookup(2, 300, g, 5001, s), Lookup::NoRule);
         let ssm: IpAddr = "232.1.1.1".parse().expect("literal");
         for src in ["10.0.0.1", "10.0.0.3"] {
             assert!(
-                matches!(t.lookup(2, 0, ssm, 5001, src.parse().expect("literal")), Lookup::Rule(r) if r.name == "ssm")
+                matches!(t.lookup(2, 0, ssm, 5001, src.parse().expect("literal")), Lookup::Rule(r, 0) if r.name == "ssm")
             );
         }
         assert_eq!(
@@ -479,7 +521,7 @@ mod tests {
                 5001,
                 "10.0.0.1".parse().expect("literal")
             ),
-            Lookup::Rule(_)
+            Lookup::Rule(..)
         ));
         s.interfaces = Interfaces::default();
         let (t, errors) = MatchTable::compile(&s);

@@ -81,18 +81,20 @@ impl<'a> RuleIndex<'a> {
     pub fn new(rules: impl IntoIterator<Item = &'a Rule>, interfaces: &'a Interfaces) -> Self {
         let mut ix = RuleIndex::default();
         for r in rules {
-            ix.inputs
-                .entry(input_place(&r.input))
-                .or_default()
-                .push((&r.name, &r.input.sources));
-            ix.input_places
-                .entry((
-                    interfaces.segment(&r.input.interface),
-                    r.input.vlan.unwrap_or(0),
-                    r.input.destination,
-                ))
-                .or_default()
-                .push((&r.name, &r.input.interface));
+            for input in r.inputs() {
+                ix.inputs
+                    .entry(input_place(input))
+                    .or_default()
+                    .push((&r.name, &input.sources));
+                ix.input_places
+                    .entry((
+                        interfaces.segment(&input.interface),
+                        input.vlan.unwrap_or(0),
+                        input.destination,
+                    ))
+                    .or_default()
+                    .push((&r.name, &input.interface));
+            }
             for (j, o) in r.outputs.iter().enumerate() {
                 ix.output_places
                     .entry((interfaces.segment(&o.interface), o.vlan.unwrap_or(0), o.destination))
@@ -156,7 +158,10 @@ pub fn check_rule(rule: &Rule, others: &[Rule], interfaces: &Interfaces) -> Resu
 /// itself, or the rule of the same name it replaces: both are ignored).
 pub fn check_rule_in(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces) -> Result<(), RuleError> {
     check_name(rule)?;
-    check_input(rule, interfaces)?;
+    for (k, input) in rule.inputs().enumerate() {
+        check_input(rule, k, input, interfaces)?;
+    }
+    check_redundancy(rule)?;
     if rule.outputs.is_empty() {
         return Err(err(rule, Field::Outputs, "a rule needs at least one output"));
     }
@@ -173,23 +178,105 @@ pub fn check_rule_in(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces
     for i in 0..rule.outputs.len() {
         check_output(rule, i, interfaces)?;
     }
-    let taken = index.inputs.get(&input_place(&rule.input)).and_then(|v| {
-        v.iter()
-            .filter(|(n, _)| *n != rule.name)
-            .find_map(|(n, srcs)| shared_sources(&rule.input.sources, srcs).map(|from| (n, from)))
-    });
-    if let Some((o, from)) = taken {
-        let vlan = rule.input.vlan.map(|v| format!(" vlan {v}")).unwrap_or_default();
+    for (k, input) in rule.inputs().enumerate() {
+        let taken = index.inputs.get(&input_place(input)).and_then(|v| {
+            v.iter()
+                .filter(|(n, _)| *n != rule.name)
+                .find_map(|(n, srcs)| shared_sources(&input.sources, srcs).map(|from| (n, from)))
+        });
+        if let Some((o, from)) = taken {
+            let vlan = input.vlan.map(|v| format!(" vlan {v}")).unwrap_or_default();
+            return Err(err(
+                rule,
+                Field::input(k, Part::Whole),
+                format!(
+                    "rule `{o}` already takes {}{vlan} {} ({from}); one input feeds one rule, which may have many outputs",
+                    input.interface, input.destination
+                ),
+            ));
+        }
+        check_loops(rule, k, input, index, interfaces)?;
+    }
+    Ok(())
+}
+
+/// The most inputs one rule may have.
+pub const MAX_INPUTS: usize = 8;
+
+/// A rule with several inputs: each a path of its own, all in one family,
+/// and settings a stream can live with.
+fn check_redundancy(rule: &Rule) -> Result<(), RuleError> {
+    let Some(r) = &rule.redundancy else {
+        return Ok(());
+    };
+    if r.inputs.is_empty() {
         return Err(err(
             rule,
-            Field::Input(Part::Whole),
+            Field::Redundancy,
             format!(
-                "rule `{o}` already takes {}{vlan} {} ({from}); one input feeds one rule, which may have many outputs",
-                rule.input.interface, rule.input.destination
+                "{} needs a second input (redundancy.inputs); a rule with one input has no redundancy",
+                r.mode.name()
             ),
         ));
     }
-    check_loops(rule, index, interfaces)
+    if rule.input_count() > MAX_INPUTS {
+        return Err(err(
+            rule,
+            Field::Redundancy,
+            format!(
+                "{} inputs is more than the {MAX_INPUTS} one rule may have",
+                rule.input_count()
+            ),
+        ));
+    }
+    let inputs: Vec<&Input> = rule.inputs().collect();
+    for (k, input) in inputs.iter().enumerate() {
+        if let Some(j) = inputs[..k].iter().position(|p| input_place(p) == input_place(input)) {
+            let first = if j == 0 { "input".to_string() } else { format!("redundancy.inputs[{}]", j - 1) };
+            return Err(err(
+                rule,
+                Field::input(k, Part::Whole),
+                format!(
+                    "{} {} is already this rule's {first}: the copies of a stream come on separate paths (another interface, group or port)",
+                    input.interface, input.destination
+                ),
+            ));
+        }
+        let (a, b) = (rule.input.destination.ip(), input.destination.ip());
+        if a.is_ipv4() != b.is_ipv4() {
+            return Err(err(
+                rule,
+                Field::input(k, Part::Destination),
+                format!(
+                    "{b} is {} but the rule's first input is {}: the inputs of a rule are of one family",
+                    family(b),
+                    family(a)
+                ),
+            ));
+        }
+    }
+    let within = |what: &str, v: u32, lo: u32, hi: u32| {
+        if (lo..=hi).contains(&v) {
+            Ok(())
+        } else {
+            Err(err(
+                rule,
+                Field::Redundancy,
+                format!("{what} {v} ms is outside {lo}-{hi} ms"),
+            ))
+        }
+    };
+    match r.mode {
+        crate::rule::Mode::Merge { differential_ms } => within("the path differential", differential_ms, 1, 10_000),
+        crate::rule::Mode::Failover {
+            loss_of_signal_ms,
+            hold_ms,
+            ..
+        } => {
+            within("the loss-of-signal time", loss_of_signal_ms, 10, 60_000)?;
+            within("the hold time", hold_ms, 0, 3_600_000)
+        }
+    }
 }
 
 fn check_name(rule: &Rule) -> Result<(), RuleError> {
@@ -214,7 +301,7 @@ fn check_name(rule: &Rule) -> Result<(), RuleError> {
 /// waits for them, and starts when they appear.
 pub fn missing_interfaces<'a>(rule: &'a Rule, interfaces: &Interfaces) -> Vec<&'a str> {
     let mut v: Vec<&str> = Vec::new();
-    for n in std::iter::once(rule.input.interface.as_str()).chain(rule.outputs.iter().map(|o| o.interface.as_str())) {
+    for n in (rule.inputs().map(|i| i.interface.as_str())).chain(rule.outputs.iter().map(|o| o.interface.as_str())) {
         if interfaces.get(n).is_none() && !v.contains(&n) {
             v.push(n);
         }
@@ -266,16 +353,15 @@ fn check_port(rule: &Rule, field: Field, a: &SocketAddr) -> Result<(), RuleError
     Ok(())
 }
 
-fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
-    let input = &rule.input;
-    check_interface(rule, Field::Input(Part::Interface), &input.interface, interfaces)?;
+fn check_input(rule: &Rule, k: usize, input: &Input, interfaces: &Interfaces) -> Result<(), RuleError> {
+    check_interface(rule, Field::input(k, Part::Interface), &input.interface, interfaces)?;
     let dst = input.destination.ip();
-    check_vlan(rule, Field::Input(Part::Vlan), input.vlan)?;
-    check_port(rule, Field::Input(Part::Destination), &input.destination)?;
+    check_vlan(rule, Field::input(k, Part::Vlan), input.vlan)?;
+    check_port(rule, Field::input(k, Part::Destination), &input.destination)?;
     if dst.is_unspecified() || dst == IpAddr::V4(Ipv4Addr::BROADCAST) {
         return Err(err(
             rule,
-            Field::Input(Part::Destination),
+            Field::input(k, Part::Destination),
             format!(
                 "{dst} is not a stream's destination: give a multicast group or an address of {}",
                 input.interface
@@ -286,7 +372,7 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
         if is_link_local_multicast(dst) {
             return Err(err(
                 rule,
-                Field::Input(Part::Destination),
+                Field::input(k, Part::Destination),
                 format!(
                     "{dst} is a link-local group (224.0.0.0/24, ff02::/16) where IGMP, MLD and neighbour discovery live; routers do not forward it; use another group"
                 ),
@@ -301,7 +387,7 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
                 .unwrap_or_default();
             return Err(err(
                 rule,
-                Field::Input(Part::Destination),
+                Field::input(k, Part::Destination),
                 format!(
                     "{dst} is neither a multicast group nor an address of {} (it has: {}); a unicast input takes traffic sent to this host",
                     input.interface,
@@ -313,7 +399,7 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
     if input.sources.len() > MAX_SOURCES {
         return Err(err(
             rule,
-            Field::Input(Part::Source),
+            Field::input(k, Part::Source),
             format!(
                 "{} sources is more than the {MAX_SOURCES} one input may list",
                 input.sources.len()
@@ -324,14 +410,14 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
         if src.is_multicast() || src.is_unspecified() || src == IpAddr::V4(Ipv4Addr::BROADCAST) {
             return Err(err(
                 rule,
-                Field::Input(Part::Source),
+                Field::input(k, Part::Source),
                 format!("{src} is not a sender's address: give a unicast address"),
             ));
         }
         if src.is_ipv4() != dst.is_ipv4() {
             return Err(err(
                 rule,
-                Field::Input(Part::Source),
+                Field::input(k, Part::Source),
                 format!(
                     "{src} is {} but the group {dst} is {}: a source sends to its group in one family",
                     family(src),
@@ -340,7 +426,7 @@ fn check_input(rule: &Rule, interfaces: &Interfaces) -> Result<(), RuleError> {
             ));
         }
         if input.sources[..i].contains(&src) {
-            return Err(err(rule, Field::Input(Part::Source), format!("{src} is listed twice")));
+            return Err(err(rule, Field::input(k, Part::Source), format!("{src} is listed twice")));
         }
     }
     Ok(())
@@ -453,13 +539,19 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
 
 /// An output that lands on an input (same interface, destination and
 /// port) would feed a rule its own or another rule's stream back.
-fn check_loops(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces) -> Result<(), RuleError> {
-    let input_segment = interfaces.segment(&rule.input.interface);
-    let input_vlan = rule.input.vlan.unwrap_or(0);
+fn check_loops(
+    rule: &Rule,
+    k: usize,
+    input: &Input,
+    index: &RuleIndex<'_>,
+    interfaces: &Interfaces,
+) -> Result<(), RuleError> {
+    let input_segment = interfaces.segment(&input.interface);
+    let input_vlan = input.vlan.unwrap_or(0);
     for (i, o) in rule.outputs.iter().enumerate() {
         let segment = interfaces.segment(&o.interface);
         let vlan = o.vlan.unwrap_or(0);
-        if segment == input_segment && vlan == input_vlan && o.destination == rule.input.destination {
+        if segment == input_segment && vlan == input_vlan && o.destination == input.destination {
             return Err(err(
                 rule,
                 Field::Output(i, Part::Whole),
@@ -467,7 +559,7 @@ fn check_loops(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces) -> R
                     "{} {} is this rule's own input{}: a loop",
                     o.interface,
                     o.destination,
-                    via(&o.interface, &rule.input.interface, interfaces)
+                    via(&o.interface, &input.interface, interfaces)
                 ),
             ));
         }
@@ -490,16 +582,16 @@ fn check_loops(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces) -> R
     }
     let feeding = index
         .output_places
-        .get(&(input_segment, input_vlan, rule.input.destination))
+        .get(&(input_segment, input_vlan, input.destination))
         .and_then(|v| v.iter().find(|(n, _, _)| *n != rule.name));
     if let Some((r, j, out_if)) = feeding {
         return Err(err(
             rule,
-            Field::Input(Part::Whole),
+            Field::input(k, Part::Whole),
             format!(
                 "rule `{r}` sends to {out_if} {} (its outputs[{j}]){}: taking it as input would make a loop",
-                rule.input.destination,
-                via(out_if, &rule.input.interface, interfaces)
+                input.destination,
+                via(out_if, &input.interface, interfaces)
             ),
         ));
     }
@@ -528,12 +620,87 @@ mod tests {
         Rule {
             name: name.into(),
             input: input.parse().expect("input"),
+            redundancy: None,
             outputs: outputs.iter().map(|o| o.parse().expect("output")).collect(),
         }
     }
 
     fn refused(r: &Rule, others: &[Rule]) -> RuleError {
         check_rule(r, others, &ifaces()).expect_err("should be refused")
+    }
+
+    fn redundant(name: &str, inputs: &[&str], mode: &str, outputs: &[&str]) -> Rule {
+        Rule {
+            redundancy: Some(crate::rule::Redundancy {
+                mode: mode.parse().expect("mode"),
+                inputs: inputs[1..].iter().map(|i| i.parse().expect("input")).collect(),
+            }),
+            ..rule(name, inputs[0], outputs)
+        }
+    }
+
+    #[test]
+    fn a_rule_with_several_inputs_is_checked_input_by_input() {
+        let out = ["veth2:239.10.1.1:6001"];
+        let ok = redundant("m", &["veth1:239.1.1.1:5001", "bare0:239.2.1.1:5001"], "merge", &out);
+        check_rule(&ok, &[], &ifaces()).expect("two paths");
+        let cases: Vec<(Rule, &str, &str)> = vec![
+            (
+                redundant("m", &["veth1:239.1.1.1:5001"], "merge", &out),
+                "redundancy",
+                "merge needs a second input",
+            ),
+            (
+                redundant("m", &["veth1:239.1.1.1:5001", "veth1:239.1.1.1:5001"], "failover", &out),
+                "redundancy.inputs[0]",
+                "is already this rule's input: the copies of a stream come on separate paths",
+            ),
+            (
+                redundant("m", &["veth1:239.1.1.1:5001", "veth1:[ff3e::1]:5001"], "merge", &out),
+                "redundancy.inputs[0].destination",
+                "the inputs of a rule are of one family",
+            ),
+            (
+                redundant("m", &["veth1:239.1.1.1:5001", "veth1:239.1.1.2:0"], "merge", &out),
+                "redundancy.inputs[0].destination",
+                "port 0",
+            ),
+            (
+                redundant("m", &["veth1:239.1.1.1:5001", "veth1:239.1.1.2:5001"], "merge,differential=0ms", &out),
+                "redundancy",
+                "the path differential 0 ms is outside 1-10000 ms",
+            ),
+            (
+                redundant(
+                    "m",
+                    &["veth1:239.1.1.1:5001", "veth1:239.1.1.2:5001"],
+                    "failover,loss-of-signal=5ms",
+                    &out,
+                ),
+                "redundancy",
+                "the loss-of-signal time 5 ms is outside 10-60000 ms",
+            ),
+            (
+                redundant("m", &["veth1:239.1.1.1:5001", "veth2:239.10.1.1:6001"], "merge", &out),
+                "outputs[0]",
+                "is this rule's own input",
+            ),
+        ];
+        for (r, field, says) in cases {
+            let e = refused(&r, &[]);
+            assert_eq!(e.field.to_string(), field, "{e}");
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        // Another rule's input is taken, whichever input of either rule.
+        let plain = rule("p", "bare0:239.2.1.1:5001", &["veth2:239.10.1.9:6001"]);
+        let e = refused(&ok, std::slice::from_ref(&plain));
+        assert_eq!(e.field.to_string(), "redundancy.inputs[0]");
+        assert!(e.to_string().contains("rule `p` already takes bare0"), "{e}");
+        let e = refused(&plain, std::slice::from_ref(&ok));
+        assert!(e.to_string().contains("rule `m` already takes bare0"), "{e}");
+        // And every input waits for its interface.
+        let later = redundant("l", &["veth1:239.1.1.1:5001", "eth7:239.2.1.1:5001"], "merge", &out);
+        assert_eq!(missing_interfaces(&later, &ifaces()), vec!["eth7"]);
     }
 
     #[test]

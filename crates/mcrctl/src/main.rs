@@ -134,7 +134,7 @@ fn main() -> ExitCode {
         },
         Command::Version => Request::Version { protocol: None },
         Command::Add { name, input, outputs } => Request::Add {
-            rule: Rule { name, input, outputs },
+            rule: Rule::new(name, input, outputs),
         },
         Command::Remove { name } => Request::Remove { name },
         Command::List => Request::List {},

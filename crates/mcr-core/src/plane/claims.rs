@@ -35,38 +35,46 @@ pub struct JoinKey {
     pub source: Option<IpAddr>,
 }
 
-/// What one rule holds for its input.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Claim {
-    /// Group memberships: one, or one per source.
-    Join(Vec<JoinKey>),
-    /// A unicast input's port.
-    Port(SocketAddr),
+/// What one rule holds for its inputs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claim {
+    /// Group memberships: one per multicast input, or one per source of
+    /// it.
+    pub joins: Vec<JoinKey>,
+    /// Unicast inputs' ports.
+    pub ports: Vec<SocketAddr>,
 }
 
-/// What `rule` needs to hold on `interfaces`: nothing for a VLAN of a
-/// trunk (the host has no interface on it to join from; the workers open
-/// the trunk's multicast filter instead) or while its input interface is
-/// missing.
+/// What `rule` needs to hold on `interfaces`: for each input, nothing for
+/// a VLAN of a trunk (the host has no interface on it to join from; the
+/// workers open the trunk's multicast filter instead) or while its input
+/// interface is missing; none when that leaves nothing.
 pub fn claim_of(rule: &Rule, interfaces: &Interfaces) -> Option<Claim> {
-    let dst = rule.input.destination;
-    if !dst.ip().is_multicast() {
-        return Some(Claim::Port(dst));
+    let mut claim = Claim::default();
+    for input in rule.inputs() {
+        let dst = input.destination;
+        if !dst.ip().is_multicast() {
+            claim.ports.push(dst);
+            continue;
+        }
+        if input.vlan.is_some() {
+            continue;
+        }
+        let Some(ifindex) = interfaces.get(&input.interface).map(|i| i.index) else {
+            continue;
+        };
+        let key = |source| JoinKey {
+            ifindex,
+            group: dst.ip(),
+            source,
+        };
+        if input.sources.is_empty() {
+            claim.joins.push(key(None));
+        } else {
+            claim.joins.extend(input.sources.iter().map(|&s| key(Some(s))));
+        }
     }
-    if rule.input.vlan.is_some() {
-        return None;
-    }
-    let ifindex = interfaces.get(&rule.input.interface)?.index;
-    let key = |source| JoinKey {
-        ifindex,
-        group: dst.ip(),
-        source,
-    };
-    Some(Claim::Join(if rule.input.sources.is_empty() {
-        vec![key(None)]
-    } else {
-        rule.input.sources.iter().map(|&s| key(Some(s))).collect()
-    }))
+    (claim != Claim::default()).then_some(claim)
 }
 
 /// What the host must do for the claims.
@@ -124,21 +132,16 @@ impl Ledger {
         for rule in rules {
             let new = claim_of(rule, ifs);
             let mut actions = Vec::new();
-            match &new {
-                Some(Claim::Join(keys)) => {
-                    for &key in keys {
-                        *self.joins.entry(key).or_default() += 1;
-                        actions.push(Action::Join {
-                            key,
-                            interface: rule.input.interface.clone(),
-                        });
-                    }
+            if let Some(c) = &new {
+                for &key in &c.joins {
+                    *self.joins.entry(key).or_default() += 1;
+                    let interface = ifs.by_index(key.ifindex).map_or_else(String::new, |i| i.name.clone());
+                    actions.push(Action::Join { key, interface });
                 }
-                Some(Claim::Port(a)) => {
-                    *self.ports.entry(*a).or_default() += 1;
-                    actions.push(Action::HoldPort(*a));
+                for &a in &c.ports {
+                    *self.ports.entry(a).or_default() += 1;
+                    actions.push(Action::HoldPort(a));
                 }
-                None => {}
             }
             old.extend(match new {
                 Some(c) => self.claims.insert(rule.name.clone(), c),
@@ -157,18 +160,14 @@ impl Ledger {
         old.extend(removed.into_iter().filter_map(|name| self.claims.remove(name)));
         let mut actions = Vec::new();
         for claim in old {
-            match claim {
-                Claim::Join(keys) => {
-                    for key in keys {
-                        if release(&mut self.joins, key) {
-                            actions.push(Action::Leave(key));
-                        }
-                    }
+            for key in claim.joins {
+                if release(&mut self.joins, key) {
+                    actions.push(Action::Leave(key));
                 }
-                Claim::Port(a) => {
-                    if release(&mut self.ports, a) {
-                        actions.push(Action::FreePort(a));
-                    }
+            }
+            for a in claim.ports {
+                if release(&mut self.ports, a) {
+                    actions.push(Action::FreePort(a));
                 }
             }
         }
@@ -195,7 +194,7 @@ fn release<K: Eq + std::hash::Hash>(users: &mut HashMap<K, usize>, key: K) -> bo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plane::fixture::{Host, ifs, needed, rule};
+    use crate::plane::fixture::{RULE_KINDS, Host, ifs, needed, rule};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
@@ -209,9 +208,9 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            4 => (0u8..6, 0u8..24).prop_map(|(n, w)| Op::Add(n, w)),
+            4 => (0u8..6, 0u8..RULE_KINDS).prop_map(|(n, w)| Op::Add(n, w)),
             2 => (0u8..6).prop_map(Op::Remove),
-            1 => proptest::collection::vec((0u8..6, 0u8..24), 0..6).prop_map(Op::Reload),
+            1 => proptest::collection::vec((0u8..6, 0u8..RULE_KINDS), 0..6).prop_map(Op::Reload),
             1 => any::<[bool; 2]>().prop_map(Op::Interfaces),
         ]
     }
@@ -287,10 +286,9 @@ mod tests {
                 let mut want: HashMap<JoinKey, usize> = HashMap::new();
                 let mut want_ports: HashMap<SocketAddr, usize> = HashMap::new();
                 for r in rules.values() {
-                    match ledger.claim(&r.name) {
-                        Some(Claim::Join(keys)) => keys.iter().for_each(|k| *want.entry(*k).or_default() += 1),
-                        Some(Claim::Port(p)) => *want_ports.entry(*p).or_default() += 1,
-                        None => {}
+                    if let Some(c) = ledger.claim(&r.name) {
+                        c.joins.iter().for_each(|k| *want.entry(*k).or_default() += 1);
+                        c.ports.iter().for_each(|p| *want_ports.entry(*p).or_default() += 1);
                     }
                     let expected = claim_of(r, &now);
                     prop_assert_eq!(ledger.claim(&r.name), expected.as_ref());

@@ -19,9 +19,27 @@ pub fn ifs(present: &[bool; 2]) -> Interfaces {
     Interfaces::new(all.into_iter().zip(present).filter(|(_, p)| **p).map(|(i, _)| i))
 }
 
-/// A rule whose input is one of a small set: `which` (0..24) picks the
-/// interface, the group (or a unicast port) and the sources.
+/// How many rules [`rule`] makes.
+pub const RULE_KINDS: u8 = 30;
+
+/// A rule whose input is one of a small set: `which` (below
+/// [`RULE_KINDS`]) picks the interface, the group (or a unicast port) and
+/// the sources; from 24 on, a rule with two inputs, one of them a group of
+/// the rules before and the other a unicast port of its own.
 pub fn rule(name: &str, which: u8) -> Rule {
+    if which >= 24 {
+        let group = which % 3;
+        let mut r = rule(name, which % 2 + 2 * group);
+        r.redundancy = Some(crate::rule::Redundancy {
+            mode: crate::rule::Mode::MERGE,
+            inputs: vec![
+                format!("in{}:10.0.{}.2:{}", which % 2, which % 2, 7100 + u16::from(which))
+                    .parse()
+                    .expect("input"),
+            ],
+        });
+        return r;
+    }
     let ifname = if which & 1 == 0 { "in0" } else { "in1" };
     let group = (which >> 1) % 3;
     let input = match which >> 3 {
@@ -35,6 +53,7 @@ pub fn rule(name: &str, which: u8) -> Rule {
     Rule {
         name: name.into(),
         input: input.parse().expect("input"),
+        redundancy: None,
         outputs: vec!["in1:239.10.1.1:6001".parse().expect("output")],
     }
 }
@@ -69,12 +88,9 @@ impl Host {
 pub fn needed<'a>(rules: impl IntoIterator<Item = &'a Rule>, ifs: &Interfaces) -> Host {
     let mut host = Host::default();
     for r in rules {
-        match super::claims::claim_of(r, ifs) {
-            Some(super::claims::Claim::Join(keys)) => host.joined.extend(keys),
-            Some(super::claims::Claim::Port(p)) => {
-                host.held.insert(p);
-            }
-            None => {}
+        if let Some(c) = super::claims::claim_of(r, ifs) {
+            host.joined.extend(c.joins);
+            host.held.extend(c.ports);
         }
     }
     host

@@ -641,7 +641,7 @@ impl<R> Plane<R> {
             .rules()
             .iter()
             .flat_map(|r| {
-                std::iter::once(r.rule.input.interface.as_str())
+                (r.rule.inputs().map(|i| i.interface.as_str()))
                     .chain(r.rule.outputs.iter().map(|o| o.interface.as_str()))
             })
             .collect();
@@ -688,7 +688,7 @@ fn what_changed(a: &InterfaceInfo, b: &InterfaceInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plane::fixture::{Host, ifs, needed, rule};
+    use crate::plane::fixture::{RULE_KINDS, Host, ifs, needed, rule};
     use proptest::prelude::*;
     use std::collections::{BTreeMap, BTreeSet};
 
@@ -718,10 +718,10 @@ mod tests {
     fn op() -> impl Strategy<Value = Op> {
         let w = 0..WORKERS;
         prop_oneof![
-            4 => (0u8..6, 0u8..24, proptest::option::weighted(0.2, any::<[bool; 2]>()))
+            4 => (0u8..6, 0u8..RULE_KINDS, proptest::option::weighted(0.2, any::<[bool; 2]>()))
                 .prop_map(|(n, w, i)| Op::Add(n, w, i)),
             2 => (0u8..6).prop_map(Op::Remove),
-            1 => proptest::option::weighted(0.8, proptest::collection::vec((0u8..6, 0u8..24), 0..6)).prop_map(Op::Reload),
+            1 => proptest::option::weighted(0.8, proptest::collection::vec((0u8..6, 0u8..RULE_KINDS), 0..6)).prop_map(Op::Reload),
             1 => any::<[bool; 2]>().prop_map(Op::Interfaces),
             6 => w.clone().prop_map(Op::Apply),
             1 => w.clone().prop_map(Op::Kill),

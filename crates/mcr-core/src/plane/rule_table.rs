@@ -240,15 +240,18 @@ impl RuleTable {
         reused: &mut Reused,
     ) -> Result<Option<SlottedRule>, ChangeError> {
         let old = self.rules.iter().position(|r| r.rule.name == rule.name);
-        // Outputs that stay the same keep their slot and their counts.
-        let mut old_outputs: Vec<(OutputKey, u32)> = old
+        // Outputs (and inputs) that stay the same keep their slot and their
+        // counts.
+        let mut old_slots: Vec<(OutputKey, u32)> = old
             .map(|i| {
                 let r = &self.rules[i];
+                let inputs = r.rule.inputs().map(OutputKey::of_input).zip(r.input_slots.iter().copied());
                 r.rule
                     .outputs
                     .iter()
                     .map(OutputKey::of)
                     .zip(r.output_slots.iter().copied())
+                    .chain(inputs)
                     .collect()
             })
             .unwrap_or_default();
@@ -264,12 +267,17 @@ impl RuleTable {
                 None => return Err(ChangeError::Full(format!("{} rules", self.rule_slots.cap))),
             },
         };
-        let mut output_slots = Vec::with_capacity(rule.outputs.len());
+        // A rule with several inputs counts each in a slot of its own.
+        let input_keys: Vec<OutputKey> = match rule.redundancy {
+            Some(_) => rule.inputs().map(OutputKey::of_input).collect(),
+            None => Vec::new(),
+        };
+        let keys: Vec<OutputKey> = rule.outputs.iter().map(OutputKey::of).chain(input_keys).collect();
+        let mut slots = Vec::with_capacity(keys.len());
         let mut taken_new = Vec::new();
-        for o in &rule.outputs {
-            let key = OutputKey::of(o);
-            if let Some(k) = old_outputs.iter().position(|(ok, _)| *ok == key) {
-                output_slots.push(old_outputs.swap_remove(k).1);
+        for key in keys {
+            if let Some(k) = old_slots.iter().position(|(ok, _)| *ok == key) {
+                slots.push(old_slots.swap_remove(k).1);
                 continue;
             }
             match self.output_slots.take(acked) {
@@ -278,7 +286,7 @@ impl RuleTable {
                         reused.outputs.push(s);
                     }
                     taken_new.push(s);
-                    output_slots.push(s);
+                    slots.push(s);
                 }
                 None => {
                     // Put back what this add took.
@@ -292,13 +300,16 @@ impl RuleTable {
                 }
             }
         }
-        for (_, s) in old_outputs {
+        for (_, s) in old_slots {
             self.output_slots.give_back(s, next_version);
         }
+        let input_slots = slots.split_off(rule.outputs.len());
+        let output_slots = slots;
         let slotted = SlottedRule {
             rule,
             slot: rule_slot,
             output_slots,
+            input_slots,
         };
         Ok(match old {
             Some(i) => Some(std::mem::replace(&mut self.rules[i], slotted)),
@@ -329,7 +340,7 @@ impl RuleTable {
         let i = self.rules.iter().position(|r| r.rule.name == name)?;
         let r = self.rules.remove(i);
         self.rule_slots.give_back(r.slot, version);
-        for &s in &r.output_slots {
+        for &s in r.output_slots.iter().chain(&r.input_slots) {
             self.output_slots.give_back(s, version);
         }
         Some(r)
@@ -342,7 +353,7 @@ impl RuleTable {
             .rules
             .iter()
             .flat_map(|r| {
-                std::iter::once(r.rule.input.interface.as_str())
+                (r.rule.inputs().map(|i| i.interface.as_str()))
                     .chain(r.rule.outputs.iter().map(|o| o.interface.as_str()))
             })
             .collect();
@@ -363,6 +374,11 @@ impl OutputKey {
     fn of(o: &crate::rule::Output) -> Self {
         OutputKey(o.to_string())
     }
+
+    /// An input of a rule with several, which counts in an output slot.
+    fn of_input(i: &crate::rule::Input) -> Self {
+        OutputKey(format!("from {i}"))
+    }
 }
 
 #[cfg(test)]
@@ -376,11 +392,11 @@ mod tests {
     }
 
     fn rule(name: &str, group: u8, outs: &[&str]) -> Rule {
-        Rule {
-            name: name.into(),
-            input: format!("in0:239.1.1.{group}:5001").parse().expect("input"),
-            outputs: outs.iter().map(|o| o.parse().expect("output")).collect(),
-        }
+        Rule::new(
+            name,
+            format!("in0:239.1.1.{group}:5001").parse().expect("input"),
+            outs.iter().map(|o| o.parse().expect("output")).collect(),
+        )
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use mcr_core::config::{Datapath, Settings};
 use mcr_core::control::{ControlError, ErrorKind, PROTOCOL, Reply, Request, Response, RuleStatus};
-use mcr_core::plane::claims::{Action, Claim};
+use mcr_core::plane::claims::Action;
 use mcr_core::plane::machine::{Effect, Event, Level, Plane};
 use mcr_core::rule::Rule;
 use mcr_core::snapshot::SlottedRule;
@@ -535,11 +535,8 @@ impl Supervisor {
             // What the workers say about such a rule has the same cause.
             return out;
         }
-        if let Some(Claim::Port(a)) = self.plane.claim(&rule.name)
-            && let Some(p) = self.ports.problem(*a)
-        {
-            out.push(p);
-        }
+        let ports = self.plane.claim(&rule.name).map(|c| c.ports.as_slice()).unwrap_or_default();
+        out.extend(ports.iter().filter_map(|a| self.ports.problem(*a)));
         let live = self
             .workers
             .iter()
@@ -556,10 +553,11 @@ impl Supervisor {
     fn status(&self, r: &SlottedRule) -> RuleStatus {
         RuleStatus {
             rule: r.rule.clone(),
-            joins: match self.plane.claim(&r.rule.name) {
-                Some(Claim::Join(keys)) => keys.iter().map(|k| self.members.state(*k)).collect(),
-                _ => Vec::new(),
-            },
+            joins: self
+                .plane
+                .claim(&r.rule.name)
+                .map(|c| c.joins.iter().map(|k| self.members.state(*k)).collect())
+                .unwrap_or_default(),
             problems: self.problems_of(&r.rule),
         }
     }

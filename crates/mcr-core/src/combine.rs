@@ -1,0 +1,329 @@
+//! A rule with several inputs as a worker runs it, without I/O: each
+//! packet from one of the inputs goes in with its arrival time; out comes
+//! what to forward, in order. A merge ([`crate::merge::Merger`]) may hold
+//! packets, so it takes each as the caller's item (a copy of the frame); a
+//! failover ([`crate::failover::Failover`]) only says whether the packet in
+//! hand goes on, so nothing is copied. The counts each input and the rule
+//! gained since the last look come out as deltas, for counters that only
+//! ever add (a worker that restarts starts a new state and keeps adding).
+
+use crate::failover::{Failover, Settings, Switch};
+use crate::health::RtpSequence;
+use crate::merge::Merger;
+use crate::rule::Mode;
+use crate::stats::{InputCounter, RuleCounter};
+use crate::wire::rtp::RtpHeader;
+
+/// What became of one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    /// Forward the packet in hand now (failover: its input is the active
+    /// one).
+    Now,
+    /// Merge: the packet went in as an item (kept, or dropped as a copy
+    /// of what went before); forward what came out, in order (perhaps
+    /// nothing, perhaps it and others).
+    Queued,
+    /// Failover: not forwarded, its input is not the active one.
+    Dropped,
+    /// Not forwarded: a merge needs RTP and this is not.
+    NotRtp,
+}
+
+#[derive(Debug)]
+enum How<T> {
+    Merge(Merger<T>),
+    Failover {
+        choice: Failover,
+        /// With an error threshold: each input's RTP sequence, for gaps.
+        sequences: Vec<RtpSequence>,
+        /// Each input's gaps already told to the choice.
+        gaps: Vec<u64>,
+        /// Packets forwarded from each input.
+        forwarded: Vec<u64>,
+    },
+}
+
+/// The counters of one input that the state keeps (the worker counts
+/// packets and bytes itself).
+const KEPT: [InputCounter; 5] = [
+    InputCounter::Forwarded,
+    InputCounter::Duplicates,
+    InputCounter::Filled,
+    InputCounter::TooLate,
+    InputCounter::Strays,
+];
+
+/// One rule's inputs made one stream.
+#[derive(Debug)]
+pub struct Combine<T> {
+    mode: Mode,
+    inputs: usize,
+    how: How<T>,
+    /// What [`Combine::deltas`] reported so far: per input, then the rule's
+    /// lost and switches.
+    told: Vec<[u64; KEPT.len()]>,
+    told_rule: [u64; 2],
+    /// Switches not yet taken by [`Combine::take_switches`].
+    switches: Vec<Switch>,
+}
+
+/// What changed since the last [`Combine::deltas`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Deltas {
+    /// (input, counter, amount to add).
+    pub inputs: Vec<(usize, InputCounter, u64)>,
+    /// (counter, amount to add).
+    pub rule: Vec<(RuleCounter, u64)>,
+    /// The active input from 1 (0: none), for [`RuleCounter::Active`].
+    pub active: u64,
+}
+
+impl<T> Combine<T> {
+    /// The state of a rule with `inputs` inputs in `mode`.
+    pub fn new(mode: Mode, inputs: usize) -> Self {
+        let inputs = inputs.max(1);
+        let how = match mode {
+            Mode::Merge { differential_ms } => How::Merge(Merger::new(inputs, u64::from(differential_ms) * 1_000_000)),
+            Mode::Failover {
+                loss_of_signal_ms,
+                hold_ms,
+                error_threshold,
+            } => How::Failover {
+                choice: Failover::new(
+                    inputs,
+                    Settings {
+                        loss_of_signal_ns: u64::from(loss_of_signal_ms) * 1_000_000,
+                        hold_ns: u64::from(hold_ms) * 1_000_000,
+                        error_threshold,
+                    },
+                ),
+                sequences: match error_threshold {
+                    Some(_) => (0..inputs).map(|_| RtpSequence::new(90_000)).collect(),
+                    None => Vec::new(),
+                },
+                gaps: vec![0; inputs],
+                forwarded: vec![0; inputs],
+            },
+        };
+        Combine {
+            mode,
+            inputs,
+            how,
+            told: vec![[0; KEPT.len()]; inputs],
+            told_rule: [0; 2],
+            switches: Vec::new(),
+        }
+    }
+
+    /// The mode it runs.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// How many inputs.
+    pub fn inputs(&self) -> usize {
+        self.inputs
+    }
+
+    /// The packet whose UDP payload is `payload` came from `input` at
+    /// `now`; `item` makes the caller's copy of it if the state keeps it.
+    /// What to forward goes to `out`, in order.
+    pub fn packet(&mut self, input: usize, payload: &[u8], now: u64, item: impl FnOnce() -> T, out: &mut Vec<T>) -> Take {
+        let input = input.min(self.inputs - 1);
+        match &mut self.how {
+            How::Merge(m) => {
+                let Some(h) = RtpHeader::parse(payload) else {
+                    return Take::NotRtp;
+                };
+                out.extend(m.push(input, &h, now, item()));
+                Take::Queued
+            }
+            How::Failover {
+                choice,
+                sequences,
+                gaps,
+                forwarded,
+            } => {
+                if let Some(seq) = sequences.get_mut(input)
+                    && let Some(h) = RtpHeader::parse(payload)
+                {
+                    seq.observe(&h, now);
+                    let lost = seq.counts().lost;
+                    let new = lost.saturating_sub(gaps[input]);
+                    gaps[input] = lost;
+                    if new > 0 {
+                        self.switches.extend(choice.errors(input, new, now));
+                    }
+                }
+                let (forward, switch) = choice.packet(input, now);
+                self.switches.extend(switch);
+                if forward {
+                    forwarded[input] += 1;
+                    Take::Now
+                } else {
+                    Take::Dropped
+                }
+            }
+        }
+    }
+
+    /// What time brings at `now`: gaps given up (merge), switches
+    /// (failover). What to forward goes to `out`, in order.
+    pub fn poll(&mut self, now: u64, out: &mut Vec<T>) {
+        match &mut self.how {
+            How::Merge(m) => out.extend(m.poll(now)),
+            How::Failover { choice, .. } => self.switches.extend(choice.tick(now)),
+        }
+    }
+
+    /// When [`Combine::poll`] next has something to do.
+    pub fn deadline(&self) -> Option<u64> {
+        match &self.how {
+            How::Merge(m) => m.deadline(),
+            How::Failover { choice, .. } => choice.deadline(),
+        }
+    }
+
+    /// An operator takes the stream from `input` (none: gives the choice
+    /// back); a merge takes every input and refuses.
+    pub fn force(&mut self, input: Option<usize>, now: u64) -> Result<(), String> {
+        match &mut self.how {
+            How::Merge(_) => Err("a merge takes every input: there is none to switch to".into()),
+            How::Failover { choice, .. } => {
+                if let Some(i) = input.filter(|&i| i >= self.inputs) {
+                    return Err(format!("input {} is not one of the rule's {}", i + 1, self.inputs));
+                }
+                self.switches.extend(choice.force(input, now));
+                Ok(())
+            }
+        }
+    }
+
+    /// The switches since the last call.
+    pub fn take_switches(&mut self) -> Vec<Switch> {
+        std::mem::take(&mut self.switches)
+    }
+
+    /// The counts gained since the last call.
+    pub fn deltas(&mut self) -> Deltas {
+        let (now_inputs, lost, switches, active): (Vec<[u64; KEPT.len()]>, u64, u64, u64) = match &self.how {
+            How::Merge(m) => (
+                m.paths()
+                    .iter()
+                    .map(|p| [p.first, p.duplicates, p.filled, p.too_late, p.strays])
+                    .collect(),
+                m.lost(),
+                0,
+                0,
+            ),
+            How::Failover { choice, forwarded, .. } => (
+                forwarded.iter().map(|&f| [f, 0, 0, 0, 0]).collect(),
+                0,
+                choice.switches(),
+                choice.active() as u64 + 1,
+            ),
+        };
+        let mut d = Deltas {
+            active,
+            ..Deltas::default()
+        };
+        for (i, (now, told)) in now_inputs.iter().zip(&mut self.told).enumerate() {
+            for (k, c) in KEPT.iter().enumerate() {
+                if now[k] > told[k] {
+                    d.inputs.push((i, *c, now[k] - told[k]));
+                    told[k] = now[k];
+                }
+            }
+        }
+        for (k, (c, now)) in [(RuleCounter::Lost, lost), (RuleCounter::Switches, switches)]
+            .into_iter()
+            .enumerate()
+        {
+            if now > self.told_rule[k] {
+                d.rule.push((c, now - self.told_rule[k]));
+                self.told_rule[k] = now;
+            }
+        }
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rtp(seq: u16) -> Vec<u8> {
+        let mut b = vec![0u8; 40];
+        RtpHeader::write(&mut b, 96, seq, u32::from(seq) * 90, 7);
+        b
+    }
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_merge_forwards_each_sequence_number_once_in_order_and_counts_by_input() {
+        let mut c: Combine<u16> = Combine::new(Mode::Merge { differential_ms: 10 }, 2);
+        let mut out = Vec::new();
+        // The first packet is held for one differential; its copy is a
+        // duplicate.
+        assert_eq!(c.packet(0, &rtp(100), 0, || 100, &mut out), Take::Queued);
+        assert_eq!(c.packet(1, &rtp(100), MS, || 100, &mut out), Take::Queued);
+        assert!(out.is_empty());
+        c.poll(10 * MS, &mut out);
+        assert_eq!(out, [100]);
+        out.clear();
+        // Path 0 misses 101; path 1 brings it.
+        c.packet(0, &rtp(102), 11 * MS, || 102, &mut out);
+        c.packet(1, &rtp(101), 12 * MS, || 101, &mut out);
+        c.packet(1, &rtp(102), 12 * MS, || 102, &mut out);
+        assert_eq!(out, [101, 102]);
+        assert_eq!(c.packet(0, b"not rtp", 13 * MS, || 0, &mut out), Take::NotRtp);
+        let d = c.deltas();
+        assert!(d.inputs.contains(&(0, InputCounter::Forwarded, 2)), "{d:?}");
+        assert!(d.inputs.contains(&(1, InputCounter::Forwarded, 1)), "{d:?}");
+        assert!(d.inputs.contains(&(1, InputCounter::Duplicates, 2)), "{d:?}");
+        assert!(d.rule.is_empty());
+        // Both miss 103: skipped after the differential, lost once.
+        out.clear();
+        c.packet(0, &rtp(104), 20 * MS, || 104, &mut out);
+        c.packet(1, &rtp(104), 21 * MS, || 104, &mut out);
+        assert!(out.is_empty());
+        assert_eq!(c.deadline(), Some(30 * MS));
+        c.poll(30 * MS, &mut out);
+        assert_eq!(out, [104]);
+        let d = c.deltas();
+        assert_eq!(d.rule, [(RuleCounter::Lost, 1)]);
+        // Told once: nothing new.
+        assert_eq!(c.deltas(), Deltas::default());
+        assert!(c.force(Some(1), 0).is_err());
+    }
+
+    #[test]
+    fn a_failover_forwards_the_active_input_and_switches_on_loss_of_signal() {
+        let mode = Mode::Failover {
+            loss_of_signal_ms: 200,
+            hold_ms: 1000,
+            error_threshold: None,
+        };
+        let mut c: Combine<()> = Combine::new(mode, 2);
+        let mut out = Vec::new();
+        let p = rtp(1);
+        assert_eq!(c.packet(0, &p, 0, || (), &mut out), Take::Now);
+        assert_eq!(c.packet(1, &p, MS, || (), &mut out), Take::Dropped);
+        assert_eq!(c.deltas().active, 1);
+        // The primary goes quiet; the backup's next packet after the
+        // loss-of-signal time is forwarded.
+        assert_eq!(c.packet(1, &p, 150 * MS, || (), &mut out), Take::Dropped);
+        assert_eq!(c.packet(1, &p, 201 * MS, || (), &mut out), Take::Now);
+        let s = c.take_switches();
+        assert_eq!((s.len(), s[0].from, s[0].to), (1, 0, 1));
+        let d = c.deltas();
+        assert_eq!((d.active, d.rule.clone()), (2, vec![(RuleCounter::Switches, 1)]));
+        // Forced back, and the choice given back.
+        c.force(Some(0), 300 * MS).expect("failover");
+        assert_eq!(c.packet(0, &p, 301 * MS, || (), &mut out), Take::Now);
+        assert!(c.force(Some(5), 0).is_err());
+        assert!(out.is_empty(), "a failover keeps nothing");
+    }
+}

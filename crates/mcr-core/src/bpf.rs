@@ -35,6 +35,17 @@ const JEQ_K: u16 = 0x15;
 const JGT_K: u16 = 0x25;
 const JGE_K: u16 = 0x35;
 const RET_K: u16 = 0x06;
+const RET_A: u16 = 0x16;
+const JA: u16 = 0x05;
+const LD_H_IND: u16 = 0x48;
+const LD_W_IND: u16 = 0x40;
+const LDX_B_MSH: u16 = 0xb1;
+const LDX_MEM: u16 = 0x61;
+const ST: u16 = 0x02;
+const TAX: u16 = 0x07;
+const XOR_X: u16 = 0xac;
+const MUL_K: u16 = 0x24;
+const RSH_K: u16 = 0x74;
 
 /// The most IPv4 unicast addresses the filter names one by one; with more,
 /// it lets in UDP to any IPv4 unicast address (the worker counts what no
@@ -83,6 +94,8 @@ struct Asm {
     p: Vec<Insn>,
     at: Vec<Option<usize>>,
     fixups: Vec<(usize, To, To)>,
+    /// Unconditional jumps (32-bit offsets, for blocks of any length).
+    long: Vec<(usize, Label)>,
 }
 
 impl Asm {
@@ -104,11 +117,20 @@ impl Asm {
         self.op(code, k);
     }
 
+    fn ja(&mut self, to: Label) {
+        self.long.push((self.p.len(), to));
+        self.op(JA, 0);
+    }
+
     fn ret(&mut self, accept: bool) {
         self.op(RET_K, if accept { u32::MAX } else { 0 });
     }
 
     fn finish(mut self) -> Vec<Insn> {
+        for (i, l) in std::mem::take(&mut self.long) {
+            let target = self.at[l.0].expect("every label is bound");
+            self.p[i].k = u32::try_from(target - i - 1).expect("a program of fewer than 2^32 instructions");
+        }
         for (i, jt, jf) in std::mem::take(&mut self.fixups) {
             let off = |t: To| -> u8 {
                 match t {
@@ -252,13 +274,111 @@ fn ipv6_block(a: &mut Asm, names: &[Ipv6Addr]) {
     a.ret(true);
 }
 
+/// The most inputs of each family on one interface that
+/// [`fanout_program`] names one by one; with more, it sends every frame of
+/// that family to the first member.
+pub const MAX_PINNED: usize = 300;
+
+/// The program that picks which member of an interface's fanout group (so
+/// which worker) takes a frame (`PACKET_FANOUT_CBPF`; it sees the frame
+/// from the IP header on and returns a number the kernel takes modulo the
+/// members). The destinations in `pinned` (inputs of rules with several
+/// inputs, which one worker must see together) go to the first member,
+/// the one the supervisor founds the group with; every other datagram goes
+/// by a hash of its addresses and ports, so a flow always reaches the same
+/// worker.
+pub fn fanout_program(pinned: &[(IpAddr, u16)]) -> Vec<Insn> {
+    let mut a = Asm::default();
+    let (v4, v6) = (a.label(), a.label());
+    let v4_pins: Vec<(u32, u16)> = pinned
+        .iter()
+        .filter_map(|(d, p)| match d {
+            IpAddr::V4(v) => Some((u32::from(*v), *p)),
+            IpAddr::V6(_) => None,
+        })
+        .collect();
+    let v6_pins: Vec<(Ipv6Addr, u16)> = pinned
+        .iter()
+        .filter_map(|(d, p)| match d {
+            IpAddr::V6(v) => Some((*v, *p)),
+            IpAddr::V4(_) => None,
+        })
+        .collect();
+    let (not4, other) = (a.label(), a.label());
+    a.op(LD_B_ABS, 0);
+    a.op(RSH_K, 4);
+    a.jump(JEQ_K, 4, To::Next, To::L(not4));
+    a.ja(v4);
+    a.bind(not4);
+    a.jump(JEQ_K, 6, To::Next, To::L(other));
+    a.ja(v6);
+    a.bind(other);
+    a.op(RET_K, 0);
+    // IPv4: X is the header's length, the UDP ports follow it.
+    a.bind(v4);
+    if v4_pins.len() > MAX_PINNED {
+        a.op(RET_K, 0);
+    }
+    a.op(LDX_B_MSH, 0);
+    for (dst, port) in v4_pins {
+        let next = a.label();
+        a.op(LD_W_ABS, 16);
+        a.jump(JEQ_K, dst, To::Next, To::L(next));
+        a.op(LD_H_IND, 2);
+        a.jump(JEQ_K, u32::from(port), To::Next, To::L(next));
+        a.op(RET_K, 0);
+        a.bind(next);
+    }
+    a.op(LD_W_IND, 0);
+    a.op(ST, 0);
+    a.op(LD_W_ABS, 12);
+    a.op(TAX, 0);
+    a.op(LD_W_ABS, 16);
+    a.op(XOR_X, 0);
+    a.op(LDX_MEM, 0);
+    a.op(XOR_X, 0);
+    a.op(MUL_K, 0x9e37_79b1);
+    a.op(RSH_K, 16);
+    a.op(RET_A, 0);
+    // IPv6: the ports right after the fixed header (a flow's extension
+    // headers are the same for all its packets, so it still hashes alike).
+    a.bind(v6);
+    if v6_pins.len() > MAX_PINNED {
+        a.op(RET_K, 0);
+    }
+    for (dst, port) in v6_pins {
+        let next = a.label();
+        let o = dst.octets();
+        for (w, at) in [24u32, 28, 32, 36].into_iter().enumerate() {
+            let word = u32::from_be_bytes([o[4 * w], o[4 * w + 1], o[4 * w + 2], o[4 * w + 3]]);
+            a.op(LD_W_ABS, at);
+            a.jump(JEQ_K, word, To::Next, To::L(next));
+        }
+        a.op(LD_H_ABS, 42);
+        a.jump(JEQ_K, u32::from(port), To::Next, To::L(next));
+        a.op(RET_K, 0);
+        a.bind(next);
+    }
+    a.op(LD_W_ABS, 40);
+    for at in [8u32, 12, 16, 20, 24, 28, 32, 36] {
+        a.op(TAX, 0);
+        a.op(LD_W_ABS, at);
+        a.op(XOR_X, 0);
+    }
+    a.op(MUL_K, 0x9e37_79b1);
+    a.op(RSH_K, 16);
+    a.op(RET_A, 0);
+    a.finish()
+}
+
 /// Runs a filter made here over a frame, as the kernel would: returns the
 /// number of bytes to keep (0: drop). `tag` is the TCI the kernel took off
 /// the frame, if any, and `tpid` its TPID. Only the opcodes this module
 /// emits are known: any other drops the frame (tests compare other filters
 /// with this one).
 pub fn interpret(p: &[Insn], frame: &[u8], tag: Option<u16>, tpid: u16) -> u32 {
-    let mut a: u32 = 0;
+    let (mut a, mut x): (u32, u32) = (0, 0);
+    let mut mem = [0u32; 16];
     let mut pc = 0usize;
     loop {
         let Some(&i) = p.get(pc) else { return 0 };
@@ -284,6 +404,25 @@ pub fn interpret(p: &[Insn], frame: &[u8], tag: Option<u16>, tpid: u16) -> u32 {
                     None => return 0,
                 }
             }
+            LD_H_IND | LD_W_IND => {
+                let n = if i.code == LD_H_IND { 2 } else { 4 };
+                match load(x as usize + i.k as usize, n) {
+                    Some(v) => a = v,
+                    None => return 0,
+                }
+            }
+            LDX_B_MSH => match load(i.k as usize, 1) {
+                Some(v) => x = 4 * (v & 0xf),
+                None => return 0,
+            },
+            LDX_MEM => x = mem[i.k as usize % 16],
+            ST => mem[i.k as usize % 16] = a,
+            TAX => x = a,
+            XOR_X => a ^= x,
+            MUL_K => a = a.wrapping_mul(i.k),
+            RSH_K => a >>= i.k,
+            RET_A => return a,
+            JA => pc += i.k as usize,
             AND_K => a &= i.k,
             JEQ_K | JGE_K | JGT_K => {
                 let t = match i.code {
@@ -336,6 +475,84 @@ mod tests {
         f[20] = next;
         f[38..54].copy_from_slice(&dst.parse::<Ipv6Addr>().expect("literal").octets());
         f
+    }
+
+    /// An IPv4 or IPv6 UDP datagram's headers, from the IP header on (as a
+    /// fanout program sees it).
+    fn datagram(src: &str, dst: &str, sport: u16, dport: u16, options: usize) -> Vec<u8> {
+        let (src, dst): (IpAddr, IpAddr) = (src.parse().expect("literal"), dst.parse().expect("literal"));
+        let mut d = match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(g)) => {
+                let mut d = vec![0u8; 20 + options];
+                d[0] = 0x40 | (5 + options / 4) as u8;
+                d[9] = 17;
+                d[12..16].copy_from_slice(&s.octets());
+                d[16..20].copy_from_slice(&g.octets());
+                d
+            }
+            (IpAddr::V6(s), IpAddr::V6(g)) => {
+                let mut d = vec![0u8; 40];
+                d[0] = 0x60;
+                d[6] = 17;
+                d[8..24].copy_from_slice(&s.octets());
+                d[24..40].copy_from_slice(&g.octets());
+                d
+            }
+            _ => panic!("one family"),
+        };
+        d.extend_from_slice(&sport.to_be_bytes());
+        d.extend_from_slice(&dport.to_be_bytes());
+        d.extend_from_slice(&[0, 8, 0, 0]);
+        d
+    }
+
+    #[test]
+    fn the_fanout_program_pins_redundant_inputs_to_the_first_worker_and_hashes_the_rest_by_flow() {
+        let pinned: Vec<(IpAddr, u16)> = vec![
+            ("239.1.1.1".parse().expect("literal"), 5001),
+            ("ff3e::1".parse().expect("literal"), 5001),
+        ];
+        let p = fanout_program(&pinned);
+        let members = 2;
+        let pick = |d: &[u8]| interpret(&p, d, None, 0) % members;
+        // Every packet of a pinned input, from any source and port, with
+        // or without IP options: the first member.
+        for sport in 1000..1200 {
+            for src in ["10.0.0.1", "10.0.0.77"] {
+                assert_eq!(pick(&datagram(src, "239.1.1.1", sport, 5001, 0)), 0);
+                assert_eq!(pick(&datagram(src, "239.1.1.1", sport, 5001, 8)), 0);
+            }
+            assert_eq!(pick(&datagram("2001:db8::1", "ff3e::1", sport, 5001, 0)), 0);
+        }
+        // Other flows spread over both members, each always to the same.
+        let mut seen = [0u32; 2];
+        for sport in 1000..1200 {
+            for (src, dst, dport) in [
+                ("10.0.0.1", "239.1.1.1", 5002),
+                ("10.0.0.1", "239.1.1.2", 5001),
+                ("2001:db8::1", "ff3e::2", 5001),
+            ] {
+                let d = datagram(src, dst, sport, dport, 0);
+                let m = pick(&d);
+                assert_eq!(m, pick(&d), "a flow goes to one member");
+                seen[m as usize] += 1;
+            }
+        }
+        assert!(seen[0] > 150 && seen[1] > 150, "spread: {seen:?}");
+        // Not IP: the first member (the workers count it).
+        assert_eq!(pick(&[0u8; 30]), 0);
+        // More pins than the program names: the whole family is pinned.
+        let many: Vec<(IpAddr, u16)> = (0..=MAX_PINNED as u32)
+            .map(|i| (IpAddr::V4(Ipv4Addr::from(0xef00_0000 + i)), 5001))
+            .collect();
+        let p = fanout_program(&many);
+        for sport in 1000..1100 {
+            assert_eq!(
+                interpret(&p, &datagram("10.0.0.1", "239.9.9.9", sport, 9, 0), None, 0) % 2,
+                0
+            );
+        }
+        assert!(fanout_program(&many[..MAX_PINNED]).len() < 4096, "within BPF_MAXINSNS");
     }
 
     #[test]

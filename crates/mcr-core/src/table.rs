@@ -335,6 +335,25 @@ impl MatchTable {
         v
     }
 
+    /// The destinations on interface `ifindex` that inputs of rules with
+    /// several inputs take: one worker must see all of such a rule's
+    /// inputs ([`crate::bpf::fanout_program`] pins them).
+    pub fn pinned_inputs(&self, ifindex: u32) -> Vec<(IpAddr, u16)> {
+        let mut v: Vec<(IpAddr, u16)> = self
+            .entries
+            .iter()
+            .filter(|(k, e)| {
+                let several = |t: &Taker| self.rules[t.rule].redundancy.is_some();
+                k.ifindex == ifindex
+                    && (e.any_source.iter().any(several) || e.by_source.iter().any(|(_, t)| several(t)))
+            })
+            .map(|(k, _)| (k.dst, k.port))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
     /// The input interfaces the rules use.
     pub fn input_interfaces(&self) -> Vec<u32> {
         let mut v: Vec<u32> = self.entries.keys().map(|k| k.ifindex).collect();

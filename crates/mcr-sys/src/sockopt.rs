@@ -188,13 +188,19 @@ pub fn recv_gro(fd: BorrowedFd<'_>, buf: &mut [u8], dont_wait: bool) -> io::Resu
 /// Attaches a classic BPF program (`SO_ATTACH_FILTER`), replacing any
 /// the socket had, atomically.
 pub fn attach_filter(fd: BorrowedFd<'_>, prog: &[libc::sock_filter]) -> io::Result<()> {
+    set_program(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, prog)
+}
+
+/// Hands the kernel a classic BPF program through option `name` of
+/// `level`.
+pub fn set_program(fd: BorrowedFd<'_>, level: i32, name: i32, prog: &[libc::sock_filter]) -> io::Result<()> {
     let fprog = libc::sock_fprog {
         len: u16::try_from(prog.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "filter too long"))?,
         filter: prog.as_ptr().cast_mut(),
     };
     // `fprog` points at `prog`, alive for the call; the kernel copies the
     // program before it returns.
-    set_raw(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+    set_raw(fd, level, name, &fprog)
 }
 
 /// Makes a socket refuse every packet at its filter, so nothing is ever

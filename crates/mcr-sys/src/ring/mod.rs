@@ -63,8 +63,9 @@ pub enum Filter<'a> {
     Program(BorrowedFd<'a>),
 }
 
-/// How a ring joins its interface's fanout group (hash mode: each frame
-/// reaches exactly one member, and a flow always the same one).
+/// How a ring joins its interface's fanout group (classic BPF mode: each
+/// frame reaches exactly one member, the one the group's program picks,
+/// see [`set_fanout_program`]; until it has one, the first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fanout {
     /// Join group `id` (made by the first member to join it).
@@ -221,7 +222,7 @@ fn align(x: usize, to: usize) -> usize {
 impl RxRing {
     /// Opens a ring on interface `ifindex` that receives what `filter`
     /// lets through. With `fanout`, the socket joins (or founds) a fanout
-    /// group in hash mode.
+    /// group (its program picks the member that takes each frame).
     pub fn open(ifindex: u32, cfg: &RingConfig, filter: Filter<'_>, fanout: Option<Fanout>) -> io::Result<RxRing> {
         let fd = crate::packet::raw_socket()?;
         // The relay never reads back what it sends.
@@ -304,7 +305,7 @@ impl RxRing {
             // member must ask for the same flags, which keeps a program
             // that picked the same id by chance out of the group (and
             // makes the group's word never 0, see `fanout_id`).
-            let mode = libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_IGNORE_OUTGOING;
+            let mode = libc::PACKET_FANOUT_CBPF | libc::PACKET_FANOUT_FLAG_IGNORE_OUTGOING;
             let arg: u32 = match group {
                 Fanout::Join(id) => u32::from(id) | (mode << 16),
                 Fanout::Found => (mode | libc::PACKET_FANOUT_FLAG_UNIQUEID) << 16,
@@ -482,6 +483,15 @@ impl RxRing {
             drops: u64::from(st.tp_drops),
         })
     }
+}
+
+/// Gives the fanout group that the ring socket `fd` is a member of the
+/// program that picks a member for each frame (`PACKET_FANOUT_DATA`): it
+/// sees the frame from the network header on and returns a number, taken
+/// modulo the members. It replaces the group's program at once, for every
+/// member.
+pub fn set_fanout_program(fd: BorrowedFd<'_>, prog: &[FilterInsn]) -> io::Result<()> {
+    crate::sockopt::set_program(fd, libc::SOL_PACKET, libc::PACKET_FANOUT_DATA, prog)
 }
 
 /// What another program than MCR would do to share an interface's frames

@@ -5,11 +5,20 @@
 //! the id to every worker with the table; the other workers join by id.
 //! A group lives as long as its interface has rules: a worker's death does
 //! not change it (the supervisor keeps every ring).
+//!
+//! The group's program picks the worker of each frame: a hash of its
+//! addresses and ports, so that a flow stays with one worker, except for
+//! the inputs of rules with several inputs, which all go to worker 0 (the
+//! founder, the first member of every group), so that one worker sees
+//! every copy of the stream. The supervisor keeps a copy of each founding
+//! socket to change the program as the rules change.
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
 
 use mcr_core::interfaces::Interfaces;
-use mcr_sys::ring::{Fanout, Filter, FilterInsn, RingConfig, RxRing};
+use mcr_core::table::MatchTable;
+use mcr_sys::ring::{Fanout, Filter, FilterInsn, RingConfig, RxRing, filter_insn};
 
 use crate::channel::ring_for_mtu;
 
@@ -26,6 +35,8 @@ const NOTHING: [FilterInsn; 1] = [FilterInsn {
 #[derive(Debug)]
 pub struct FanoutGroups {
     ids: BTreeMap<u32, u16>,
+    /// A copy of each founding socket, and the program its group has.
+    steering: BTreeMap<u32, (OwnedFd, Vec<mcr_core::bpf::Insn>)>,
     /// Ids to fall back on if a group cannot be founded (from the
     /// supervisor's pid).
     seed: u16,
@@ -41,6 +52,7 @@ impl FanoutGroups {
     pub fn new(seed: u16) -> Self {
         FanoutGroups {
             ids: BTreeMap::new(),
+            steering: BTreeMap::new(),
             seed,
         }
     }
@@ -49,6 +61,7 @@ impl FanoutGroups {
     /// longer wanted; returns the founding rings, for worker 0.
     pub fn reconcile(&mut self, wanted: &[u32], ifs: &Interfaces, cfg: &RingConfig) -> Vec<(u32, RxRing)> {
         self.ids.retain(|i, _| wanted.contains(i));
+        self.steering.retain(|i, _| wanted.contains(i));
         let mut founded = Vec::new();
         let new: Vec<u32> = wanted.iter().copied().filter(|i| !self.ids.contains_key(i)).collect();
         for ifindex in new {
@@ -58,6 +71,14 @@ impl FanoutGroups {
             match ring {
                 Ok((Some(id), ring)) => {
                     self.ids.insert(ifindex, id);
+                    match ring.as_fd().try_clone_to_owned() {
+                        Ok(fd) => {
+                            self.steering.insert(ifindex, (fd, Vec::new()));
+                        }
+                        Err(e) => tracing::warn!(
+                            "interface #{ifindex}: no copy of the fanout group's socket ({e}); its frames all go to worker 0"
+                        ),
+                    }
                     founded.push((ifindex, ring));
                 }
                 Ok((None, _)) | Err(_) => {
@@ -71,6 +92,23 @@ impl FanoutGroups {
             }
         }
         founded
+    }
+
+    /// Gives each group the program `table` needs (only where it changed).
+    pub fn steer(&mut self, table: &MatchTable) {
+        for (ifindex, (fd, current)) in &mut self.steering {
+            let program = mcr_core::bpf::fanout_program(&table.pinned_inputs(*ifindex));
+            if *current == program {
+                continue;
+            }
+            let insns: Vec<FilterInsn> = program.iter().map(|i| filter_insn(i.code, i.jt, i.jf, i.k)).collect();
+            match mcr_sys::ring::set_fanout_program(fd.as_fd(), &insns) {
+                Ok(()) => *current = program,
+                Err(e) => tracing::warn!(
+                    "interface #{ifindex}: could not give the workers' fanout group its program ({e}); its frames go to worker 0"
+                ),
+            }
+        }
     }
 
     /// The groups, for the table.

@@ -336,6 +336,7 @@ impl Supervisor {
             for (ifindex, ring) in groups.reconcile(&table.input_interfaces(), ifs, &self.ring) {
                 self.workers[0].give_ring(ifindex, ring);
             }
+            groups.steer(&table);
             snap.fanout = groups.table();
         }
         match serde_json::to_vec(&ToWorker::Table(snap)) {
@@ -535,7 +536,11 @@ impl Supervisor {
             // What the workers say about such a rule has the same cause.
             return out;
         }
-        let ports = self.plane.claim(&rule.name).map(|c| c.ports.as_slice()).unwrap_or_default();
+        let ports = self
+            .plane
+            .claim(&rule.name)
+            .map(|c| c.ports.as_slice())
+            .unwrap_or_default();
         out.extend(ports.iter().filter_map(|a| self.ports.problem(*a)));
         let live = self
             .workers

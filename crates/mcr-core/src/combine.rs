@@ -129,7 +129,14 @@ impl<T> Combine<T> {
     /// The packet whose UDP payload is `payload` came from `input` at
     /// `now`; `item` makes the caller's copy of it if the state keeps it.
     /// What to forward goes to `out`, in order.
-    pub fn packet(&mut self, input: usize, payload: &[u8], now: u64, item: impl FnOnce() -> T, out: &mut Vec<T>) -> Take {
+    pub fn packet(
+        &mut self,
+        input: usize,
+        payload: &[u8],
+        now: u64,
+        item: impl FnOnce() -> T,
+        out: &mut Vec<T>,
+    ) -> Take {
         let input = input.min(self.inputs - 1);
         match &mut self.how {
             How::Merge(m) => {

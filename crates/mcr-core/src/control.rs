@@ -319,6 +319,53 @@ pub struct RuleStats {
     /// output, say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub datapath_reason: Option<String>,
+    /// With several inputs: how they make one stream, and each input's
+    /// counters. (The rule's packets and bytes are those it forwarded.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redundancy: Option<RedundancyStats>,
+}
+
+/// How the inputs of a rule with several make its stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RedundancyStats {
+    /// `merge` or `failover`, with its settings.
+    pub mode: String,
+    /// Merge: sequence numbers no input brought in time.
+    pub lost: u64,
+    /// Failover: how often the input forwarded from changed.
+    pub switches: u64,
+    /// Failover: the input forwarded from (1 is the first), if any yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<usize>,
+    /// Each input, in order.
+    pub inputs: Vec<InputStats>,
+}
+
+/// Counters of one input of a rule with several.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputStats {
+    /// The input, in the rule's text form.
+    pub input: String,
+    /// Packets that arrived on it.
+    pub packets: u64,
+    /// Their payload bytes.
+    pub bytes: u64,
+    /// Packets per second over the last interval (0: no signal).
+    pub pps: f64,
+    /// Payload bits per second over the last interval.
+    pub bps: f64,
+    /// Packets forwarded from it.
+    pub forwarded: u64,
+    /// Merge: copies of what another input (or itself) brought before.
+    pub duplicates: u64,
+    /// Merge: packets it missed that another input brought.
+    pub filled: u64,
+    /// Merge: packets that came after their gap was given up.
+    pub too_late: u64,
+    /// Merge: packets too far from the stream or of another sender.
+    pub strays: u64,
+    /// Merge: packets that were not RTP.
+    pub not_rtp: u64,
 }
 
 /// The in-kernel data path: where it runs and what it forwarded.

@@ -51,6 +51,97 @@ fn float(v: f64) -> String {
     if v.is_finite() { format!("{v}") } else { "0".into() }
 }
 
+/// The families of rules with several inputs: each input's counts and
+/// signal, each rule's losses, switches and active input.
+fn redundancy(out: &mut String, stats: &StatsReport) {
+    let several = || stats.rules.iter().filter_map(|r| r.redundancy.as_ref().map(|x| (r, x)));
+    type InputCount = fn(&crate::control::InputStats) -> u64;
+    let per_input: [(&'static str, &str, InputCount); 4] = [
+        (
+            "mcr_input_packets_total",
+            "Packets that arrived on an input of a rule with several inputs.",
+            |i| i.packets,
+        ),
+        ("mcr_input_bytes_total", "UDP payload bytes of those packets.", |i| {
+            i.bytes
+        }),
+        (
+            "mcr_input_forwarded_total",
+            "Packets forwarded from the input (merge: it brought them first; failover: it was active).",
+            |i| i.forwarded,
+        ),
+        (
+            "mcr_input_filled_total",
+            "Merge: packets the input missed that another input brought.",
+            |i| i.filled,
+        ),
+    ];
+    for (name, help, get) in per_input {
+        let mut f = family(out, name, "counter", help);
+        for (r, x) in several() {
+            for i in &x.inputs {
+                f.sample(&[("rule", &r.name), ("input", &i.input)], get(i));
+            }
+        }
+    }
+    let mut f = family(
+        out,
+        "mcr_input_discarded_total",
+        "counter",
+        "Packets of the input not forwarded, by reason (merge: duplicate, too_late, stray, not_rtp).",
+    );
+    for (r, x) in several() {
+        for i in &x.inputs {
+            for (reason, n) in [
+                ("duplicate", i.duplicates),
+                ("too_late", i.too_late),
+                ("stray", i.strays),
+                ("not_rtp", i.not_rtp),
+            ] {
+                f.sample(&[("rule", &r.name), ("input", &i.input), ("reason", reason)], n);
+            }
+        }
+    }
+    let mut f = family(
+        out,
+        "mcr_input_signal",
+        "gauge",
+        "1 when packets arrived on the input over the last interval, 0 when none did (loss of signal).",
+    );
+    for (r, x) in several() {
+        for i in &x.inputs {
+            f.sample(&[("rule", &r.name), ("input", &i.input)], u8::from(i.pps > 0.0));
+        }
+    }
+    let mut f = family(
+        out,
+        "mcr_rule_lost_total",
+        "counter",
+        "Merge: sequence numbers no input brought within the path differential.",
+    );
+    for (r, x) in several() {
+        f.sample(&[("rule", &r.name), ("mode", &x.mode)], x.lost);
+    }
+    let mut f = family(
+        out,
+        "mcr_rule_switches_total",
+        "counter",
+        "Failover: how often the input forwarded from changed.",
+    );
+    for (r, x) in several() {
+        f.sample(&[("rule", &r.name), ("mode", &x.mode)], x.switches);
+    }
+    let mut f = family(
+        out,
+        "mcr_rule_active_input",
+        "gauge",
+        "Failover: the input forwarded from, 1 for the first (the primary); 0 before any packet.",
+    );
+    for (r, x) in several() {
+        f.sample(&[("rule", &r.name)], x.active.unwrap_or(0));
+    }
+}
+
 /// Everything in the text format. `rules` and `workers` are the answers to
 /// `list` and `workers`, `stats` the answer to `stats`.
 pub fn render(version: &str, stats: &StatsReport, rules: &[RuleStatus], workers: &[WorkerStatus]) -> String {
@@ -136,6 +227,7 @@ pub fn render(version: &str, stats: &StatsReport, rules: &[RuleStatus], workers:
     for r in &stats.rules {
         f.sample(&[("rule", &r.name)], u8::from(r.datapath == "ebpf"));
     }
+    redundancy(&mut out, stats);
     let mut f = family(
         &mut out,
         "mcr_membership_joined",
@@ -285,25 +377,62 @@ mod tests {
         let stats = StatsReport {
             uptime_s: 12.5,
             interval_s: 1.0,
-            rules: vec![RuleStats {
-                name: "feed-a".into(),
-                input: "eth0:239.1.1.1:5001".into(),
-                packets: 100,
-                bytes: 102_400,
-                pps: 10.0,
-                bps: 81_920.0,
-                outputs: vec![OutputStats {
-                    output: "eth1:239.10.1.1:6001".into(),
-                    packets: 97,
-                    bytes: 99_328,
+            rules: vec![
+                RuleStats {
+                    name: "feed-a".into(),
+                    input: "eth0:239.1.1.1:5001".into(),
+                    packets: 100,
+                    bytes: 102_400,
                     pps: 10.0,
                     bps: 81_920.0,
-                    drops: drops.clone(),
-                }],
-                problems: Vec::new(),
-                datapath: "ebpf".into(),
-                datapath_reason: None,
-            }],
+                    outputs: vec![OutputStats {
+                        output: "eth1:239.10.1.1:6001".into(),
+                        packets: 97,
+                        bytes: 99_328,
+                        pps: 10.0,
+                        bps: 81_920.0,
+                        drops: drops.clone(),
+                    }],
+                    problems: Vec::new(),
+                    datapath: "ebpf".into(),
+                    datapath_reason: None,
+                    redundancy: None,
+                },
+                RuleStats {
+                    name: "news".into(),
+                    input: "eth0:239.1.1.2:5001".into(),
+                    packets: 50,
+                    bytes: 50_000,
+                    pps: 5.0,
+                    bps: 40_000.0,
+                    outputs: Vec::new(),
+                    problems: Vec::new(),
+                    datapath: "packet".into(),
+                    datapath_reason: Some("several inputs".into()),
+                    redundancy: Some(crate::control::RedundancyStats {
+                        mode: "failover".into(),
+                        lost: 0,
+                        switches: 1,
+                        active: Some(2),
+                        inputs: ["eth0:239.1.1.2:5001", "eth2:239.2.1.2:5001"]
+                            .into_iter()
+                            .map(|i| crate::control::InputStats {
+                                input: i.into(),
+                                packets: 30,
+                                bytes: 30_000,
+                                pps: if i.starts_with("eth2") { 5.0 } else { 0.0 },
+                                bps: 0.0,
+                                forwarded: 25,
+                                duplicates: 1,
+                                filled: 2,
+                                too_late: 0,
+                                strays: 0,
+                                not_rtp: 0,
+                            })
+                            .collect(),
+                    }),
+                },
+            ],
             workers: vec![WorkerStats {
                 index: 0,
                 rx_frames: 120,
@@ -374,7 +503,13 @@ mod tests {
         let text = render("0.1.0", &s, &r, &w);
         for want in [
             "mcr_build_info{version=\"0.1.0\"} 1",
-            "mcr_rules 1",
+            "mcr_rules 2",
+            "mcr_input_packets_total{rule=\"news\",input=\"eth2:239.2.1.2:5001\"} 30",
+            "mcr_input_discarded_total{rule=\"news\",input=\"eth0:239.1.1.2:5001\",reason=\"duplicate\"} 1",
+            "mcr_input_signal{rule=\"news\",input=\"eth0:239.1.1.2:5001\"} 0",
+            "mcr_input_signal{rule=\"news\",input=\"eth2:239.2.1.2:5001\"} 1",
+            "mcr_rule_switches_total{rule=\"news\",mode=\"failover\"} 1",
+            "mcr_rule_active_input{rule=\"news\"} 2",
             "mcr_rule_packets_total{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\"} 100",
             "mcr_output_packets_total{rule=\"feed-a\",output=\"eth1:239.10.1.1:6001\"} 97",
             "mcr_output_bytes_total{rule=\"feed-a\",output=\"eth1:239.10.1.1:6001\"} 99328",

@@ -116,7 +116,10 @@ fn default_hold() -> u32 {
 impl From<RedundancyForm> for Redundancy {
     fn from(f: RedundancyForm) -> Self {
         match f {
-            RedundancyForm::Merge { inputs, differential_ms } => Redundancy {
+            RedundancyForm::Merge {
+                inputs,
+                differential_ms,
+            } => Redundancy {
                 mode: Mode::Merge { differential_ms },
                 inputs,
             },
@@ -268,9 +271,7 @@ impl FromStr for Mode {
                 .ok_or_else(|| format!("mode `{s}`: setting `{kv}` is not KEY=VALUE"))?;
             match (&mut mode, k.trim()) {
                 (Mode::Merge { differential_ms }, "differential") => *differential_ms = parse_ms(k, v)?,
-                (Mode::Failover { loss_of_signal_ms, .. }, "loss-of-signal") => {
-                    *loss_of_signal_ms = parse_ms(k, v)?
-                }
+                (Mode::Failover { loss_of_signal_ms, .. }, "loss-of-signal") => *loss_of_signal_ms = parse_ms(k, v)?,
                 (Mode::Failover { hold_ms, .. }, "hold") => *hold_ms = parse_ms(k, v)?,
                 (Mode::Failover { error_threshold, .. }, "errors") => {
                     *error_threshold = Some(
@@ -284,7 +285,10 @@ impl FromStr for Mode {
                         Mode::Merge { .. } => "differential",
                         Mode::Failover { .. } => "loss-of-signal, hold, errors",
                     };
-                    return Err(format!("mode `{s}`: {} has no setting `{k}` (it has {known})", m.name()));
+                    return Err(format!(
+                        "mode `{s}`: {} has no setting `{k}` (it has {known})",
+                        m.name()
+                    ));
                 }
             }
         }
@@ -839,6 +843,9 @@ mod tests {
         assert_eq!(serde_json::from_str::<Rule>(&j).expect("back"), r);
         let typo = j.replace("differential_ms", "diferential_ms");
         assert!(serde_json::from_str::<Rule>(&typo).is_err(), "unknown setting refused");
-        assert_eq!(r.inputs().map(|i| i.interface.as_str()).collect::<Vec<_>>(), ["veth1", "veth3"]);
+        assert_eq!(
+            r.inputs().map(|i| i.interface.as_str()).collect::<Vec<_>>(),
+            ["veth1", "veth3"]
+        );
     }
 }

@@ -232,7 +232,11 @@ fn check_redundancy(rule: &Rule) -> Result<(), RuleError> {
     let inputs: Vec<&Input> = rule.inputs().collect();
     for (k, input) in inputs.iter().enumerate() {
         if let Some(j) = inputs[..k].iter().position(|p| input_place(p) == input_place(input)) {
-            let first = if j == 0 { "input".to_string() } else { format!("redundancy.inputs[{}]", j - 1) };
+            let first = if j == 0 {
+                "input".to_string()
+            } else {
+                format!("redundancy.inputs[{}]", j - 1)
+            };
             return Err(err(
                 rule,
                 Field::input(k, Part::Whole),
@@ -426,7 +430,11 @@ fn check_input(rule: &Rule, k: usize, input: &Input, interfaces: &Interfaces) ->
             ));
         }
         if input.sources[..i].contains(&src) {
-            return Err(err(rule, Field::input(k, Part::Source), format!("{src} is listed twice")));
+            return Err(err(
+                rule,
+                Field::input(k, Part::Source),
+                format!("{src} is listed twice"),
+            ));
         }
     }
     Ok(())
@@ -666,7 +674,12 @@ mod tests {
                 "port 0",
             ),
             (
-                redundant("m", &["veth1:239.1.1.1:5001", "veth1:239.1.1.2:5001"], "merge,differential=0ms", &out),
+                redundant(
+                    "m",
+                    &["veth1:239.1.1.1:5001", "veth1:239.1.1.2:5001"],
+                    "merge,differential=0ms",
+                    &out,
+                ),
                 "redundancy",
                 "the path differential 0 ms is outside 1-10000 ms",
             ),

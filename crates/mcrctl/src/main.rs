@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use mcr_core::control::{Reply, Request, Response, WATCH_INTERVAL_MS};
-use mcr_core::rule::{Input, Output, Rule};
+use mcr_core::rule::{Input, Mode, Output, Redundancy, Rule};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -42,15 +42,22 @@ enum Command {
     Version,
     /// Add a rule, or replace the rule of the same name.
     #[command(
-        after_help = "Examples:\n  mcrctl add feed-a --input eth0:239.1.1.1:5001 --output eth1:239.10.1.1:6001\n  mcrctl add feed-b --input eth0:239.1.1.2:5001,source=10.0.0.1 \\\n      --output eth1:239.10.1.2:6001,ttl=8 --output eth2:10.0.2.9:7000\n  mcrctl add v6 --input eth0:[ff3e::1]:5001,vlan=100 --output eth1:[ff3e::10]:6001,dscp=ef"
+        after_help = "Examples:\n  mcrctl add feed-a --input eth0:239.1.1.1:5001 --output eth1:239.10.1.1:6001\n  mcrctl add feed-b --input eth0:239.1.1.2:5001,source=10.0.0.1 \\\n      --output eth1:239.10.1.2:6001,ttl=8 --output eth2:10.0.2.9:7000\n  mcrctl add v6 --input eth0:[ff3e::1]:5001,vlan=100 --output eth1:[ff3e::10]:6001,dscp=ef\n  mcrctl add news --input eth0:239.1.1.1:5001 --input eth3:239.2.1.1:5001 --mode merge \\\n      --output eth1:239.10.1.1:6001\n  mcrctl add feed-c --input eth0:239.1.1.3:5001 --input eth3:239.2.1.3:5001 \\\n      --mode failover,hold=30s --output eth1:239.10.1.3:6001"
     )]
     Add {
         /// The rule's name.
         name: String,
         /// IFACE:ADDRESS:PORT[,vlan=ID][,source=ADDRESS]...: the stream to
-        /// take (IPv6 in brackets; source= once per source).
-        #[arg(long, short)]
-        input: Input,
+        /// take (IPv6 in brackets; source= once per source). Repeat, with
+        /// --mode, for a stream that comes on several paths (the first is
+        /// a failover's primary).
+        #[arg(long = "input", short, required = true)]
+        inputs: Vec<Input>,
+        /// How several inputs make one stream: merge[,differential=50ms]
+        /// (SMPTE ST 2022-7: every RTP packet once, from whichever input
+        /// brings it first) or failover[,loss-of-signal=200ms][,hold=10s][,errors=N].
+        #[arg(long, value_parser = |s: &str| s.parse::<Mode>())]
+        mode: Option<Mode>,
         /// IFACE:ADDRESS:PORT[,vlan=ID][,ttl=N|decrement][,dscp=D|keep][,source=interface|keep|ADDRESS]:
         /// where to send it; repeat for several outputs.
         #[arg(long = "output", short, required = true)]
@@ -133,9 +140,32 @@ fn main() -> ExitCode {
             to: to.map(|p| std::path::absolute(&p).unwrap_or(p)),
         },
         Command::Version => Request::Version { protocol: None },
-        Command::Add { name, input, outputs } => Request::Add {
-            rule: Rule::new(name, input, outputs),
-        },
+        Command::Add {
+            name,
+            mut inputs,
+            mode,
+            outputs,
+        } => {
+            let others = inputs.split_off(1);
+            let redundancy = match (mode, others.is_empty()) {
+                (Some(mode), _) => Some(Redundancy { mode, inputs: others }),
+                (None, true) => None,
+                (None, false) => {
+                    eprintln!(
+                        "mcrctl: {} inputs need --mode merge (ST 2022-7, packet by packet) or --mode failover",
+                        others.len() + 1
+                    );
+                    return ExitCode::from(2);
+                }
+            };
+            let input = inputs.remove(0);
+            Request::Add {
+                rule: Rule {
+                    redundancy,
+                    ..Rule::new(name, input, outputs)
+                },
+            }
+        }
         Command::Remove { name } => Request::Remove { name },
         Command::List => Request::List {},
         Command::Stats => Request::Stats {},

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use mcr_core::control::{Reply, RuleStats, StatsReport};
+use mcr_core::control::{RedundancyStats, Reply, RuleStats, StatsReport};
 
 fn rate(pps: f64) -> String {
     if pps >= 1e6 {
@@ -92,6 +92,12 @@ pub fn render(r: &Reply) -> String {
                     ),
                 };
                 let _ = writeln!(o, "{:<20} {:<40} {join}", s.rule.name, s.rule.input.to_string());
+                if let Some(red) = &s.rule.redundancy {
+                    for i in &red.inputs {
+                        let _ = writeln!(o, "{:<20} {i}", "");
+                    }
+                    let _ = writeln!(o, "{:<20}   {} of {} inputs", "", red.mode, s.rule.input_count());
+                }
                 for out in &s.rule.outputs {
                     let _ = writeln!(o, "{:<20}   -> {out}", "");
                 }
@@ -194,6 +200,42 @@ pub fn watch_screen(s: &StatsReport, socket: &str) -> String {
     o
 }
 
+/// The inputs of a rule with several: each with what it brought and what
+/// became of it.
+fn redundancy(o: &mut String, red: &RedundancyStats) {
+    let head = match red.active {
+        Some(a) => format!("{}: input {a} active, {} switch(es)", red.mode, red.switches),
+        None if red.mode.starts_with("failover") => format!("{}: no input yet", red.mode),
+        None => format!("{}: {} lost (no input brought them in time)", red.mode, red.lost),
+    };
+    let _ = writeln!(o, "  {head}");
+    for (k, i) in red.inputs.iter().enumerate() {
+        let mut what = vec![format!("forwarded {}", i.forwarded)];
+        for (name, v) in [
+            ("duplicates", i.duplicates),
+            ("filled", i.filled),
+            ("too late", i.too_late),
+            ("strays", i.strays),
+            ("not RTP", i.not_rtp),
+        ] {
+            if v > 0 {
+                what.push(format!("{name} {v}"));
+            }
+        }
+        let signal = if i.pps > 0.0 { "" } else { "  NO SIGNAL" };
+        let active = if red.active == Some(k + 1) { "  ACTIVE" } else { "" };
+        let _ = writeln!(
+            o,
+            "  <- {:<52} {:>12} {:>8} {:>11}  {}{active}{signal}",
+            i.input,
+            i.packets,
+            rate(i.pps),
+            bits(i.bps),
+            what.join(", ")
+        );
+    }
+}
+
 fn stats(o: &mut String, s: &StatsReport) {
     let _ = writeln!(
         o,
@@ -214,6 +256,9 @@ fn stats(o: &mut String, s: &StatsReport) {
         );
         for p in r.problems.iter().skip(1) {
             let _ = writeln!(o, "{:<103}  {p}", "");
+        }
+        if let Some(red) = &r.redundancy {
+            redundancy(o, red);
         }
         for out in &r.outputs {
             let dropped: u64 = out.drops.values().sum();

@@ -98,6 +98,12 @@ struct ImpairArgs {
     /// packet, for FOR (`AFTER+FOR`, e.g. 2s+5s).
     #[arg(long, value_parser = parse_cut)]
     cut: Option<(Duration, Duration)>,
+    /// Drop the test packets whose stream and sequence number hash into
+    /// this share of the range (`FROM-TO%`, e.g. 0-1%): the same packets
+    /// whenever they pass, so impairers with the same --seed on two paths
+    /// of one stream lose the same packets only where their bands overlap.
+    #[arg(long, value_parser = parse_band)]
+    loss_band: Option<(f64, f64)>,
     /// Seed of the fault generator: the same seed repeats the same faults.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -112,6 +118,18 @@ struct ImpairArgs {
 /// A rate that is a number (`max` is refused).
 fn parse_pps(s: &str) -> Result<f64, String> {
     mcrgen::units::parse_rate(s)?.ok_or_else(|| "give a rate in packets per second (e.g. 20k), not max".into())
+}
+
+/// `FROM-TO%`: two percentages, the first not above the second.
+fn parse_band(s: &str) -> Result<(f64, f64), String> {
+    let (from, to) = s
+        .split_once('-')
+        .ok_or_else(|| format!("`{s}`: write FROM-TO%, e.g. 0-1%"))?;
+    let (from, to) = (parse_percent(from)?, parse_percent(to)?);
+    if from > to {
+        return Err(format!("`{s}`: the band's start is past its end"));
+    }
+    Ok((from, to))
 }
 
 /// `AFTER+FOR`: two durations.
@@ -175,6 +193,7 @@ fn impair(a: ImpairArgs) -> anyhow::Result<ExitCode> {
             corrupt: a.corrupt,
             delay_ns: a.delay.map_or(0, as_ns),
             cut: a.cut.map(|(after, long)| (as_ns(after), as_ns(long))),
+            loss_band: a.loss_band,
         },
         seed: a.seed,
         duration: a.duration,

@@ -118,18 +118,35 @@ impl Wrap {
 /// Whether a UDP payload carries an `mcrgen` test payload, wrapped in any
 /// of the ways above (what `mcrgen impair` acts on).
 pub fn carries_test_payload(udp_payload: &[u8]) -> bool {
+    test_payload_id(udp_payload).is_some()
+}
+
+/// The stream and sequence number of the `mcrgen` test payload a UDP
+/// payload carries, wrapped in any of the ways above (as its header says;
+/// the receiver checks the rest).
+pub fn test_payload_id(udp_payload: &[u8]) -> Option<(u32, u64)> {
+    let id = |b: &[u8]| {
+        (b.len() >= 16 && b[..4] == MAGIC).then(|| {
+            let stream = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+            let mut seq = [0u8; 8];
+            seq.copy_from_slice(&b[8..16]);
+            (stream, u64::from_be_bytes(seq))
+        })
+    };
     let starts = |b: &[u8]| b.len() >= HEADER_LEN && b[..4] == MAGIC;
     if starts(udp_payload) {
-        return true;
+        return id(udp_payload);
     }
     let body = match RtpHeader::parse(udp_payload) {
-        Some(h) if starts(&udp_payload[h.payload_start..h.payload_end]) => return true,
+        Some(h) if starts(&udp_payload[h.payload_start..h.payload_end]) => {
+            return id(&udp_payload[h.payload_start..h.payload_end]);
+        }
         Some(h) => &udp_payload[h.payload_start..h.payload_end],
         None => udp_payload,
     };
     ts::packets(body)
         .and_then(|mut p| p.find(|p| p.pid() == DATA_PID))
-        .is_some_and(|p| p.payload().starts_with(&MAGIC))
+        .and_then(|p| id(p.payload()))
 }
 
 /// A PAT with no programs (transport stream id 1, version 0), its CRC

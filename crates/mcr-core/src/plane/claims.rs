@@ -194,7 +194,7 @@ fn release<K: Eq + std::hash::Hash>(users: &mut HashMap<K, usize>, key: K) -> bo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plane::fixture::{RULE_KINDS, Host, ifs, needed, rule};
+    use crate::plane::fixture::{Host, RULE_KINDS, ifs, needed, rule};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 

@@ -688,7 +688,7 @@ fn what_changed(a: &InterfaceInfo, b: &InterfaceInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plane::fixture::{RULE_KINDS, Host, ifs, needed, rule};
+    use crate::plane::fixture::{Host, RULE_KINDS, ifs, needed, rule};
     use proptest::prelude::*;
     use std::collections::{BTreeMap, BTreeSet};
 

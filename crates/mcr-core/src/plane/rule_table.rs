@@ -245,7 +245,11 @@ impl RuleTable {
         let mut old_slots: Vec<(OutputKey, u32)> = old
             .map(|i| {
                 let r = &self.rules[i];
-                let inputs = r.rule.inputs().map(OutputKey::of_input).zip(r.input_slots.iter().copied());
+                let inputs = r
+                    .rule
+                    .inputs()
+                    .map(OutputKey::of_input)
+                    .zip(r.input_slots.iter().copied());
                 r.rule
                     .outputs
                     .iter()

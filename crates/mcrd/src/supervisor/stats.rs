@@ -4,9 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
-use mcr_core::control::{DatapathStats, OutputStats, RuleStats, StatsReport, WorkerStats};
+use mcr_core::control::{DatapathStats, InputStats, OutputStats, RedundancyStats, RuleStats, StatsReport, WorkerStats};
 use mcr_core::snapshot::SlottedRule;
-use mcr_core::stats::{OutputCounter, RuleCounter, StatsLayout, WorkerCounter};
+use mcr_core::stats::{InputCounter, OutputCounter, RuleCounter, StatsLayout, WorkerCounter};
 use mcr_sys::bpf::MappedCounters;
 use mcr_sys::shm::SharedCounters;
 
@@ -35,6 +35,7 @@ impl<'a> Counters<'a> {
 enum Key {
     Rule(u32),
     Output(u32),
+    Input(u32),
     Worker(usize),
     Kernel,
 }
@@ -83,6 +84,12 @@ impl Stats {
         workers + c.kernel.map_or(0, |m| m.get(self.layout.output(0, slot, k)))
     }
 
+    fn sum_input(&self, c: Counters<'_>, slot: u32, k: InputCounter) -> u64 {
+        (0..self.layout.workers)
+            .map(|w| c.shm.get(self.layout.input(w, slot, k)))
+            .sum()
+    }
+
     /// A worker's counter.
     pub fn worker(&self, c: Counters<'_>, w: usize, k: WorkerCounter) -> u64 {
         c.shm.get(self.layout.worker(w, k))
@@ -108,16 +115,21 @@ impl Stats {
                 }
             };
             for &s in rules {
-                for k in [RuleCounter::Packets, RuleCounter::Bytes] {
+                for k in [
+                    RuleCounter::Packets,
+                    RuleCounter::Bytes,
+                    RuleCounter::Lost,
+                    RuleCounter::Switches,
+                    RuleCounter::Active,
+                ] {
                     set(self.layout.rule(w, s, k));
                 }
             }
+            // An output slot counts an output or an input: the input's
+            // counters fill the whole line, the output's are among them.
             for &s in outputs {
-                for k in [OutputCounter::Packets, OutputCounter::Bytes]
-                    .into_iter()
-                    .chain(OutputCounter::DROPS.iter().map(|d| d.0))
-                {
-                    set(self.layout.output(w, s, k));
+                for (k, _) in InputCounter::ALL {
+                    set(self.layout.input(w, s, k));
                 }
             }
         }
@@ -139,6 +151,15 @@ impl Stats {
                     (
                         self.sum_output(c, s, OutputCounter::Packets),
                         self.sum_output(c, s, OutputCounter::Bytes),
+                    ),
+                );
+            }
+            for &s in &r.input_slots {
+                m.insert(
+                    Key::Input(s),
+                    (
+                        self.sum_input(c, s, InputCounter::Packets),
+                        self.sum_input(c, s, InputCounter::Bytes),
                     ),
                 );
             }
@@ -209,6 +230,37 @@ impl Stats {
                     problems: Vec::new(),
                     datapath: "packet".into(),
                     datapath_reason: None,
+                    redundancy: r.rule.redundancy.as_ref().map(|red| {
+                        let active = self.sum_rule(c, r.slot, RuleCounter::Active);
+                        RedundancyStats {
+                            mode: red.mode.to_string(),
+                            lost: self.sum_rule(c, r.slot, RuleCounter::Lost),
+                            switches: self.sum_rule(c, r.slot, RuleCounter::Switches),
+                            active: usize::try_from(active).ok().filter(|a| *a > 0),
+                            inputs: r
+                                .rule
+                                .inputs()
+                                .zip(&r.input_slots)
+                                .map(|(i, &s)| {
+                                    let (pps, bps) = rate(Key::Input(s));
+                                    let n = |k| self.sum_input(c, s, k);
+                                    InputStats {
+                                        input: i.to_string(),
+                                        packets: n(InputCounter::Packets),
+                                        bytes: n(InputCounter::Bytes),
+                                        pps,
+                                        bps,
+                                        forwarded: n(InputCounter::Forwarded),
+                                        duplicates: n(InputCounter::Duplicates),
+                                        filled: n(InputCounter::Filled),
+                                        too_late: n(InputCounter::TooLate),
+                                        strays: n(InputCounter::Strays),
+                                        not_rtp: n(InputCounter::NotRtp),
+                                    }
+                                })
+                                .collect(),
+                        }
+                    }),
                 }
             })
             .collect();

@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 
 use mcr_core::forward::{Datagram, FrameRewrite, rewrite_as};
 use mcr_core::interfaces::Interfaces;
-use mcr_core::stats::{OutputCounter, StatsLayout, WorkerCounter};
+use mcr_core::stats::{InputCounter, OutputCounter, RuleCounter, StatsLayout, WorkerCounter};
 use mcr_core::table::{CompiledOutput, MatchTable, OutputKind};
 use mcr_sys::mmsg::{MAX_BATCH, Outgoing, is_queue_full, send_batch};
 use mcr_sys::packet::PacketTx;
@@ -38,6 +38,21 @@ impl Counts<'_> {
     #[inline]
     pub fn worker(&self, c: WorkerCounter, v: u64) {
         self.counters.add(self.layout.worker(self.worker, c), v);
+    }
+
+    #[inline]
+    pub fn rule(&self, slot: u32, c: RuleCounter, v: u64) {
+        self.counters.add(self.layout.rule(self.worker, slot, c), v);
+    }
+
+    #[inline]
+    pub fn input(&self, slot: u32, c: InputCounter, v: u64) {
+        self.counters.add(self.layout.input(self.worker, slot, c), v);
+    }
+
+    /// Sets a rule's value (not a count), such as its active input.
+    pub fn set_rule(&self, slot: u32, c: RuleCounter, v: u64) {
+        self.counters.set(self.layout.rule(self.worker, slot, c), v);
     }
 }
 

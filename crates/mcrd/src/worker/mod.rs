@@ -6,6 +6,7 @@
 pub mod egress;
 mod ingress;
 mod keeper;
+mod redundancy;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -13,10 +14,10 @@ use std::os::unix::net::UnixStream;
 
 use anyhow::Context;
 use mcr_core::config::RingFormat;
-use mcr_core::dispatch::{self, RxMeta, Verdict};
-use mcr_core::forward::RxChecksum;
+use mcr_core::dispatch::{self, RxMeta, Taken, Verdict};
+use mcr_core::forward::{Datagram, RxChecksum};
 use mcr_core::stats::{RuleCounter, StatsLayout, WorkerCounter};
-use mcr_core::table::MatchTable;
+use mcr_core::table::{CompiledRule, MatchTable};
 use mcr_sys::epoll::Epoll;
 use mcr_sys::ring::{RingConfig, RingVersion};
 use mcr_sys::shm::SharedCounters;
@@ -26,6 +27,7 @@ use crate::channel::{
 };
 use egress::{Counts, Egress};
 use ingress::Ingress;
+use redundancy::Redundancy;
 
 /// How a worker was started (its command line).
 #[derive(Debug, Clone, clap::Args)]
@@ -79,6 +81,7 @@ struct Worker {
     table: MatchTable,
     ingress: Ingress,
     egress: Egress,
+    redundancy: Redundancy,
 }
 
 /// Runs a worker until the supervisor says stop or goes away.
@@ -124,6 +127,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         inbox: Vec::new(),
         table: MatchTable::default(),
         egress: Egress::new(MAX_UDP_PENDING),
+        redundancy: Redundancy::default(),
     };
     w.say(&FromWorker::Ready {
         pid: std::process::id(),
@@ -162,7 +166,13 @@ impl Worker {
             // again at once, forever.
             let mut table_msg = false;
             let mut errored: Vec<u32> = Vec::new();
-            for r in epoll.wait_events(100)? {
+            // Wake for what a rule with several inputs waits for (a gap a
+            // merge gives up, a failover's loss of signal), at the latest.
+            let timeout_ms = self.redundancy.deadline().map_or(100, |d| {
+                let wait = d.saturating_sub(mcr_sys::clock::monotonic_ns());
+                wait.div_ceil(1_000_000).min(100) as i32
+            });
+            for r in epoll.wait_events(timeout_ms)? {
                 if r.token == CHANNEL {
                     table_msg = true;
                 } else if r.error {
@@ -175,6 +185,7 @@ impl Worker {
                 }
             }
             self.forward_ready();
+            self.poll_redundancy();
             if table_msg && self.read_channel(&mut epoll)? {
                 return Ok(());
             }
@@ -250,6 +261,7 @@ impl Worker {
         // Egress: a frame batch per output interface, a UDP sender per
         // (interface, source) of unicast outputs.
         problems.extend(self.egress.reconcile(&table, &snap.interfaces));
+        self.redundancy.reconcile(&table);
         self.table = table;
         problems
     }
@@ -262,6 +274,7 @@ impl Worker {
                 ingress,
                 table,
                 egress,
+                redundancy,
                 counters,
                 layout,
                 args,
@@ -296,25 +309,13 @@ impl Worker {
                             return;
                         }
                     };
-                    let (rule, d) = (taken.rule, &taken.datagram);
-                    counts
-                        .counters
-                        .add(counts.layout.rule(counts.worker, rule.slot, RuleCounter::Packets), 1);
-                    counts.counters.add(
-                        counts.layout.rule(counts.worker, rule.slot, RuleCounter::Bytes),
-                        d.payload_len as u64,
-                    );
-                    for o in &rule.outputs {
-                        match taken.verdict(o) {
-                            Verdict::Drop(reason) => counts.output(o.slot, reason, 1),
-                            Verdict::Frame { rewrite, ttl, tos } => {
-                                egress.frame(f.data, d, rewrite, (ttl, tos), o, &counts)
-                            }
-                            Verdict::Datagram { ttl, tos } => {
-                                let payload = &f.data[d.payload_at..d.payload_at + d.payload_len];
-                                egress.datagram(payload, o.slot, ttl, tos, &counts);
-                            }
-                        }
+                    if taken.rule.redundancy.is_some() {
+                        let now = mcr_sys::clock::monotonic_ns();
+                        redundancy.packet(&taken, f.data, now, &counts, |rule, frame, d| {
+                            send(egress, rule, frame, d, &counts)
+                        });
+                    } else {
+                        send(egress, taken.rule, f.data, &taken.datagram, &counts);
                     }
                 });
                 any |= n > 0;
@@ -326,6 +327,31 @@ impl Worker {
         }
     }
 
+    /// Sends what the rules with several inputs release with time.
+    fn poll_redundancy(&mut self) {
+        let Worker {
+            table,
+            egress,
+            redundancy,
+            counters,
+            layout,
+            args,
+            ..
+        } = self;
+        let counts = Counts {
+            counters,
+            layout,
+            worker: args.index,
+        };
+        let now = mcr_sys::clock::monotonic_ns();
+        if redundancy.deadline().is_some_and(|d| d <= now) {
+            redundancy.poll(table, now, &counts, |rule, frame, d| {
+                send(egress, rule, frame, d, &counts)
+            });
+            self.flush();
+        }
+    }
+
     fn flush(&mut self) {
         let counts = Counts {
             counters: &self.counters,
@@ -333,5 +359,28 @@ impl Worker {
             worker: self.args.index,
         };
         self.egress.flush(&counts);
+    }
+}
+
+/// Forwards the datagram `d` of `frame` by `rule`: counts it for the rule
+/// and hands each output what it sends.
+#[inline]
+fn send(egress: &mut Egress, rule: &CompiledRule, frame: &[u8], d: &Datagram, counts: &Counts<'_>) {
+    counts.rule(rule.slot, RuleCounter::Packets, 1);
+    counts.rule(rule.slot, RuleCounter::Bytes, d.payload_len as u64);
+    let taken = Taken {
+        datagram: *d,
+        rule,
+        input: 0,
+    };
+    for o in &rule.outputs {
+        match taken.verdict(o) {
+            Verdict::Drop(reason) => counts.output(o.slot, reason, 1),
+            Verdict::Frame { rewrite, ttl, tos } => egress.frame(frame, d, rewrite, (ttl, tos), o, counts),
+            Verdict::Datagram { ttl, tos } => {
+                let payload = &frame[d.payload_at..d.payload_at + d.payload_len];
+                egress.datagram(payload, o.slot, ttl, tos, counts);
+            }
+        }
     }
 }

@@ -15,7 +15,12 @@
 //!   fixed up, so only a byte-for-byte check of the payload can tell.
 //!
 //! Faults are exclusive per packet and drawn from a seeded generator, so a
-//! run is reproducible. Every fault is counted, so a test can check that a
+//! run is reproducible. A *loss band* drops instead the test packets whose
+//! (stream, sequence number) hash, with the seed, into a share of the
+//! range: the same packet is dropped or kept whenever and wherever it
+//! passes, so two impairers with the same seed on two paths that carry
+//! the same stream drop the same packets where their bands overlap and
+//! never the same where they do not ([`in_band`]). Every fault is counted, so a test can check that a
 //! receiver reports exactly what was done.
 
 mod run;
@@ -49,11 +54,30 @@ pub struct Faults {
     /// The path is cut: every test packet is dropped from this long after
     /// the first test packet, for this long.
     pub cut: Option<(u64, u64)>,
+    /// Test packets whose hash falls in this share of the range (from, to,
+    /// each 0 to 1) are dropped ([`in_band`]).
+    pub loss_band: Option<(f64, f64)>,
+}
+
+/// Whether a loss band `(from, to)` with `seed` drops the test packet
+/// `seq` of stream `stream`.
+pub fn in_band(seed: u64, stream: u32, seq: u64, band: (f64, f64)) -> bool {
+    let mut z = seed ^ (u64::from(stream) << 40) ^ seq.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    let at = (z >> 11) as f64 / (1u64 << 53) as f64;
+    band.0 <= at && at < band.1
 }
 
 impl Faults {
     /// Checks each share is in 0..=1 and together they are at most 1.
     pub fn validate(&self) -> Result<(), String> {
+        if let Some((from, to)) = self.loss_band
+            && !(0.0 <= from && from <= to && to <= 1.0)
+        {
+            return Err("a loss band runs from a share to a larger one, within 0%-100%".into());
+        }
         let all = [self.loss, self.duplicate, self.reorder, self.corrupt];
         if all.iter().any(|p| !(0.0..=1.0).contains(p)) {
             return Err("each fault's share must be between 0% and 100%".into());
@@ -98,6 +122,9 @@ pub struct ImpairReport {
     /// Test packets dropped while the path was cut.
     #[serde(default)]
     pub cut: u64,
+    /// Test packets dropped by the loss band.
+    #[serde(default)]
+    pub band_dropped: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -119,6 +146,7 @@ type Flow = ([u8; 4], u16);
 #[derive(Debug)]
 pub struct Impairer {
     faults: Faults,
+    seed: u64,
     rng: u64,
     /// Per destination: the held frame and when it was held.
     held: HashMap<Flow, (Vec<u8>, u64)>,
@@ -129,9 +157,9 @@ pub struct Impairer {
     report: ImpairReport,
 }
 
-/// Where the UDP payload starts in a test packet, and its flow; `None` for
-/// any other frame.
-fn test_packet(frame: &[u8]) -> Option<(usize, Flow)> {
+/// Where the UDP payload starts in a test packet, its flow and its
+/// (stream, sequence number); `None` for any other frame.
+fn test_packet(frame: &[u8]) -> Option<(usize, Flow, (u32, u64))> {
     let (eth, rest) = EthernetHeader::ref_from_prefix(frame).ok()?;
     if eth.ethertype.get() != ETHERTYPE_IPV4 {
         return None;
@@ -142,10 +170,8 @@ fn test_packet(frame: &[u8]) -> Option<(usize, Flow)> {
     }
     let udp_at = 14 + ip.header_len();
     let (udp, payload) = UdpHeader::ref_from_prefix(frame.get(udp_at..)?).ok()?;
-    if !crate::wrap::carries_test_payload(payload) {
-        return None;
-    }
-    Some((udp_at + 8, (ip.dst, udp.dst_port.get())))
+    let id = crate::wrap::test_payload_id(payload)?;
+    Some((udp_at + 8, (ip.dst, udp.dst_port.get()), id))
 }
 
 impl Impairer {
@@ -154,6 +180,7 @@ impl Impairer {
     pub fn new(faults: Faults, seed: u64) -> Self {
         Impairer {
             faults,
+            seed,
             rng: seed ^ 0x2545_f491_4f6c_dd1d,
             held: HashMap::new(),
             delayed: std::collections::VecDeque::new(),
@@ -199,7 +226,7 @@ impl Impairer {
     /// order, to `out`.
     pub fn frame(&mut self, frame: &[u8], now_ns: u64, out: &mut Vec<Vec<u8>>) {
         self.report.frames_in += 1;
-        let Some((payload_at, flow)) = test_packet(frame) else {
+        let Some((payload_at, flow, (stream, seq))) = test_packet(frame) else {
             self.report.other_frames += 1;
             self.emit(frame.to_vec(), out);
             return;
@@ -212,6 +239,12 @@ impl Impairer {
                 self.report.cut += 1;
                 return;
             }
+        }
+        if let Some(band) = self.faults.loss_band
+            && in_band(self.seed, stream, seq, band)
+        {
+            self.report.band_dropped += 1;
+            return;
         }
         let mut copy = frame.to_vec();
         match self.draw() {
@@ -366,6 +399,43 @@ mod tests {
         assert_eq!(out[10], b"not even ethernet");
         assert_eq!(imp.report().other_frames, 1);
         assert_eq!(imp.report().frames_out, 11);
+    }
+
+    #[test]
+    fn loss_bands_drop_the_same_packets_wherever_they_pass() {
+        let through = |band: (f64, f64), port: u16| {
+            let mut imp = Impairer::new(
+                Faults {
+                    loss_band: Some(band),
+                    ..Faults::default()
+                },
+                42,
+            );
+            let mut out = Vec::new();
+            for s in 0..20_000 {
+                imp.frame(&frame(s, port), s, &mut out);
+            }
+            let kept: std::collections::BTreeSet<u64> = seqs(&out).into_iter().collect();
+            let lost: Vec<u64> = (0..20_000).filter(|s| !kept.contains(s)).collect();
+            assert_eq!(imp.report().band_dropped, lost.len() as u64);
+            lost
+        };
+        let a = through((0.0, 0.01), 5001);
+        let b = through((0.01, 0.02), 6001);
+        // About 1% each, and never the same packet.
+        assert!(
+            (150..250).contains(&a.len()) && (150..250).contains(&b.len()),
+            "{} {}",
+            a.len(),
+            b.len()
+        );
+        assert!(a.iter().all(|s| !b.contains(s)));
+        // Overlapping bands lose the same packets exactly where they overlap.
+        let c = through((0.005, 0.015), 6001);
+        let both: Vec<u64> = a.iter().copied().filter(|s| c.contains(s)).collect();
+        let overlap: Vec<u64> = (0..20_000).filter(|&s| in_band(42, 0, s, (0.005, 0.01))).collect();
+        assert_eq!(both, overlap);
+        assert!(!both.is_empty());
     }
 
     #[test]

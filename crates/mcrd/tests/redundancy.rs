@@ -1,0 +1,182 @@
+//! A stream that comes on two paths (SMPTE ST 2022-7): the generator sends
+//! each RTP packet on path a and, 20 ms later, the same packet on path b;
+//! each path crosses an impairer that drops, cuts or passes it; the relay
+//! merges the two (or fails over between them) into one output, whose
+//! every packet the sink checks (sequence, payload, RTP).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use mcr_core::control::{RedundancyStats, RuleStats};
+use mcr_testbed::presets::TwoPaths;
+use mcr_testbed::relay::Relay;
+use mcr_testbed::traffic::{Mcrgen, Received};
+use mcr_testbed::traffic_lock;
+use mcrgen::impair::{ImpairReport, in_band};
+
+const MINUTES: Duration = Duration::from_secs(180);
+const IN_A: &str = "in0:239.1.1.1:5001";
+const IN_B: &str = "in1:239.2.1.1:5001";
+const OUT: &str = "out0:239.10.1.1:6001";
+/// The seed both impairers share, so that their loss bands agree on which
+/// packets fall where.
+const SEED: &str = "7";
+
+/// Starts the relay with rule `m` taking both paths in `mode`.
+fn relay_with(p: &TwoPaths, mode: &str) -> Relay {
+    let relay = Relay::start(&p.relay, &[]).expect("mcrd");
+    relay
+        .ctl_ok(&[
+            "add", "m", "--input", IN_A, "--input", IN_B, "--mode", mode, "--output", OUT,
+        ])
+        .expect("rule added");
+    relay
+}
+
+/// Sends `count` RTP packets at `rate` on path a and each again 20 ms
+/// later on path b, while the sink expects them all at the output.
+fn send_both_ways(p: &TwoPaths, count: u64, rate: &str, extra: &[&str]) -> Received {
+    let rx = Mcrgen::streams("239.10.1.1:6001", TwoPaths::SINK_IF)
+        .expect(count)
+        .wrap("rtp")
+        .arg("--idle-timeout")
+        .arg("2s")
+        .recv(&p.sink)
+        .expect("receiver ready");
+    let mut send = Mcrgen::streams("239.1.1.1:5001", TwoPaths::GEN_A_IF)
+        .count(count)
+        .rate(rate)
+        .wrap("rtp")
+        .arg("--copy")
+        .arg("239.2.1.1:5001")
+        .arg("--copy-delay")
+        .arg("20ms")
+        .arg("--copy-interface")
+        .arg(TwoPaths::GEN_B_IF);
+    for a in extra {
+        send = send.arg(a);
+    }
+    let sent = send.send(&p.generator, MINUTES).expect("sent");
+    assert_eq!((sent.packets, sent.copies), (count, count));
+    rx.finish(MINUTES).expect("receiver finished")
+}
+
+fn rule(relay: &Relay) -> (RuleStats, RedundancyStats) {
+    let s = relay.stats().expect("stats");
+    let r = s.rules.into_iter().find(|r| r.name == "m").expect("rule m");
+    let red = r.redundancy.clone().expect("a rule with two inputs");
+    (r, red)
+}
+
+/// What the relay counted agrees with what crossed each path: every
+/// arrival on an input is either forwarded from it or a duplicate, and
+/// what was forwarded is the rule's output.
+fn counts_add_up(relay: &Relay, paths: [&ImpairReport; 2], forwarded: u64) -> RedundancyStats {
+    let (r, red) = rule(relay);
+    for (i, path) in red.inputs.iter().zip(paths) {
+        let arrived = path.test_packets - path.band_dropped - path.cut - path.dropped;
+        assert_eq!(
+            i.packets, arrived,
+            "{}: every packet the path let through arrived",
+            i.input
+        );
+        assert_eq!(i.not_rtp + i.strays + i.too_late, 0, "{i:?}");
+        assert_eq!(i.forwarded + i.duplicates, i.packets, "{i:?}");
+    }
+    assert_eq!(red.inputs.iter().map(|i| i.forwarded).sum::<u64>(), forwarded);
+    assert_eq!(r.packets, forwarded, "the rule counts what it forwarded");
+    assert_eq!(r.outputs[0].packets, forwarded);
+    red
+}
+
+#[test]
+fn a_merge_loses_nothing_when_the_paths_lose_different_packets() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("merge-loss").expect("topology");
+    let a = p
+        .impair(false, &["--loss-band", "0-1%", "--seed", SEED])
+        .expect("path a");
+    let b = p
+        .impair(true, &["--loss-band", "1-2%", "--seed", SEED])
+        .expect("path b");
+    let relay = relay_with(&p, "merge");
+    let got = send_both_ways(&p, 6000, "1000", &[]);
+    let (a, b) = (a.stop().expect("path a"), b.stop().expect("path b"));
+    assert!(
+        a.band_dropped > 20 && b.band_dropped > 20,
+        "each path lost about 1%: {a:?} {b:?}"
+    );
+    let s = &got.report.streams[0];
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert_eq!(
+        (s.received, s.unique, s.lost, s.duplicated, s.reordered, s.corrupted),
+        (6000, 6000, 0, 0, 0, 0)
+    );
+    let rtp = s.health.expect("health").rtp.expect("rtp");
+    assert_eq!((rtp.lost, rtp.duplicates), (0, 0));
+    let red = counts_add_up(&relay, [&a, &b], 6000);
+    assert_eq!(red.lost, 0);
+    // Path b lags by 20 ms, so path a brings first all that it has.
+    assert_eq!(red.inputs[0].forwarded, 6000 - a.band_dropped, "{red:?}");
+    assert_eq!(red.inputs[1].forwarded, a.band_dropped, "{red:?}");
+    let list = relay.ctl_ok(&["stats"]).expect("stats");
+    assert!(
+        list.contains("merge: 0 lost") && list.contains("<- in1:239.2.1.1:5001"),
+        "{list}"
+    );
+    relay.stop().expect("stopped");
+}
+
+#[test]
+fn a_packet_both_paths_lose_is_lost_once_and_counted() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("merge-both").expect("topology");
+    let a = p
+        .impair(false, &["--loss-band", "0-2%", "--seed", SEED])
+        .expect("path a");
+    let b = p
+        .impair(true, &["--loss-band", "1-3%", "--seed", SEED])
+        .expect("path b");
+    let relay = relay_with(&p, "merge");
+    let count = 6000;
+    let got = send_both_ways(&p, count, "1000", &[]);
+    let (a, b) = (a.stop().expect("path a"), b.stop().expect("path b"));
+    let s = &got.report.streams[0];
+    let stream = s.stream_id.expect("a stream id");
+    // What both bands drop: 1-2%, worked out from the same hash.
+    let seed: u64 = SEED.parse().expect("seed");
+    let both: BTreeSet<u64> = (0..count).filter(|&q| in_band(seed, stream, q, (0.01, 0.02))).collect();
+    assert!(!both.is_empty());
+    let holes: BTreeSet<u64> = s.holes.iter().flat_map(|&(first, n)| first..first + n).collect();
+    // A hole after the last packet is not one the receiver can see.
+    let seen: BTreeSet<u64> = both
+        .iter()
+        .copied()
+        .filter(|&q| q < s.highest_seq.expect("some"))
+        .collect();
+    assert_eq!(holes, seen, "exactly the packets both paths lost are missing");
+    assert_eq!((s.duplicated, s.reordered, s.corrupted), (0, 0, 0));
+    assert_eq!(s.unique, count - both.len() as u64);
+    let red = counts_add_up(&relay, [&a, &b], count - both.len() as u64);
+    assert_eq!(red.lost, seen.len() as u64, "each counted lost once");
+    relay.stop().expect("stopped");
+}
+
+#[test]
+fn a_merge_loses_nothing_while_one_path_is_cut_for_five_seconds() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("merge-cut").expect("topology");
+    let a = p.impair(false, &["--cut", "1s+5s"]).expect("path a");
+    let b = p.impair(true, &[]).expect("path b");
+    let relay = relay_with(&p, "merge");
+    let got = send_both_ways(&p, 8000, "1000", &[]);
+    let (a, b) = (a.stop().expect("path a"), b.stop().expect("path b"));
+    assert!(a.cut >= 4500, "path a was cut for about 5 s: {a:?}");
+    let s = &got.report.streams[0];
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert_eq!((s.unique, s.lost, s.duplicated, s.reordered), (8000, 0, 0, 0));
+    let red = counts_add_up(&relay, [&a, &b], 8000);
+    assert_eq!(red.lost, 0);
+    assert_eq!(red.inputs[1].forwarded, a.cut, "path b covered exactly the cut");
+    relay.stop().expect("stopped");
+}

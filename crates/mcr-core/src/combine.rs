@@ -41,6 +41,14 @@ enum How<T> {
         gaps: Vec<u64>,
         /// Packets forwarded from each input.
         forwarded: Vec<u64>,
+        /// Packets of each input not forwarded because, after a switch to
+        /// it, they repeated what the input before had forwarded.
+        repeats: Vec<u64>,
+        /// The RTP packets forwarded last.
+        last: LastForwarded,
+        /// After a switch: what the new input must pass before it is
+        /// forwarded.
+        catch_up: Option<CatchUp>,
     },
 }
 
@@ -104,6 +112,9 @@ impl<T> Combine<T> {
                 },
                 gaps: vec![0; inputs],
                 forwarded: vec![0; inputs],
+                repeats: vec![0; inputs],
+                last: LastForwarded::default(),
+                catch_up: None,
             },
         };
         Combine {
@@ -151,26 +162,44 @@ impl<T> Combine<T> {
                 sequences,
                 gaps,
                 forwarded,
+                repeats,
+                last,
+                catch_up,
             } => {
+                let rtp = RtpHeader::parse(payload);
                 if let Some(seq) = sequences.get_mut(input)
-                    && let Some(h) = RtpHeader::parse(payload)
+                    && let Some(h) = &rtp
                 {
-                    seq.observe(&h, now);
+                    seq.observe(h, now);
                     let lost = seq.counts().lost;
                     let new = lost.saturating_sub(gaps[input]);
                     gaps[input] = lost;
                     if new > 0 {
-                        self.switches.extend(choice.errors(input, new, now));
+                        let s = choice.errors(input, new, now);
+                        note_switch(s, *last, catch_up, &mut self.switches);
                     }
                 }
                 let (forward, switch) = choice.packet(input, now);
-                self.switches.extend(switch);
-                if forward {
-                    forwarded[input] += 1;
-                    Take::Now
-                } else {
-                    Take::Dropped
+                note_switch(switch, *last, catch_up, &mut self.switches);
+                if !forward {
+                    return Take::Dropped;
                 }
+                let id = rtp.as_ref().map(|h| (h.ssrc, h.sequence));
+                // The input switched to lags the one before: what it
+                // brings again is not sent twice.
+                if let Some(c) = catch_up.as_mut() {
+                    match id {
+                        Some((ssrc, seq)) if ssrc == c.ssrc && c.seq.wrapping_sub(seq) < 0x8000 && c.budget > 0 => {
+                            c.budget -= 1;
+                            repeats[input] += 1;
+                            return Take::Dropped;
+                        }
+                        _ => *catch_up = None,
+                    }
+                }
+                last.forwarded(id);
+                forwarded[input] += 1;
+                Take::Now
             }
         }
     }
@@ -180,7 +209,9 @@ impl<T> Combine<T> {
     pub fn poll(&mut self, now: u64, out: &mut Vec<T>) {
         match &mut self.how {
             How::Merge(m) => out.extend(m.poll(now)),
-            How::Failover { choice, .. } => self.switches.extend(choice.tick(now)),
+            How::Failover {
+                choice, last, catch_up, ..
+            } => note_switch(choice.tick(now), *last, catch_up, &mut self.switches),
         }
     }
 
@@ -197,13 +228,23 @@ impl<T> Combine<T> {
     pub fn force(&mut self, input: Option<usize>, now: u64) -> Result<(), String> {
         match &mut self.how {
             How::Merge(_) => Err("a merge takes every input: there is none to switch to".into()),
-            How::Failover { choice, .. } => {
+            How::Failover {
+                choice, last, catch_up, ..
+            } => {
                 if let Some(i) = input.filter(|&i| i >= self.inputs) {
                     return Err(format!("input {} is not one of the rule's {}", i + 1, self.inputs));
                 }
-                self.switches.extend(choice.force(input, now));
+                note_switch(choice.force(input, now), *last, catch_up, &mut self.switches);
                 Ok(())
             }
+        }
+    }
+
+    /// The input an operator holds a failover to (from 0), if any.
+    pub fn forced(&self) -> Option<usize> {
+        match &self.how {
+            How::Merge(_) => None,
+            How::Failover { choice, .. } => choice.forced(),
         }
     }
 
@@ -224,8 +265,13 @@ impl<T> Combine<T> {
                 0,
                 0,
             ),
-            How::Failover { choice, forwarded, .. } => (
-                forwarded.iter().map(|&f| [f, 0, 0, 0, 0]).collect(),
+            How::Failover {
+                choice,
+                forwarded,
+                repeats,
+                ..
+            } => (
+                forwarded.iter().zip(repeats).map(|(&f, &r)| [f, r, 0, 0, 0]).collect(),
                 0,
                 choice.switches(),
                 choice.active() as u64 + 1,
@@ -253,6 +299,48 @@ impl<T> Combine<T> {
             }
         }
         d
+    }
+}
+
+/// The last packet a failover forwarded, as RTP, and whether it followed
+/// the one before it in sequence (so the stream is RTP, not a payload
+/// whose bytes happen to look like an RTP header once).
+#[derive(Debug, Default, Clone, Copy)]
+struct LastForwarded {
+    id: Option<(u32, u16)>,
+    in_sequence: bool,
+}
+
+impl LastForwarded {
+    fn forwarded(&mut self, id: Option<(u32, u16)>) {
+        self.in_sequence = matches!((self.id, id), (Some((a, p)), Some((b, q))) if a == b && q == p.wrapping_add(1));
+        self.id = id;
+    }
+}
+
+/// What an input switched to must pass: packets of the same source at or
+/// before the last one forwarded are repeats, held back (at most `budget`
+/// of them, so a stream that only looked like RTP cannot stall).
+#[derive(Debug, Clone, Copy)]
+struct CatchUp {
+    ssrc: u32,
+    seq: u16,
+    budget: u32,
+}
+
+/// Notes `switch`, if any: from then on, until the input switched to
+/// passes `last`, what it repeats is held back.
+fn note_switch(switch: Option<Switch>, last: LastForwarded, catch_up: &mut Option<CatchUp>, to: &mut Vec<Switch>) {
+    if let Some(s) = switch {
+        *catch_up = match last.id {
+            Some((ssrc, seq)) if last.in_sequence => Some(CatchUp {
+                ssrc,
+                seq,
+                budget: 0x8000,
+            }),
+            _ => None,
+        };
+        to.push(s);
     }
 }
 
@@ -304,6 +392,75 @@ mod tests {
         // Told once: nothing new.
         assert_eq!(c.deltas(), Deltas::default());
         assert!(c.force(Some(1), 0).is_err());
+    }
+
+    #[test]
+    fn after_a_switch_a_failover_does_not_send_again_what_the_input_before_sent() {
+        let mode = Mode::Failover {
+            loss_of_signal_ms: 200,
+            hold_ms: 1000,
+            error_threshold: None,
+        };
+        let mut c: Combine<()> = Combine::new(mode, 2);
+        let mut out = Vec::new();
+        // Input 0 is ahead: it has sent 1..=10 when input 1 has sent 1..=6.
+        for q in 1..=10u16 {
+            assert_eq!(c.packet(0, &rtp(q), u64::from(q) * MS, || (), &mut out), Take::Now);
+        }
+        for q in 1..=6u16 {
+            assert_eq!(c.packet(1, &rtp(q), u64::from(q) * MS, || (), &mut out), Take::Dropped);
+        }
+        assert_eq!(c.forced(), None);
+        c.force(Some(1), 11 * MS).expect("failover");
+        assert_eq!(c.forced(), Some(1));
+        // 7..=10 came from input 0 already; 11 on is new.
+        let taken: Vec<Take> = (7..=12u16)
+            .map(|q| c.packet(1, &rtp(q), 12 * MS, || (), &mut out))
+            .collect();
+        assert_eq!(
+            taken,
+            [
+                Take::Dropped,
+                Take::Dropped,
+                Take::Dropped,
+                Take::Dropped,
+                Take::Now,
+                Take::Now
+            ]
+        );
+        let d = c.deltas();
+        assert!(d.inputs.contains(&(1, InputCounter::Duplicates, 4)), "{d:?}");
+        assert!(d.inputs.contains(&(1, InputCounter::Forwarded, 2)), "{d:?}");
+        // Back to input 0, which is ahead: nothing held back, nothing lost
+        // that it brings.
+        c.force(Some(0), 13 * MS).expect("failover");
+        assert_eq!(c.packet(0, &rtp(13), 13 * MS, || (), &mut out), Take::Now);
+        // A sender restart (another SSRC) is not a repeat.
+        c.force(Some(1), 14 * MS).expect("failover");
+        let mut other = vec![0u8; 40];
+        RtpHeader::write(&mut other, 96, 1, 0, 8);
+        assert_eq!(c.packet(1, &other, 14 * MS, || (), &mut out), Take::Now);
+    }
+
+    #[test]
+    fn a_payload_that_only_looks_like_rtp_is_never_held_back_after_a_switch() {
+        let mode = Mode::Failover {
+            loss_of_signal_ms: 200,
+            hold_ms: 1000,
+            error_threshold: None,
+        };
+        let mut c: Combine<()> = Combine::new(mode, 2);
+        let mut out = Vec::new();
+        // The same bytes every time: an "RTP header" whose sequence never
+        // moves.
+        let same = rtp(5);
+        for t in 0..5 {
+            assert_eq!(c.packet(0, &same, t * MS, || (), &mut out), Take::Now);
+        }
+        c.force(Some(1), 6 * MS).expect("failover");
+        for t in 6..10 {
+            assert_eq!(c.packet(1, &same, t * MS, || (), &mut out), Take::Now);
+        }
     }
 
     #[test]

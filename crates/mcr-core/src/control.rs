@@ -42,6 +42,16 @@ pub enum Request {
         /// Its name.
         name: String,
     },
+    /// A failover rule forwards from `input` until told otherwise (none,
+    /// or `auto`: the rule chooses again).
+    Switch {
+        /// The rule's name.
+        rule: String,
+        /// The input: its number from 1 (the primary), its text as `list`
+        /// shows it, or `auto`; none is `auto`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input: Option<String>,
+    },
     /// Every rule, with its group memberships. (Written with braces so that
     /// unknown fields are refused here too.)
     List {},
@@ -121,6 +131,17 @@ pub enum Reply {
     Removed {
         /// The rule's name.
         rule: String,
+        /// Whether every running worker runs the new table.
+        applied: bool,
+    },
+    /// To `switch`.
+    Switched {
+        /// The rule's name.
+        rule: String,
+        /// The input it is held to (its number from 1, and its text);
+        /// none: the rule chooses again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input: Option<(usize, String)>,
         /// Whether every running worker runs the new table.
         applied: bool,
     },
@@ -208,6 +229,9 @@ pub enum ErrorKind {
     InvalidRule,
     /// No rule of that name.
     NotFound,
+    /// The request names something the rule does not have or cannot do
+    /// (an input it lacks, a switch of a rule that does not fail over).
+    InvalidRequest,
     /// The config file could not be read, or is not valid (the message
     /// says `PATH:LINE:COLUMN: what`); nothing was changed.
     InvalidConfig,
@@ -337,6 +361,10 @@ pub struct RedundancyStats {
     /// Failover: the input forwarded from (1 is the first), if any yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active: Option<usize>,
+    /// Failover: the input `mcrctl switch` holds it to (1 is the first),
+    /// if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forced: Option<usize>,
     /// Each input, in order.
     pub inputs: Vec<InputStats>,
 }

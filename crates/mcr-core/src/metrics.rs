@@ -140,6 +140,15 @@ fn redundancy(out: &mut String, stats: &StatsReport) {
     for (r, x) in several() {
         f.sample(&[("rule", &r.name)], x.active.unwrap_or(0));
     }
+    let mut f = family(
+        out,
+        "mcr_rule_forced_input",
+        "gauge",
+        "Failover: the input `mcrctl switch` holds the rule to, 1 for the first; 0 when the rule chooses.",
+    );
+    for (r, x) in several() {
+        f.sample(&[("rule", &r.name)], x.forced.unwrap_or(0));
+    }
 }
 
 /// Everything in the text format. `rules` and `workers` are the answers to
@@ -414,6 +423,7 @@ mod tests {
                         lost: 0,
                         switches: 1,
                         active: Some(2),
+                        forced: None,
                         inputs: ["eth0:239.1.1.2:5001", "eth2:239.2.1.2:5001"]
                             .into_iter()
                             .map(|i| crate::control::InputStats {
@@ -510,6 +520,7 @@ mod tests {
             "mcr_input_signal{rule=\"news\",input=\"eth2:239.2.1.2:5001\"} 1",
             "mcr_rule_switches_total{rule=\"news\",mode=\"failover\"} 1",
             "mcr_rule_active_input{rule=\"news\"} 2",
+            "mcr_rule_forced_input{rule=\"news\"} 0",
             "mcr_rule_packets_total{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\"} 100",
             "mcr_output_packets_total{rule=\"feed-a\",output=\"eth1:239.10.1.1:6001\"} 97",
             "mcr_output_bytes_total{rule=\"feed-a\",output=\"eth1:239.10.1.1:6001\"} 99328",

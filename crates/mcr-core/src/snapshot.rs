@@ -50,6 +50,7 @@ impl TableSnapshot {
                 slot: i as u32,
                 output_slots: (0..outs.len() as u32).map(|k| 10 * i as u32 + k).collect(),
                 input_slots: Vec::new(),
+                forced_input: None,
             });
         }
         Ok(TableSnapshot {
@@ -75,4 +76,8 @@ pub struct SlottedRule {
     /// none for a rule with one input (its counters are the rule's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub input_slots: Vec<u32>,
+    /// A failover held to one input by `mcrctl switch` (its index from 0);
+    /// none: the rule chooses. A rule that is replaced chooses again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forced_input: Option<usize>,
 }

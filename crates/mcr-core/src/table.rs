@@ -64,6 +64,8 @@ pub struct CompiledRedundancy {
     pub mode: Mode,
     /// Each input's statistics slot (among the output slots), in order.
     pub input_slots: Vec<u32>,
+    /// A failover held to this input (from 0) by `mcrctl switch`.
+    pub forced: Option<usize>,
 }
 
 /// A rule's input that takes a destination: the rule's index, and which
@@ -245,6 +247,7 @@ impl MatchTable {
                 redundancy: r.redundancy.as_ref().map(|x| CompiledRedundancy {
                     mode: x.mode,
                     input_slots: sr.input_slots.clone(),
+                    forced: sr.forced_input,
                 }),
             });
             for (k, input, ifindex) in inputs {
@@ -387,6 +390,7 @@ mod tests {
                     slot: i as u32 + 10,
                     output_slots: (0..outs.len() as u32).map(|k| 100 * i as u32 + k).collect(),
                     input_slots: Vec::new(),
+                    forced_input: None,
                 })
                 .collect(),
             interfaces: Interfaces::new([iface("veth1", 2, "10.0.0.2"), iface("veth2", 3, "10.0.1.1")]),

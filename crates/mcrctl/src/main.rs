@@ -68,6 +68,19 @@ enum Command {
         /// The rule's name.
         name: String,
     },
+    /// Hold a failover rule to one of its inputs, whatever their health,
+    /// until `auto` gives the choice back (a rule replaced by add or a
+    /// reload chooses again).
+    #[command(
+        after_help = "Examples:\n  mcrctl switch feed-c 2        # forward from the second input (the first backup)\n  mcrctl switch feed-c eth3:239.2.1.3:5001\n  mcrctl switch feed-c auto     # the rule chooses again"
+    )]
+    Switch {
+        /// The rule's name.
+        rule: String,
+        /// The input: its number from 1 (1 is the primary), its text as
+        /// `mcrctl list` shows it, or `auto`.
+        input: String,
+    },
     /// Every rule and its group memberships.
     List,
     /// Packets, bytes, rates and drops per rule, output and worker.
@@ -167,6 +180,10 @@ fn main() -> ExitCode {
             }
         }
         Command::Remove { name } => Request::Remove { name },
+        Command::Switch { rule, input } => Request::Switch {
+            rule,
+            input: Some(input),
+        },
         Command::List => Request::List {},
         Command::Stats => Request::Stats {},
         Command::Workers => Request::Workers {},
@@ -250,7 +267,7 @@ fn exit_code(response: &Response) -> u8 {
     match &response.reply {
         _ if !response.ok => 1,
         Reply::Added { applied, problems, .. } if !*applied || !problems.is_empty() => 3,
-        Reply::Removed { applied: false, .. } => 3,
+        Reply::Removed { applied: false, .. } | Reply::Switched { applied: false, .. } => 3,
         Reply::Reloaded { applied, problems, .. } if !*applied || !problems.is_empty() => 3,
         _ => 0,
     }

@@ -71,6 +71,18 @@ pub fn render(r: &Reply) -> String {
                 );
             }
         }
+        Reply::Switched { rule, input, applied } => {
+            let _ = match input {
+                Some((n, text)) => writeln!(
+                    o,
+                    "rule {rule}: held to input {n} ({text}) until `mcrctl switch {rule} auto`"
+                ),
+                None => writeln!(o, "rule {rule}: chooses its input again"),
+            };
+            if !*applied {
+                let _ = writeln!(o, "  NOT yet applied by every worker (see `mcrctl workers`)");
+            }
+        }
         Reply::Rules { rules } => {
             if rules.is_empty() {
                 o.push_str("no rules\n");
@@ -204,7 +216,15 @@ pub fn watch_screen(s: &StatsReport, socket: &str) -> String {
 /// became of it.
 fn redundancy(o: &mut String, red: &RedundancyStats) {
     let head = match red.active {
-        Some(a) => format!("{}: input {a} active, {} switch(es)", red.mode, red.switches),
+        Some(a) => format!(
+            "{}: input {a} active{}, {} switch(es)",
+            red.mode,
+            match red.forced {
+                Some(f) => format!(" (held to input {f} by mcrctl switch)"),
+                None => String::new(),
+            },
+            red.switches
+        ),
         None if red.mode.starts_with("failover") => format!("{}: no input yet", red.mode),
         None => format!("{}: {} lost (no input brought them in time)", red.mode, red.lost),
     };

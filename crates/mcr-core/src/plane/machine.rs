@@ -56,6 +56,16 @@ pub enum Event<R> {
         /// Where the answer goes.
         reply: R,
     },
+    /// `mcrctl switch`: hold a failover rule to one input, or let it
+    /// choose again.
+    Switch {
+        /// The rule's name.
+        rule: String,
+        /// The input (its number from 1 or its text), or `auto`/none.
+        input: Option<String>,
+        /// Where the answer goes.
+        reply: R,
+    },
     /// `mcrctl reload` or SIGHUP: the config file as read and checked
     /// (see [`Plane::config_file`]), or why it could not be.
     Reload {
@@ -353,6 +363,7 @@ impl<R> Plane<R> {
                 interfaces,
                 reply,
             } => self.reload(config, interfaces, reply, now, &mut out),
+            Event::Switch { rule, input, reply } => self.switch(rule, input, reply, now, &mut out),
             Event::Interfaces(interfaces) => {
                 out.push(Effect::RetryPorts);
                 self.change(Vec::new(), Vec::new(), interfaces, false, &mut out);
@@ -431,8 +442,10 @@ impl<R> Plane<R> {
     fn answer(&mut self, now: Instant, timed: bool, out: &mut Vec<Effect<R>>) {
         for due in self.waiting.due(self.acked(), now, timed) {
             let (mut reply, to) = due.reply;
-            if let Reply::Added { applied, .. } | Reply::Removed { applied, .. } | Reply::Reloaded { applied, .. } =
-                &mut reply
+            if let Reply::Added { applied, .. }
+            | Reply::Removed { applied, .. }
+            | Reply::Reloaded { applied, .. }
+            | Reply::Switched { applied, .. } = &mut reply
             {
                 *applied = due.applied;
             }
@@ -485,18 +498,7 @@ impl<R> Plane<R> {
 
     fn remove(&mut self, name: String, interfaces: Interfaces, to: R, now: Instant, out: &mut Vec<Effect<R>>) {
         let Some((_, version)) = self.rules.remove(&name) else {
-            let known: Vec<&str> = self.rules().iter().map(|r| r.rule.name.as_str()).collect();
-            let error = ControlError::new(
-                ErrorKind::NotFound,
-                format!(
-                    "no rule named `{name}` (rules: {})",
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                ),
-            );
+            let error = self.no_such_rule(&name);
             out.push(Effect::Refuse { to, error });
             return;
         };
@@ -507,6 +509,53 @@ impl<R> Plane<R> {
             applied: false,
         };
         self.answer_when_applied(version, reply, to, now, out);
+    }
+
+    fn switch(&mut self, name: String, input: Option<String>, to: R, now: Instant, out: &mut Vec<Effect<R>>) {
+        let chosen = self.rules().iter().find(|r| r.rule.name == name).map_or_else(
+            || Err(self.no_such_rule(&name)),
+            |r| forced_input(&r.rule, input.as_deref()),
+        );
+        let forced = match chosen {
+            Ok(f) => f,
+            Err(error) => return out.push(Effect::Refuse { to, error }),
+        };
+        let Some(version) = self.rules.force(&name, forced.as_ref().map(|(i, _)| i - 1)) else {
+            return out.push(Effect::Refuse {
+                to,
+                error: self.no_such_rule(&name),
+            });
+        };
+        out.push(Effect::Log(
+            Level::Info,
+            match &forced {
+                Some((i, text)) => format!("rule `{name}`: held to input {i} ({text}) by mcrctl switch"),
+                None => format!("rule `{name}`: chooses its input again (mcrctl switch auto)"),
+            },
+        ));
+        out.push(Effect::Publish(version));
+        let reply = Reply::Switched {
+            rule: name,
+            input: forced,
+            applied: false,
+        };
+        self.answer_when_applied(version, reply, to, now, out);
+    }
+
+    /// The refusal of a request that names no rule of the table.
+    fn no_such_rule(&self, name: &str) -> ControlError {
+        let known: Vec<&str> = self.rules().iter().map(|r| r.rule.name.as_str()).collect();
+        ControlError::new(
+            ErrorKind::NotFound,
+            format!(
+                "no rule named `{name}` (rules: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        )
     }
 
     fn reload(
@@ -683,6 +732,46 @@ fn what_changed(a: &InterfaceInfo, b: &InterfaceInfo) -> String {
         parts.push("link type".to_string());
     }
     parts.join(", ")
+}
+
+/// The input `input` of failover rule `rule` names (its number from 1
+/// and its text), none for `auto` or nothing; or why it names none.
+fn forced_input(rule: &Rule, input: Option<&str>) -> Result<Option<(usize, String)>, ControlError> {
+    let refuse = |m: String| Err(ControlError::new(ErrorKind::InvalidRequest, m));
+    let name = &rule.name;
+    match rule.redundancy.as_ref().map(|r| r.mode) {
+        Some(crate::rule::Mode::Failover { .. }) => {}
+        Some(m) => {
+            return refuse(format!(
+                "rule `{name}` is a {}: it takes every input at once, so there is none to switch to",
+                m.name()
+            ));
+        }
+        None => return refuse(format!("rule `{name}` has one input: there is none to switch to")),
+    }
+    let texts: Vec<String> = rule.inputs().map(ToString::to_string).collect();
+    let input = match input.map(str::trim) {
+        None | Some("auto") => return Ok(None),
+        Some(i) => i,
+    };
+    let at = match input.parse::<usize>() {
+        Ok(n) => Some(n).filter(|n| (1..=texts.len()).contains(n)),
+        Err(_) => texts.iter().position(|t| t == input).map(|k| k + 1),
+    };
+    match at {
+        Some(n) => Ok(Some((n, texts[n - 1].clone()))),
+        None => {
+            let listed: Vec<String> = texts
+                .iter()
+                .enumerate()
+                .map(|(k, t)| format!("{} = {t}", k + 1))
+                .collect();
+            refuse(format!(
+                "rule `{name}` has no input `{input}`: name one by its number or text ({}), or `auto`",
+                listed.join(", ")
+            ))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1025,6 +1114,78 @@ mod tests {
                 }
             }]
         ));
+    }
+
+    #[test]
+    fn a_failover_is_switched_by_number_or_text_and_chooses_again_when_replaced() {
+        let now = Instant::now();
+        let mut p = plane();
+        let mut failover = rule("f", 24);
+        if let Some(r) = failover.redundancy.as_mut() {
+            r.mode = crate::rule::Mode::FAILOVER;
+        }
+        p.start(
+            vec![failover.clone(), rule("m", 25), rule("one", 1)],
+            ifs(&[true, true]),
+        )
+        .expect("start");
+        p.handle(Event::WorkerStarted(0), now);
+        p.handle(Event::WorkerApplied { index: 0, version: 1 }, now);
+        let second = failover.inputs().nth(1).expect("two inputs").to_string();
+        let switch = |p: &mut Plane<u32>, rule: &str, input: Option<&str>| {
+            p.handle(
+                Event::Switch {
+                    rule: rule.into(),
+                    input: input.map(String::from),
+                    reply: 9,
+                },
+                now,
+            )
+        };
+        let refused = |e: &[Effect<u32>]| match e {
+            [Effect::Refuse { error, .. }] => error.message.clone(),
+            other => panic!("not refused: {other:?}"),
+        };
+        let m = refused(&switch(&mut p, "nope", Some("1")));
+        assert!(m.contains("no rule named `nope` (rules: f, m, one)"), "{m}");
+        let m = refused(&switch(&mut p, "m", Some("1")));
+        assert!(m.contains("is a merge: it takes every input at once"), "{m}");
+        let m = refused(&switch(&mut p, "one", Some("1")));
+        assert!(m.contains("has one input"), "{m}");
+        for bad in ["3", "0", "in9:239.1.1.1:5001"] {
+            let m = refused(&switch(&mut p, "f", Some(bad)));
+            assert!(
+                m.contains(&format!("has no input `{bad}`")) && m.contains(&format!("2 = {second}")),
+                "{m}"
+            );
+        }
+        assert_eq!(p.version(), 1, "a refusal changes nothing");
+        // By its text: held to input 2, published, answered once applied.
+        let e = switch(&mut p, "f", Some(&second));
+        assert!(e.iter().any(|e| matches!(e, Effect::Publish(2))), "{e:?}");
+        assert_eq!(p.rules()[0].forced_input, Some(1));
+        let e = p.handle(Event::WorkerApplied { index: 0, version: 2 }, now);
+        assert!(
+            matches!(&e[..], [Effect::Answer { reply: Reply::Switched { input: Some((2, t)), applied: true, .. }, .. }] if *t == second),
+            "{e:?}"
+        );
+        // By number, then auto.
+        switch(&mut p, "f", Some("1"));
+        assert_eq!(p.rules()[0].forced_input, Some(0));
+        switch(&mut p, "f", Some("auto"));
+        assert_eq!(p.rules()[0].forced_input, None);
+        // Replaced by an add: the new rule chooses.
+        switch(&mut p, "f", Some("2"));
+        p.handle(
+            Event::Add {
+                rule: failover,
+                interfaces: ifs(&[true, true]),
+                reply: 10,
+            },
+            now,
+        );
+        let f = p.rules().iter().find(|r| r.rule.name == "f").expect("f");
+        assert_eq!(f.forced_input, None);
     }
 
     #[test]

@@ -314,6 +314,7 @@ impl RuleTable {
             slot: rule_slot,
             output_slots,
             input_slots,
+            forced_input: None,
         };
         Ok(match old {
             Some(i) => Some(std::mem::replace(&mut self.rules[i], slotted)),
@@ -329,6 +330,16 @@ impl RuleTable {
     pub fn touch(&mut self) -> u64 {
         self.version += 1;
         self.version
+    }
+
+    /// Holds the failover rule called `name` to its input `input` (from
+    /// 0; none: it chooses again); returns the new version. The caller
+    /// has checked that the rule exists and the input is one of its.
+    pub fn force(&mut self, name: &str, input: Option<usize>) -> Option<u64> {
+        let r = self.rules.iter_mut().find(|r| r.rule.name == name)?;
+        r.forced_input = input;
+        self.version += 1;
+        Some(self.version)
     }
 
     /// Removes the rule called `name`; returns it and the new version.

@@ -491,6 +491,13 @@ impl Supervisor {
                     reply: reply_to,
                 });
             }
+            Request::Switch { rule, input } => {
+                return self.step(Event::Switch {
+                    rule,
+                    input,
+                    reply: reply_to,
+                });
+            }
             Request::List {} => Reply::Rules {
                 rules: self.plane.rules().iter().map(|r| self.status(r)).collect(),
             },

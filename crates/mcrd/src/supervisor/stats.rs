@@ -237,6 +237,7 @@ impl Stats {
                             lost: self.sum_rule(c, r.slot, RuleCounter::Lost),
                             switches: self.sum_rule(c, r.slot, RuleCounter::Switches),
                             active: usize::try_from(active).ok().filter(|a| *a > 0),
+                            forced: r.forced_input.map(|i| i + 1),
                             inputs: r
                                 .rule
                                 .inputs()

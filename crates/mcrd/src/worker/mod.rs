@@ -261,7 +261,7 @@ impl Worker {
         // Egress: a frame batch per output interface, a UDP sender per
         // (interface, source) of unicast outputs.
         problems.extend(self.egress.reconcile(&table, &snap.interfaces));
-        self.redundancy.reconcile(&table);
+        self.redundancy.reconcile(&table, mcr_sys::clock::monotonic_ns());
         self.table = table;
         problems
     }

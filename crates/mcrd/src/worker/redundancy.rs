@@ -43,15 +43,22 @@ const SPARE: usize = 1024;
 impl Redundancy {
     /// Follows `table`: a rule whose mode and number of inputs did not
     /// change keeps its state (and what it holds); others start afresh.
-    pub fn reconcile(&mut self, table: &MatchTable) {
+    /// A failover held to an input by `mcrctl switch` is held to it (or
+    /// let go) at `now`.
+    pub fn reconcile(&mut self, table: &MatchTable, now: u64) {
         let mut next = FxHashMap::default();
         for (index, r) in table.rules().iter().enumerate() {
             let Some(red) = &r.redundancy else { continue };
             let inputs = red.input_slots.len().max(1);
-            let state = match self.rules.remove(&r.slot) {
+            let mut state = match self.rules.remove(&r.slot) {
                 Some(old) if old.state.mode() == red.mode && old.state.inputs() == inputs => old.state,
                 _ => Combine::new(red.mode, inputs),
             };
+            if state.forced() != red.forced
+                && let Err(e) = state.force(red.forced, now)
+            {
+                tracing::warn!("rule `{}`: {e}", r.name);
+            }
             next.insert(r.slot, Rule { index, state });
         }
         self.rules = next;

@@ -86,6 +86,9 @@ pub struct Failover {
     active: usize,
     forced: Option<usize>,
     switches: u64,
+    /// When [`Failover::tick`] last decided: a deadline not after it has
+    /// been seen to, so it is not one to wake for again.
+    decided_at: u64,
 }
 
 impl Failover {
@@ -98,6 +101,7 @@ impl Failover {
             active: 0,
             forced: None,
             switches: 0,
+            decided_at: 0,
         }
     }
 
@@ -186,7 +190,7 @@ impl Failover {
         let back = (self.active != 0)
             .then(|| self.inputs[0].healthy_since.map(|t| t + self.settings.hold_ns))
             .flatten();
-        [los, back].into_iter().flatten().min()
+        [los, back].into_iter().flatten().filter(|&t| t > self.decided_at).min()
     }
 
     /// Decides at `now`: away from an active input that lost its signal
@@ -196,6 +200,7 @@ impl Failover {
         if self.forced.is_some() {
             return None;
         }
+        self.decided_at = self.decided_at.max(now);
         // An input's health that errors broke is whole again once a window
         // passes without them.
         for input in &mut self.inputs {
@@ -223,7 +228,15 @@ impl Failover {
         } else {
             Why::LossOfSignal
         };
-        let to = (0..self.inputs.len()).find(|&i| i != self.active && self.healthy(i, now))?;
+        // Only to an input that brought a packet in the last half of the
+        // loss-of-signal time: when a stream ends, the backup that lags
+        // the primary is quiet too, and no switch is made.
+        let recent = |i: usize| {
+            self.inputs[i]
+                .last
+                .is_some_and(|t| now.saturating_sub(t) < self.settings.loss_of_signal_ns / 2)
+        };
+        let to = (0..self.inputs.len()).find(|&i| i != self.active && self.healthy(i, now) && recent(i))?;
         self.switch(to, why, now)
     }
 
@@ -288,6 +301,27 @@ mod tests {
     }
 
     #[test]
+    fn when_the_stream_ends_on_every_input_nothing_switches_and_nothing_is_waited_for() {
+        let mut f = Failover::new(2, Settings::default());
+        // Both paths carry the stream, the backup 20 ms behind; both end.
+        let mut t = 0;
+        while t <= 1000 * MS {
+            f.packet(0, t);
+            f.packet(1, t + 20 * MS);
+            t += MS;
+        }
+        let los = f.deadline().expect("the primary's loss of signal");
+        assert_eq!(f.tick(los), None, "the backup ended too: no switch");
+        assert_eq!(f.deadline(), None, "a deadline seen to is not waited for again");
+        // A backup that goes on is taken at its next packet.
+        assert!(
+            f.packet(1, los + MS)
+                .1
+                .is_some_and(|s| s.to == 1 && s.why == Why::LossOfSignal)
+        );
+    }
+
+    #[test]
     fn the_primary_is_taken_back_only_after_the_hold_time() {
         let settings = Settings {
             hold_ns: 2000 * MS,
@@ -346,7 +380,8 @@ mod tests {
         /// happens only from an input without signal, to one with it; a
         /// switch back only after the primary had the hold time without a
         /// break; and no input without signal stays active past the
-        /// loss-of-signal time while the other has signal.
+        /// loss-of-signal time while the other brought a packet within
+        /// half of it.
         #[test]
         fn switches_follow_the_rules(pattern in proptest::collection::vec(any::<(bool, bool)>(), 1..80)) {
             let settings = Settings { hold_ns: 500 * MS, ..Settings::default() };
@@ -385,8 +420,9 @@ mod tests {
                         other => prop_assert!(false, "{:?}", other),
                     }
                 }
+                let recent = |i: usize| last[i].is_some_and(|l| now - l < settings.loss_of_signal_ns / 2);
                 let a = f.active();
-                prop_assert!(signal(a) || !signal(1 - a), "input {} has no signal at {} ms and stays", a, t);
+                prop_assert!(signal(a) || !recent(1 - a), "input {} has no signal at {} ms and stays", a, t);
             }
         }
     }

@@ -36,14 +36,22 @@ fn relay_with(p: &TwoPaths, mode: &str) -> Relay {
 /// Sends `count` RTP packets at `rate` on path a and each again 20 ms
 /// later on path b, while the sink expects them all at the output.
 fn send_both_ways(p: &TwoPaths, count: u64, rate: &str, extra: &[&str]) -> Received {
+    send_stream(p, 0, count, rate, extra)
+}
+
+/// [`send_both_ways`] for the stream of id `id` (its SSRC).
+fn send_stream(p: &TwoPaths, id: u32, count: u64, rate: &str, extra: &[&str]) -> Received {
     let rx = Mcrgen::streams("239.10.1.1:6001", TwoPaths::SINK_IF)
         .expect(count)
         .wrap("rtp")
+        .ids(id)
         .arg("--idle-timeout")
         .arg("2s")
         .recv(&p.sink)
         .expect("receiver ready");
     let mut send = Mcrgen::streams("239.1.1.1:5001", TwoPaths::GEN_A_IF)
+        .arg("--first-id")
+        .arg(id)
         .count(count)
         .rate(rate)
         .wrap("rtp")
@@ -178,5 +186,206 @@ fn a_merge_loses_nothing_while_one_path_is_cut_for_five_seconds() {
     let red = counts_add_up(&relay, [&a, &b], 8000);
     assert_eq!(red.lost, 0);
     assert_eq!(red.inputs[1].forwarded, a.cut, "path b covered exactly the cut");
+    relay.stop().expect("stopped");
+}
+
+#[test]
+fn a_merge_follows_the_rtp_sequence_number_across_its_wrap() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("merge-wrap").expect("topology");
+    let a = p
+        .impair(false, &["--loss-band", "0-1%", "--seed", SEED])
+        .expect("path a");
+    let b = p
+        .impair(true, &["--loss-band", "1-2%", "--seed", SEED])
+        .expect("path b");
+    let relay = relay_with(&p, "merge");
+    // 65000 + 3000 wraps after the 536th packet.
+    let got = send_both_ways(&p, 3000, "1000", &["--rtp-seq-start", "65000"]);
+    let (a, b) = (a.stop().expect("path a"), b.stop().expect("path b"));
+    let s = &got.report.streams[0];
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert_eq!((s.unique, s.lost, s.duplicated, s.reordered), (3000, 0, 0, 0));
+    let rtp = s.health.expect("health").rtp.expect("rtp");
+    assert_eq!((rtp.lost, rtp.duplicates, rtp.restarts), (0, 0, 0), "{rtp:?}");
+    let red = counts_add_up(&relay, [&a, &b], 3000);
+    assert_eq!(red.lost, 0);
+    relay.stop().expect("stopped");
+}
+
+#[test]
+fn a_merge_follows_a_sender_that_restarts_with_a_new_ssrc_and_sequence() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("merge-restart").expect("topology");
+    let a = p
+        .impair(false, &["--loss-band", "0-1%", "--seed", SEED])
+        .expect("path a");
+    let b = p
+        .impair(true, &["--loss-band", "1-2%", "--seed", SEED])
+        .expect("path b");
+    let relay = relay_with(&p, "merge");
+    let first = send_stream(&p, 1, 2000, "1000", &["--rtp-seq-start", "30000"]);
+    // The encoder restarts: another SSRC, its sequence from 0.
+    let second = send_stream(&p, 2, 2000, "1000", &[]);
+    let (a, b) = (a.stop().expect("path a"), b.stop().expect("path b"));
+    for got in [&first, &second] {
+        let s = &got.report.streams[0];
+        assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+        assert_eq!((s.unique, s.lost, s.duplicated, s.reordered), (2000, 0, 0, 0), "{s:?}");
+    }
+    let red = counts_add_up(&relay, [&a, &b], 4000);
+    assert_eq!(red.lost, 0);
+    relay.stop().expect("stopped");
+}
+
+/// The one run of packets the sink missed, and checks the rest came once
+/// and in order.
+fn one_hole(got: &Received) -> (u64, u64) {
+    let s = &got.report.streams[0];
+    assert_eq!(
+        (s.duplicated, s.reordered, s.corrupted, s.wrong_stream),
+        (0, 0, 0, 0),
+        "{s:?}"
+    );
+    assert_eq!(s.holes.len(), 1, "one interruption: {:?}", s.holes);
+    s.holes[0]
+}
+
+#[test]
+fn a_failover_takes_the_backup_when_the_primary_stops() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("fail-stop").expect("topology");
+    let a = p.impair(false, &["--cut", "2s+60s"]).expect("path a");
+    let b = p.impair(true, &[]).expect("path b");
+    let relay = relay_with(&p, "failover");
+    let count = 5000;
+    let got = send_both_ways(&p, count, "1000", &[]);
+    let (a, b) = (a.stop().expect("path a"), b.stop().expect("path b"));
+    let (from, missed) = one_hole(&got);
+    // The primary carried everything before its cut; the output lost
+    // only what fell in the loss-of-signal time, then came from the
+    // backup to the end.
+    let before_cut = a.test_packets - a.cut;
+    assert_eq!(from, before_cut, "the hole starts where path a was cut");
+    assert_eq!(got.report.streams[0].highest_seq, Some(count - 1));
+    let (_, red) = rule(&relay);
+    assert_eq!((red.switches, red.active), (1, Some(2)), "{red:?}");
+    assert_eq!(red.inputs[0].forwarded, before_cut);
+    assert_eq!(red.inputs[1].forwarded, count - before_cut - missed);
+    assert_eq!(red.inputs[1].packets, b.test_packets);
+    assert!(
+        relay.log().contains("input 1 -> input 2 (loss of signal)"),
+        "{}",
+        relay.log()
+    );
+    // At 1000 packets/s, a packet a millisecond; path b is 20 ms behind.
+    eprintln!(
+        "failover: {missed} packets missed, the output interrupted about {} ms (loss of signal 200 ms)",
+        missed + 20
+    );
+    relay.stop().expect("stopped");
+}
+
+#[test]
+fn a_failover_takes_the_primary_back_only_after_the_hold_time() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("fail-back").expect("topology");
+    let a = p.impair(false, &["--cut", "1s+1s"]).expect("path a");
+    let b = p.impair(true, &[]).expect("path b");
+    let relay = relay_with(&p, "failover,hold=2s");
+    let count = 7000;
+    let got = send_both_ways(&p, count, "1000", &[]);
+    let a = a.stop().expect("path a");
+    b.stop().expect("path b");
+    let s = &got.report.streams[0];
+    assert_eq!((s.duplicated, s.reordered, s.corrupted), (0, 0, 0), "{s:?}");
+    // The loss of signal, then (path a being 20 ms ahead of b) the
+    // packets by which the primary leads when it is taken back.
+    assert!(
+        !s.holes.is_empty() && s.holes.len() <= 2,
+        "the cut and the switch back: {:?}",
+        s.holes
+    );
+    assert!(a.cut > 500, "path a was cut for about 1 s: {a:?}");
+    let (_, red) = rule(&relay);
+    assert_eq!((red.switches, red.active), (2, Some(1)), "{red:?}");
+    let log = relay.log();
+    assert!(log.contains("input 1 -> input 2 (loss of signal)"), "{log}");
+    assert!(
+        log.contains("input 2 -> input 1 (the primary was healthy for the hold time)"),
+        "{log}"
+    );
+    assert_eq!(red.inputs[0].forwarded + red.inputs[1].forwarded, s.unique);
+    relay.stop().expect("stopped");
+}
+
+#[test]
+fn a_primary_that_comes_and_goes_does_not_make_the_output_flap() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("fail-flap").expect("topology");
+    // 100 ms off every 200 ms, from 1 s to 5 s.
+    let cuts: Vec<String> = (0..20).map(|k| format!("{}ms+100ms", 1000 + 200 * k)).collect();
+    let mut faults: Vec<&str> = Vec::new();
+    for c in &cuts {
+        faults.extend(["--cut", c.as_str()]);
+    }
+    let a = p.impair(false, &faults).expect("path a");
+    let b = p.impair(true, &[]).expect("path b");
+    // RTP gaps past 20 in a second make an input unhealthy.
+    let relay = relay_with(&p, "failover,errors=20,hold=3s");
+    let count = 7000;
+    let got = send_both_ways(&p, count, "1000", &[]);
+    let a = a.stop().expect("path a");
+    b.stop().expect("path b");
+    assert!(a.cut > 1500, "path a came and went: {a:?}");
+    // One switch, to the backup, at the first gap; the primary is never
+    // healthy for the hold time while it flaps, and the stream ends
+    // before 3 s after the flapping.
+    let (from, _) = one_hole(&got);
+    assert!((900..=1100).contains(&from), "the first cut, about 1 s in: {from}");
+    let (_, red) = rule(&relay);
+    assert_eq!((red.switches, red.active), (1, Some(2)), "{red:?}");
+    assert!(
+        relay.log().contains("input 1 -> input 2 (RTP gaps past the threshold)"),
+        "{}",
+        relay.log()
+    );
+    relay.stop().expect("stopped");
+}
+
+#[test]
+fn an_operator_holds_a_failover_to_an_input_and_gives_the_choice_back() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("fail-force").expect("topology");
+    let a = p.impair(false, &[]).expect("path a");
+    let b = p.impair(true, &[]).expect("path b");
+    let relay = relay_with(&p, "failover");
+    let refused = relay.ctl(&["switch", "m", "3"]).expect("mcrctl");
+    assert_eq!(refused.code, Some(1));
+    assert!(
+        refused.stderr.contains("rule `m` has no input `3`") && refused.stderr.contains("2 = in1:239.2.1.1:5001"),
+        "{refused:?}"
+    );
+    let held = relay.ctl_ok(&["switch", "m", IN_B]).expect("switch");
+    assert!(held.contains("held to input 2 (in1:239.2.1.1:5001)"), "{held}");
+    // Path b lags by 20 ms: what it repeats after the switch is held
+    // back, so nothing arrives twice and nothing is lost.
+    let count = 3000;
+    let got = send_both_ways(&p, count, "1000", &[]);
+    let s = &got.report.streams[0];
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert_eq!((s.unique, s.lost, s.duplicated, s.reordered), (count, 0, 0, 0));
+    let (_, red) = rule(&relay);
+    assert_eq!((red.active, red.forced), (Some(2), Some(2)), "{red:?}");
+    assert_eq!(red.inputs[1].forwarded, count);
+    let stats = relay.ctl_ok(&["stats"]).expect("stats");
+    assert!(stats.contains("held to input 2 by mcrctl switch"), "{stats}");
+    let metrics = relay.ctl_ok(&["--json", "stats"]).expect("stats");
+    assert!(metrics.contains("\"forced\":2"), "{metrics}");
+    relay.ctl_ok(&["switch", "m", "auto"]).expect("auto");
+    let (_, red) = rule(&relay);
+    assert_eq!(red.forced, None);
+    a.stop().expect("path a");
+    b.stop().expect("path b");
     relay.stop().expect("stopped");
 }

@@ -95,9 +95,10 @@ struct ImpairArgs {
     #[arg(long, value_parser = parse_duration)]
     delay: Option<Duration>,
     /// Cut the path: drop every test packet from AFTER past the first test
-    /// packet, for FOR (`AFTER+FOR`, e.g. 2s+5s).
+    /// packet, for FOR (`AFTER+FOR`, e.g. 2s+5s). Repeat for several cuts
+    /// (a path that comes and goes).
     #[arg(long, value_parser = parse_cut)]
-    cut: Option<(Duration, Duration)>,
+    cut: Vec<(Duration, Duration)>,
     /// Drop the test packets whose stream and sequence number hash into
     /// this share of the range (`FROM-TO%`, e.g. 0-1%): the same packets
     /// whenever they pass, so impairers with the same --seed on two paths
@@ -192,7 +193,7 @@ fn impair(a: ImpairArgs) -> anyhow::Result<ExitCode> {
             reorder: a.reorder,
             corrupt: a.corrupt,
             delay_ns: a.delay.map_or(0, as_ns),
-            cut: a.cut.map(|(after, long)| (as_ns(after), as_ns(long))),
+            cut: a.cut.iter().map(|&(after, long)| (as_ns(after), as_ns(long))).collect(),
             loss_band: a.loss_band,
         },
         seed: a.seed,
@@ -243,6 +244,10 @@ struct SendArgs {
     /// (MPEG-TS in RTP, as IPTV and SMPTE ST 2022-2 carry it).
     #[arg(long, value_enum, default_value = "plain")]
     wrap: mcrgen::wrap::Wrap,
+    /// With --wrap rtp or rtp-ts: the RTP sequence number of each stream's
+    /// first packet (0-65535; it wraps at 65536, so 65000 wraps early).
+    #[arg(long, default_value_t = 0)]
+    rtp_seq_start: u16,
     /// Send every packet again, byte for byte, to these destinations (one
     /// per stream, in the syntax of --streams): a second path, as SMPTE
     /// ST 2022-7 senders do.
@@ -411,6 +416,7 @@ fn send(a: SendArgs) -> anyhow::Result<ExitCode> {
         ttl: a.ttl,
         payload_bytes: payload_bytes(a.wrap, a.size)?,
         wrap: a.wrap,
+        rtp_start: a.rtp_seq_start,
         copy: match &a.copy {
             Some(c) => Some(mcrgen::send::Copy {
                 streams: spec::parse(c)?,

@@ -58,13 +58,16 @@ impl Wrap {
     }
 
     /// Writes the whole datagram `buf` for packet `seq` of `stream`, sent
-    /// at `send_ns`; `fill` writes the test payload into the slice it is
-    /// given (the payload's own buffer for MPEG-TS, `scratch`).
+    /// at `send_ns`, whose RTP sequence number (if RTP) is `seq` plus
+    /// `rtp_start`, mod 2^16; `fill` writes the test payload into the
+    /// slice it is given (the payload's own buffer for MPEG-TS, `scratch`).
+    #[allow(clippy::too_many_arguments)]
     pub fn fill(
         self,
         buf: &mut [u8],
         stream: u32,
         seq: u64,
+        rtp_start: u16,
         send_ns: u64,
         scratch: &mut Vec<u8>,
         fill: impl FnOnce(&mut [u8]),
@@ -73,7 +76,7 @@ impl Wrap {
             let pt = if self == Wrap::RtpTs { PT_MP2T } else { PT_DYNAMIC };
             // The 90 kHz media clock, from the send time (wraps as RTP's does).
             let ticks = (u128::from(send_ns) * 90_000 / 1_000_000_000) as u32;
-            RtpHeader::write(buf, pt, seq as u16, ticks, stream);
+            RtpHeader::write(buf, pt, (seq as u16).wrapping_add(rtp_start), ticks, stream);
             &mut buf[rtp::FIXED..]
         } else {
             buf
@@ -205,7 +208,7 @@ mod tests {
             let mut health = InputHealth::default();
             for seq in 0..70_000u64 {
                 let at = seq * 1_000_000;
-                wrap.fill(&mut buf, 7, seq, at, &mut scratch, |b| payload::fill(b, 7, seq, at));
+                wrap.fill(&mut buf, 7, seq, 0, at, &mut scratch, |b| payload::fill(b, 7, seq, at));
                 health.observe(&buf, at);
                 let inner = wrap.unwrap(&buf, &mut back).expect("unwraps");
                 let want = if wrap == Wrap::Rtp {
@@ -239,7 +242,7 @@ mod tests {
     fn a_test_payload_is_recognised_in_every_wrapping() {
         for wrap in [Wrap::Plain, Wrap::Rtp, Wrap::Ts, Wrap::RtpTs] {
             let mut buf = vec![0u8; wrap.datagram_len(200)];
-            wrap.fill(&mut buf, 1, 5, 0, &mut Vec::new(), |b| payload::fill(b, 1, 5, 0));
+            wrap.fill(&mut buf, 1, 5, 0, 0, &mut Vec::new(), |b| payload::fill(b, 1, 5, 0));
             assert!(carries_test_payload(&buf), "{wrap:?}");
         }
         assert!(!carries_test_payload(&[0x80; 300]));
@@ -249,7 +252,7 @@ mod tests {
     #[test]
     fn a_datagram_wrapped_otherwise_does_not_unwrap() {
         let mut buf = vec![0u8; Wrap::Ts.datagram_len(0)];
-        Wrap::Ts.fill(&mut buf, 1, 0, 0, &mut Vec::new(), |b| payload::fill(b, 1, 0, 0));
+        Wrap::Ts.fill(&mut buf, 1, 0, 0, 0, &mut Vec::new(), |b| payload::fill(b, 1, 0, 0));
         assert!(Wrap::RtpTs.unwrap(&buf, &mut Vec::new()).is_none());
         assert!(Wrap::Plain.unwrap(&buf, &mut Vec::new()).is_some());
     }

@@ -162,7 +162,7 @@ impl Redundancy {
             counts.rule(rule.slot, c, n);
         }
         for s in r.state.take_switches() {
-            tracing::info!(
+            tracing::warn!(
                 "rule `{}`: input {} -> input {} ({})",
                 rule.name,
                 s.from + 1,

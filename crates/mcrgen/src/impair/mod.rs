@@ -39,7 +39,7 @@ use zerocopy::FromBytes;
 use crate::payload::HEADER_LEN;
 
 /// The share (0 to 1) of test packets that suffer each fault.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Faults {
     /// Dropped.
     pub loss: f64,
@@ -51,9 +51,10 @@ pub struct Faults {
     pub corrupt: f64,
     /// Every test packet leaves this much later (a longer path), in order.
     pub delay_ns: u64,
-    /// The path is cut: every test packet is dropped from this long after
+    /// The path is cut, once per entry: every test packet is dropped from
+    /// this long after
     /// the first test packet, for this long.
-    pub cut: Option<(u64, u64)>,
+    pub cut: Vec<(u64, u64)>,
     /// Test packets whose hash falls in this share of the range (from, to,
     /// each 0 to 1) are dropped ([`in_band`]).
     pub loss_band: Option<(f64, f64)>,
@@ -233,12 +234,15 @@ impl Impairer {
         };
         self.report.test_packets += 1;
         let first = *self.first_test.get_or_insert(now_ns);
-        if let Some((after, long)) = self.faults.cut {
-            let since = now_ns - first;
-            if since >= after && since - after < long {
-                self.report.cut += 1;
-                return;
-            }
+        let since = now_ns - first;
+        if self
+            .faults
+            .cut
+            .iter()
+            .any(|&(after, long)| since >= after && since - after < long)
+        {
+            self.report.cut += 1;
+            return;
         }
         if let Some(band) = self.faults.loss_band
             && in_band(self.seed, stream, seq, band)
@@ -302,15 +306,16 @@ impl Impairer {
 
     /// Which fault, if any, the next test packet suffers.
     fn draw(&mut self) -> Option<Fault> {
-        let f = self.faults;
-        let r = self.next_f64();
-        let mut edge = 0.0;
-        for (share, fault) in [
+        let f = &self.faults;
+        let shares = [
             (f.loss, Fault::Loss),
             (f.duplicate, Fault::Duplicate),
             (f.reorder, Fault::Reorder),
             (f.corrupt, Fault::Corrupt),
-        ] {
+        ];
+        let r = self.next_f64();
+        let mut edge = 0.0;
+        for (share, fault) in shares {
             edge += share;
             if r < edge {
                 return Some(fault);
@@ -559,7 +564,7 @@ mod tests {
         let mut imp = Impairer::new(
             Faults {
                 delay_ns: 20,
-                cut: Some((100, 50)),
+                cut: vec![(100, 50)],
                 ..Default::default()
             },
             1,

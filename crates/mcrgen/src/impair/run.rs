@@ -63,7 +63,7 @@ pub fn run(cfg: &ImpairConfig, stop: &AtomicBool, ready: impl FnOnce(&str)) -> R
     let tx = PacketTx::open(out_idx, false).map_err(setup(format!("AF_PACKET socket on `{}`", cfg.output)))?;
     let mut epoll = Epoll::new(1).map_err(setup("epoll".into()))?;
     epoll.add_readable(rx.as_fd(), 0).map_err(setup("epoll_ctl".into()))?;
-    let mut imp = Impairer::new(cfg.faults, cfg.seed);
+    let mut imp = Impairer::new(cfg.faults.clone(), cfg.seed);
     let mut batch = RecvBatch::new(MAX_BATCH, 9216 + 64);
     let mut out: Vec<Vec<u8>> = Vec::new();
     let start = monotonic_ns();

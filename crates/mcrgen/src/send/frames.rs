@@ -20,6 +20,8 @@ pub(super) struct FramePath {
     first_id: u32,
     payload_bytes: usize,
     wrap: crate::wrap::Wrap,
+    /// The RTP sequence number of packet 0.
+    rtp_start: u16,
     scratch: Vec<u8>,
     bufs: Vec<Vec<u8>>,
     /// The 802.1Q tag to insert after the MAC addresses, if any.
@@ -115,6 +117,7 @@ impl FramePath {
             first_id: cfg.first_id,
             payload_bytes: cfg.payload_bytes,
             wrap: cfg.wrap,
+            rtp_start: cfg.rtp_start,
             scratch: Vec::new(),
             bufs: (0..MAX_BATCH)
                 .map(|_| vec![0u8; VLAN_TAG + UDP_V4_HEADERS + cfg.payload_bytes])
@@ -141,10 +144,17 @@ impl Transmit for FramePath {
             let (stream, seq) = stream_and_seq(first + i as u64, s);
             let frame = &mut buf[VLAN_TAG..];
             let id = self.first_id.wrapping_add(stream as u32);
-            self.wrap
-                .fill(&mut frame[UDP_V4_HEADERS..], id, seq, now_ns, &mut self.scratch, |b| {
+            self.wrap.fill(
+                &mut frame[UDP_V4_HEADERS..],
+                id,
+                seq,
+                self.rtp_start,
+                now_ns,
+                &mut self.scratch,
+                |b| {
                     payload::fill(b, id, seq, now_ns);
-                });
+                },
+            );
             let mut spec = self.specs[stream];
             spec.ident = self.ident;
             self.ident = self.ident.wrapping_add(1);

@@ -115,6 +115,9 @@ pub struct SendConfig {
     pub payload_bytes: usize,
     /// How the test payload is carried (RTP, MPEG-TS).
     pub wrap: crate::wrap::Wrap,
+    /// With RTP: the sequence number of each stream's packet 0 (it runs
+    /// on from there and wraps at 2^16).
+    pub rtp_start: u16,
     /// A second path for every packet (SMPTE ST 2022-7 style): the same
     /// bytes to other destinations, later.
     pub copy: Option<Copy>,
@@ -564,6 +567,7 @@ mod tests {
             ttl: 16,
             payload_bytes: 1024,
             wrap: crate::wrap::Wrap::Plain,
+            rtp_start: 0,
             copy: None,
             rate: Rate::Total(1000.0),
             count: Some(1),

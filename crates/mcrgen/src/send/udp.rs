@@ -18,6 +18,8 @@ pub(super) struct UdpPath {
     first_id: u32,
     bufs: Vec<Vec<u8>>,
     wrap: Wrap,
+    /// The RTP sequence number of packet 0.
+    rtp_start: u16,
     scratch: Vec<u8>,
 }
 
@@ -63,6 +65,7 @@ impl UdpPath {
             first_id: cfg.first_id,
             bufs: (0..MAX_BATCH).map(|_| vec![0u8; cfg.payload_bytes]).collect(),
             wrap: cfg.wrap,
+            rtp_start: cfg.rtp_start,
             scratch: Vec::new(),
         })
     }
@@ -74,9 +77,10 @@ impl Transmit for UdpPath {
         for (i, buf) in self.bufs.iter_mut().take(n).enumerate() {
             let (stream, seq) = stream_and_seq(first + i as u64, s);
             let id = self.first_id.wrapping_add(stream as u32);
-            self.wrap.fill(buf, id, seq, now_ns, &mut self.scratch, |b| {
-                payload::fill(b, id, seq, now_ns);
-            });
+            self.wrap
+                .fill(buf, id, seq, self.rtp_start, now_ns, &mut self.scratch, |b| {
+                    payload::fill(b, id, seq, now_ns);
+                });
         }
         let mut msgs = [Outgoing::new(None, &[]); MAX_BATCH];
         for (i, (m, b)) in msgs.iter_mut().zip(&self.bufs).take(n).enumerate() {

@@ -11,7 +11,7 @@ use mcr_core::control::{RedundancyStats, RuleStats};
 use mcr_testbed::presets::TwoPaths;
 use mcr_testbed::relay::Relay;
 use mcr_testbed::traffic::{Mcrgen, Received};
-use mcr_testbed::traffic_lock;
+use mcr_testbed::{Ns, traffic_lock};
 use mcrgen::impair::{ImpairReport, in_band};
 
 const MINUTES: Duration = Duration::from_secs(180);
@@ -41,13 +41,18 @@ fn send_both_ways(p: &TwoPaths, count: u64, rate: &str, extra: &[&str]) -> Recei
 
 /// [`send_both_ways`] for the stream of id `id` (its SSRC).
 fn send_stream(p: &TwoPaths, id: u32, count: u64, rate: &str, extra: &[&str]) -> Received {
+    send_between(&p.sink, &p.generator, id, count, rate, extra)
+}
+
+/// [`send_stream`] from the namespaces themselves (for another thread).
+fn send_between(sink: &Ns, generator: &Ns, id: u32, count: u64, rate: &str, extra: &[&str]) -> Received {
     let rx = Mcrgen::streams("239.10.1.1:6001", TwoPaths::SINK_IF)
         .expect(count)
         .wrap("rtp")
         .ids(id)
         .arg("--idle-timeout")
         .arg("2s")
-        .recv(&p.sink)
+        .recv(sink)
         .expect("receiver ready");
     let mut send = Mcrgen::streams("239.1.1.1:5001", TwoPaths::GEN_A_IF)
         .arg("--first-id")
@@ -64,7 +69,7 @@ fn send_stream(p: &TwoPaths, id: u32, count: u64, rate: &str, extra: &[&str]) ->
     for a in extra {
         send = send.arg(a);
     }
-    let sent = send.send(&p.generator, MINUTES).expect("sent");
+    let sent = send.send(generator, MINUTES).expect("sent");
     assert_eq!((sent.packets, sent.copies), (count, count));
     rx.finish(MINUTES).expect("receiver finished")
 }
@@ -387,5 +392,52 @@ fn an_operator_holds_a_failover_to_an_input_and_gives_the_choice_back() {
     assert_eq!(red.forced, None);
     a.stop().expect("path a");
     b.stop().expect("path b");
+    relay.stop().expect("stopped");
+}
+
+#[test]
+fn a_reload_that_changes_one_input_of_a_merge_does_not_disturb_its_stream() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("merge-reload").expect("topology");
+    let dir = mcr_testbed::TempDir::new("merge-reload").expect("temp dir");
+    let file = |second: &str| {
+        format!(
+            "{}[[rule]]\nname = \"m\"\ninputs = [\"{IN_A}\", \"{second}\"]\nmode = \"merge\"\noutputs = [\"{OUT}\"]\n",
+            mcr_testbed::config_file::HEAD
+        )
+    };
+    let path = dir.file("mcrd.toml", &file(IN_B)).expect("write file");
+    let path_s = path.to_str().expect("utf-8 path");
+    let a = p.impair(false, &[]).expect("path a");
+    let b = p
+        .impair(true, &["--loss-band", "0-1%", "--seed", SEED])
+        .expect("path b");
+    let relay = Relay::start(&p.relay, &["--config", path_s]).expect("mcrd");
+    let count = 6000;
+    let sender = {
+        let (sink, generator) = (p.sink.clone(), p.generator.clone());
+        std::thread::spawn(move || send_between(&sink, &generator, 0, count, "1000", &[]))
+    };
+    // While the stream flows: the second input moves to a group nobody
+    // sends, then back.
+    std::thread::sleep(Duration::from_secs(2));
+    for second in ["in1:239.2.1.99:5001", IN_B] {
+        std::fs::write(&path, file(second)).expect("write");
+        let reply = relay.ask(&["reload"]).expect("reload");
+        assert!(
+            matches!(&reply, mcr_core::control::Reply::Reloaded { changed, applied: true, .. } if changed == &["m"]),
+            "{reply:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    let got = sender.join().expect("sender");
+    a.stop().expect("path a");
+    b.stop().expect("path b");
+    let s = &got.report.streams[0];
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert_eq!((s.unique, s.lost, s.duplicated, s.reordered), (count, 0, 0, 0));
+    let (r, red) = rule(&relay);
+    assert_eq!(red.lost, 0);
+    assert_eq!(r.packets, count, "the rule kept its counters through both reloads");
     relay.stop().expect("stopped");
 }

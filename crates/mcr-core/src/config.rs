@@ -252,6 +252,8 @@ struct RawRule {
     #[serde(default)]
     mode: Option<Spanned<String>>,
     outputs: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    health: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -273,6 +275,8 @@ struct SavedRule {
     #[serde(skip_serializing_if = "Option::is_none")]
     mode: Option<String>,
     outputs: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    health: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]
@@ -493,6 +497,7 @@ impl Config {
             names.insert(name.clone(), rules.len());
             rules.push(Rule {
                 redundancy,
+                health: r.health.unwrap_or(true),
                 ..Rule::new(name, input, outputs)
             });
         }
@@ -536,6 +541,7 @@ impl Config {
                     },
                     mode: r.redundancy.as_ref().map(|x| x.mode.to_string()),
                     outputs: r.outputs.iter().map(ToString::to_string).collect(),
+                    health: (!r.health).then_some(false),
                 })
                 .collect(),
         };
@@ -628,14 +634,21 @@ name = "f"
 inputs = ["eth0:239.1.1.2:5001", "eth1:239.2.1.2:5001"]
 mode = "failover,hold=2s"
 outputs = ["eth1:239.10.1.2:6001"]
+health = false
 "#;
         let c = Config::parse(text).expect("parses");
         c.check(text, &ifaces()).expect("valid");
+        assert_eq!((c.rules[0].health, c.rules[1].health), (true, false));
         let m = c.rules[0].redundancy.as_ref().expect("several inputs");
         assert_eq!(m.mode, Mode::Merge { differential_ms: 80 });
         assert_eq!(m.inputs[0].to_string(), "eth1:239.2.1.1:5001");
         let saved = Config::render(&Settings::default(), &c.rules).expect("renders");
         assert!(saved.contains("mode = \"failover,hold=2000ms\""), "{saved}");
+        assert_eq!(
+            saved.matches("health = false").count(),
+            1,
+            "only where it is off: {saved}"
+        );
         assert_eq!(Config::parse(&saved).expect("parses back").rules, c.rules);
         let rule = |body: &str| format!("[[rule]]\nname = \"a\"\n{body}outputs = [\"eth1:239.10.1.1:6001\"]\n");
         for (body, line, col, says) in [

@@ -347,6 +347,69 @@ pub struct RuleStats {
     /// counters. (The rule's packets and bytes are those it forwarded.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redundancy: Option<RedundancyStats>,
+    /// The health of each input, in order, where it is followed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health: Vec<InputHealthStats>,
+    /// Why the inputs' health is not shown, when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_not_followed: Option<String>,
+}
+
+/// An input is said to have no signal when nothing came on it for this
+/// long (a failover rule's inputs: its loss-of-signal time).
+pub const SIGNAL_LOST_AFTER_MS: u64 = 1000;
+
+/// The health of one input, as its packets show it (`mcr_core::health`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputHealthStats {
+    /// The input, in the rule's text form.
+    pub input: String,
+    /// What it carries: `none` (nothing came yet), `other` (neither RTP
+    /// nor MPEG-TS), `rtp`, `ts` (MPEG-TS in UDP) or `rtp-ts`.
+    pub carries: String,
+    /// Whether a packet came within [`SIGNAL_LOST_AFTER_MS`] (or the
+    /// failover's loss-of-signal time).
+    pub signal: bool,
+    /// Milliseconds since its last packet, if one came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_last_ms: Option<u64>,
+    /// Its RTP sequence and timing, when it carries RTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtp: Option<RtpHealthStats>,
+    /// ETSI TR 101 290 first-priority errors, when it carries MPEG-TS
+    /// (directly or in RTP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ts: Option<TsHealthStats>,
+}
+
+/// An RTP stream's sequence and timing (RFC 3550).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RtpHealthStats {
+    /// Sequence numbers still missing.
+    pub lost: u64,
+    /// Packets that came after a later one (filled a gap late).
+    pub late: u64,
+    /// Packets that repeated a sequence number.
+    pub duplicates: u64,
+    /// Times the sender started again (new SSRC, or a jump).
+    pub restarts: u64,
+    /// Interarrival jitter (RFC 3550 A.8), µs.
+    pub jitter_us: f64,
+}
+
+/// The first-priority checks of ETSI TR 101 290 on a transport stream.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TsHealthStats {
+    /// Transport packets looked at.
+    pub packets: u64,
+    /// TS_sync_loss (1.1).
+    pub sync_losses: u64,
+    /// Sync_byte_error (1.2).
+    pub sync_byte_errors: u64,
+    /// PAT_error (1.3).
+    pub pat_errors: u64,
+    /// Continuity_count_error (1.4).
+    pub continuity_errors: u64,
 }
 
 /// How the inputs of a rule with several make its stream.

@@ -106,11 +106,18 @@ fn redundancy(out: &mut String, stats: &StatsReport) {
         out,
         "mcr_input_signal",
         "gauge",
-        "1 when packets arrived on the input over the last interval, 0 when none did (loss of signal).",
+        "1 while packets arrive on the input, 0 when none came for a second (a failover's inputs: its loss-of-signal time).",
     );
-    for (r, x) in several() {
-        for i in &x.inputs {
-            f.sample(&[("rule", &r.name), ("input", &i.input)], u8::from(i.pps > 0.0));
+    for r in &stats.rules {
+        for i in &r.health {
+            f.sample(&[("rule", &r.name), ("input", &i.input)], u8::from(i.signal));
+        }
+        // Where health is not followed, a rule with several inputs still
+        // knows whether each brought packets over the last interval.
+        if let (true, Some(x)) = (r.health.is_empty(), &r.redundancy) {
+            for i in &x.inputs {
+                f.sample(&[("rule", &r.name), ("input", &i.input)], u8::from(i.pps > 0.0));
+            }
         }
     }
     let mut f = family(
@@ -120,7 +127,7 @@ fn redundancy(out: &mut String, stats: &StatsReport) {
         "Merge: sequence numbers no input brought within the path differential.",
     );
     for (r, x) in several() {
-        f.sample(&[("rule", &r.name), ("mode", &x.mode)], x.lost);
+        f.sample(&[("rule", &r.name), ("mode", mode_name(&x.mode))], x.lost);
     }
     let mut f = family(
         out,
@@ -129,7 +136,7 @@ fn redundancy(out: &mut String, stats: &StatsReport) {
         "Failover: how often the input forwarded from changed.",
     );
     for (r, x) in several() {
-        f.sample(&[("rule", &r.name), ("mode", &x.mode)], x.switches);
+        f.sample(&[("rule", &r.name), ("mode", mode_name(&x.mode))], x.switches);
     }
     let mut f = family(
         out,
@@ -148,6 +155,120 @@ fn redundancy(out: &mut String, stats: &StatsReport) {
     );
     for (r, x) in several() {
         f.sample(&[("rule", &r.name)], x.forced.unwrap_or(0));
+    }
+}
+
+/// `merge` or `failover`, without its settings (a label that stays the
+/// same when a setting changes).
+fn mode_name(mode: &str) -> &str {
+    mode.split(',').next().unwrap_or(mode)
+}
+
+/// The families of input health: what each input carries, how long since
+/// its last packet, its RTP sequence and jitter, its MPEG-TS errors.
+fn health(out: &mut String, stats: &StatsReport) {
+    let followed = || {
+        stats
+            .rules
+            .iter()
+            .flat_map(|r| r.health.iter().map(move |i| (r.name.as_str(), i)))
+    };
+    let mut f = family(
+        out,
+        "mcr_input_carries",
+        "gauge",
+        "1 for what the input carries: none (nothing yet), other, rtp, ts (MPEG-TS in UDP) or rtp-ts.",
+    );
+    for (rule, i) in followed() {
+        f.sample(&[("rule", rule), ("input", &i.input), ("carries", &i.carries)], 1);
+    }
+    let mut f = family(
+        out,
+        "mcr_input_last_packet_age_seconds",
+        "gauge",
+        "Seconds since the input's last packet (absent before the first).",
+    );
+    for (rule, i) in followed() {
+        if let Some(ms) = i.since_last_ms {
+            f.sample(&[("rule", rule), ("input", &i.input)], float(ms as f64 / 1000.0));
+        }
+    }
+    let mut f = family(
+        out,
+        "mcr_input_rtp_lost",
+        "gauge",
+        "RTP sequence numbers the input is still missing (falls when a late packet fills a gap).",
+    );
+    for (rule, i) in followed() {
+        if let Some(r) = &i.rtp {
+            f.sample(&[("rule", rule), ("input", &i.input)], r.lost);
+        }
+    }
+    type Rtp = fn(&crate::control::RtpHealthStats) -> u64;
+    let rtp_counts: [(&str, &str, Rtp); 3] = [
+        (
+            "mcr_input_rtp_late_total",
+            "RTP packets that came after a later one (reordered).",
+            |r| r.late,
+        ),
+        (
+            "mcr_input_rtp_duplicates_total",
+            "RTP packets that repeated a sequence number.",
+            |r| r.duplicates,
+        ),
+        (
+            "mcr_input_rtp_restarts_total",
+            "Times the RTP sender started again (new SSRC or a jump).",
+            |r| r.restarts,
+        ),
+    ];
+    for (name, help, get) in rtp_counts {
+        let mut f = family(out, name, "counter", help);
+        for (rule, i) in followed() {
+            if let Some(r) = &i.rtp {
+                f.sample(&[("rule", rule), ("input", &i.input)], get(r));
+            }
+        }
+    }
+    let mut f = family(
+        out,
+        "mcr_input_rtp_jitter_seconds",
+        "gauge",
+        "RFC 3550 interarrival jitter of the input's RTP stream.",
+    );
+    for (rule, i) in followed() {
+        if let Some(r) = &i.rtp {
+            f.sample(&[("rule", rule), ("input", &i.input)], float(r.jitter_us / 1e6));
+        }
+    }
+    let mut f = family(
+        out,
+        "mcr_input_ts_packets_total",
+        "counter",
+        "MPEG-TS packets of the input looked at.",
+    );
+    for (rule, i) in followed() {
+        if let Some(t) = &i.ts {
+            f.sample(&[("rule", rule), ("input", &i.input)], t.packets);
+        }
+    }
+    let mut f = family(
+        out,
+        "mcr_input_ts_errors_total",
+        "counter",
+        "ETSI TR 101 290 first-priority errors of the input's transport stream, by error.",
+    );
+    for (rule, i) in followed() {
+        if let Some(t) = &i.ts {
+            for (error, n) in [
+                ("sync_loss", t.sync_losses),
+                ("sync_byte", t.sync_byte_errors),
+                ("pat", t.pat_errors),
+                ("continuity_count", t.continuity_errors),
+            ] {
+                f.sample(&[("rule", rule), ("input", &i.input), ("error", error)], n);
+            }
+        }
     }
 }
 
@@ -237,6 +358,7 @@ pub fn render(version: &str, stats: &StatsReport, rules: &[RuleStatus], workers:
         f.sample(&[("rule", &r.name)], u8::from(r.datapath == "ebpf"));
     }
     redundancy(&mut out, stats);
+    health(&mut out, stats);
     let mut f = family(
         &mut out,
         "mcr_membership_joined",
@@ -406,6 +528,27 @@ mod tests {
                     datapath: "ebpf".into(),
                     datapath_reason: None,
                     redundancy: None,
+                    health: vec![crate::control::InputHealthStats {
+                        input: "eth0:239.1.1.1:5001".into(),
+                        carries: "rtp-ts".into(),
+                        signal: true,
+                        since_last_ms: Some(20),
+                        rtp: Some(crate::control::RtpHealthStats {
+                            lost: 2,
+                            late: 1,
+                            duplicates: 0,
+                            restarts: 0,
+                            jitter_us: 150.0,
+                        }),
+                        ts: Some(crate::control::TsHealthStats {
+                            packets: 700,
+                            sync_losses: 0,
+                            sync_byte_errors: 0,
+                            pat_errors: 0,
+                            continuity_errors: 4,
+                        }),
+                    }],
+                    health_not_followed: None,
                 },
                 RuleStats {
                     name: "news".into(),
@@ -419,7 +562,7 @@ mod tests {
                     datapath: "packet".into(),
                     datapath_reason: Some("several inputs".into()),
                     redundancy: Some(crate::control::RedundancyStats {
-                        mode: "failover".into(),
+                        mode: "failover,hold=10000ms".into(),
                         lost: 0,
                         switches: 1,
                         active: Some(2),
@@ -441,6 +584,8 @@ mod tests {
                             })
                             .collect(),
                     }),
+                    health: Vec::new(),
+                    health_not_followed: None,
                 },
             ],
             workers: vec![WorkerStats {
@@ -519,6 +664,13 @@ mod tests {
             "mcr_input_signal{rule=\"news\",input=\"eth0:239.1.1.2:5001\"} 0",
             "mcr_input_signal{rule=\"news\",input=\"eth2:239.2.1.2:5001\"} 1",
             "mcr_rule_switches_total{rule=\"news\",mode=\"failover\"} 1",
+            "mcr_input_signal{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\"} 1",
+            "mcr_input_carries{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\",carries=\"rtp-ts\"} 1",
+            "mcr_input_last_packet_age_seconds{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\"} 0.02",
+            "mcr_input_rtp_lost{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\"} 2",
+            "mcr_input_rtp_late_total{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\"} 1",
+            "mcr_input_rtp_jitter_seconds{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\"} 0.00015",
+            "mcr_input_ts_errors_total{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\",error=\"continuity_count\"} 4",
             "mcr_rule_active_input{rule=\"news\"} 2",
             "mcr_rule_forced_input{rule=\"news\"} 0",
             "mcr_rule_packets_total{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\"} 100",

@@ -39,16 +39,30 @@ pub struct Rule {
     pub redundancy: Option<Redundancy>,
     /// Where it goes out; at least one.
     pub outputs: Vec<Output>,
+    /// Whether the health of each input is followed (RTP sequence and
+    /// jitter, MPEG-TS first-priority errors); on unless turned off.
+    #[serde(default = "health_on", skip_serializing_if = "is_on")]
+    pub health: bool,
+}
+
+fn health_on() -> bool {
+    true
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_on(v: &bool) -> bool {
+    *v
 }
 
 impl Rule {
-    /// A rule with one input.
+    /// A rule with one input, its health followed.
     pub fn new(name: impl Into<String>, input: Input, outputs: Vec<Output>) -> Self {
         Rule {
             name: name.into(),
             input,
             redundancy: None,
             outputs,
+            health: true,
         }
     }
 

@@ -41,12 +41,7 @@ impl TableSnapshot {
                 outputs.push(o.as_ref().parse().map_err(|e| what(&e))?);
             }
             slotted.push(SlottedRule {
-                rule: Rule {
-                    name: name.to_string(),
-                    input: input.parse().map_err(|e| what(&e))?,
-                    redundancy: None,
-                    outputs,
-                },
+                rule: Rule::new(*name, input.parse().map_err(|e| what(&e))?, outputs),
                 slot: i as u32,
                 output_slots: (0..outs.len() as u32).map(|k| 10 * i as u32 + k).collect(),
                 input_slots: Vec::new(),

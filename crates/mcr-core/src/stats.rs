@@ -97,6 +97,68 @@ pub enum RuleCounter {
     Active,
 }
 
+/// The health of one input of a rule (`mcr_core::health`), in two cache
+/// lines per (rule slot, input) after the output slots. Counts are each
+/// worker's running totals (it writes them whole, so a count that falls,
+/// such as RTP sequence numbers still missing, stays right); values are
+/// marked as such.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum HealthCounter {
+    /// Datagrams looked at.
+    Packets,
+    /// What the input carries: 0 nothing seen, 1 neither RTP nor MPEG-TS,
+    /// 2 RTP, 3 MPEG-TS, 4 MPEG-TS in RTP. A value.
+    Carries,
+    /// When its last datagram arrived, ns on `CLOCK_REALTIME`. A value.
+    LastArrivalNs,
+    /// RTP sequence numbers still missing.
+    RtpLost,
+    /// RTP packets that filled a gap late (reordered).
+    RtpLate,
+    /// RTP packets that repeated a sequence number.
+    RtpDuplicates,
+    /// Times the RTP sender started again.
+    RtpRestarts,
+    /// RFC 3550 interarrival jitter, ns. A value.
+    RtpJitterNs,
+    /// MPEG-TS packets looked at.
+    TsPackets,
+    /// TS_sync_loss (TR 101 290 1.1).
+    TsSyncLosses,
+    /// Sync_byte_error (1.2).
+    TsSyncByteErrors,
+    /// Continuity_count_error (1.4).
+    TsContinuityErrors,
+    /// PAT_error (1.3).
+    TsPatErrors,
+}
+
+impl HealthCounter {
+    /// Every one, in order.
+    pub const ALL: [HealthCounter; 13] = [
+        HealthCounter::Packets,
+        HealthCounter::Carries,
+        HealthCounter::LastArrivalNs,
+        HealthCounter::RtpLost,
+        HealthCounter::RtpLate,
+        HealthCounter::RtpDuplicates,
+        HealthCounter::RtpRestarts,
+        HealthCounter::RtpJitterNs,
+        HealthCounter::TsPackets,
+        HealthCounter::TsSyncLosses,
+        HealthCounter::TsSyncByteErrors,
+        HealthCounter::TsContinuityErrors,
+        HealthCounter::TsPatErrors,
+    ];
+}
+
+/// The inputs of a rule whose health has a place (every input: no rule
+/// has more, see [`crate::validate::MAX_INPUTS`]).
+pub const HEALTH_INPUTS: usize = crate::validate::MAX_INPUTS;
+/// Room for one input's health: two cache lines.
+const HEALTH_ROOM: usize = 2 * LINE;
+
 /// The counters of one input of a rule with several, in a slot among the
 /// output slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,7 +248,7 @@ impl StatsLayout {
     }
 
     fn per_worker(&self) -> usize {
-        WORKER_COUNTERS + (self.rule_slots + self.output_slots) * LINE
+        WORKER_COUNTERS + (self.rule_slots + self.output_slots) * LINE + self.rule_slots * HEALTH_INPUTS * HEALTH_ROOM
     }
 
     /// How many `u64` counters in all.
@@ -220,6 +282,18 @@ impl StatsLayout {
         self.output_line(w, slot) + c as usize
     }
 
+    /// Where worker `w`'s health counter `c` of input `input` (0 is the
+    /// first) of the rule in slot `slot` lives; an input past
+    /// [`HEALTH_INPUTS`] shares the last one's place.
+    pub fn health(&self, w: usize, slot: u32, input: usize, c: HealthCounter) -> usize {
+        let input = input.min(HEALTH_INPUTS - 1);
+        w * self.per_worker()
+            + WORKER_COUNTERS
+            + (self.rule_slots + self.output_slots) * LINE
+            + (slot as usize * HEALTH_INPUTS + input) * HEALTH_ROOM
+            + c as usize
+    }
+
     fn output_line(&self, w: usize, slot: u32) -> usize {
         w * self.per_worker() + WORKER_COUNTERS + (self.rule_slots + slot as usize) * LINE
     }
@@ -251,7 +325,16 @@ mod tests {
                     assert!(all.insert(l.output(w, s, c)));
                 }
             }
+            for s in 0..3 {
+                for i in 0..HEALTH_INPUTS {
+                    for c in [HealthCounter::Packets, HealthCounter::TsPatErrors] {
+                        assert!(all.insert(l.health(w, s, i, c)));
+                    }
+                }
+            }
         }
+        assert!((HealthCounter::TsPatErrors as usize) < HEALTH_ROOM);
+        assert_eq!(l.health(1, 2, 3, HealthCounter::Packets) % LINE, 0);
         assert!(all.iter().all(|&i| i < l.len()));
         assert!((WorkerCounter::RingErrors as usize) < WORKER_COUNTERS);
         assert!((InputCounter::NotRtp as usize) < LINE && (RuleCounter::Active as usize) < LINE);

@@ -55,6 +55,8 @@ pub struct CompiledRule {
     pub outputs: Vec<CompiledOutput>,
     /// With several inputs: how they make one stream.
     pub redundancy: Option<CompiledRedundancy>,
+    /// Whether the health of its inputs is followed.
+    pub health: bool,
 }
 
 /// How the inputs of a rule with several make one stream.
@@ -249,6 +251,7 @@ impl MatchTable {
                     input_slots: sr.input_slots.clone(),
                     forced: sr.forced_input,
                 }),
+                health: r.health,
             });
             for (k, input, ifindex) in inputs {
                 let key = InputKey {

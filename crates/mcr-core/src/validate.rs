@@ -630,6 +630,7 @@ mod tests {
             input: input.parse().expect("input"),
             redundancy: None,
             outputs: outputs.iter().map(|o| o.parse().expect("output")).collect(),
+            health: true,
         }
     }
 

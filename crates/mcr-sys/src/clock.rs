@@ -21,6 +21,12 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// Nanoseconds on `CLOCK_REALTIME` (the clock of the kernel's receive
+/// timestamps).
+pub fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
 /// How far `CLOCK_REALTIME` is ahead of `CLOCK_MONOTONIC`, in
 /// nanoseconds, now: what turns the kernel's receive timestamps (taken on
 /// the real-time clock) into monotonic time. Read again for each batch, it

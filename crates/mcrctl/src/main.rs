@@ -62,6 +62,10 @@ enum Command {
         /// where to send it; repeat for several outputs.
         #[arg(long = "output", short, required = true)]
         outputs: Vec<Output>,
+        /// Do not follow the inputs' health (RTP sequence and jitter,
+        /// MPEG-TS continuity, sync and PAT): saves the little it costs.
+        #[arg(long)]
+        no_health: bool,
     },
     /// Remove a rule.
     Remove {
@@ -158,6 +162,7 @@ fn main() -> ExitCode {
             mut inputs,
             mode,
             outputs,
+            no_health,
         } => {
             let others = inputs.split_off(1);
             let redundancy = match (mode, others.is_empty()) {
@@ -175,6 +180,7 @@ fn main() -> ExitCode {
             Request::Add {
                 rule: Rule {
                     redundancy,
+                    health: !no_health,
                     ..Rule::new(name, input, outputs)
                 },
             }

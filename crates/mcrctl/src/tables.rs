@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use mcr_core::control::{RedundancyStats, Reply, RuleStats, StatsReport};
+use mcr_core::control::{InputHealthStats, RedundancyStats, Reply, RuleStats, StatsReport};
 
 fn rate(pps: f64) -> String {
     if pps >= 1e6 {
@@ -256,6 +256,35 @@ fn redundancy(o: &mut String, red: &RedundancyStats) {
     }
 }
 
+/// One input's health on a line: what it carries, its signal, RTP and
+/// MPEG-TS counts (each named, zeros too: a clean stream shows them).
+/// With `named`, the input's text first (rules with several inputs).
+fn input_health(h: &InputHealthStats, named: bool) -> String {
+    let mut parts = Vec::new();
+    if named {
+        parts.push(format!("<- {}", h.input));
+    }
+    parts.push(h.carries.clone());
+    match (h.signal, h.since_last_ms) {
+        (true, _) => {}
+        (false, Some(ms)) => parts.push(format!("NO SIGNAL for {:.1} s", ms as f64 / 1000.0)),
+        (false, None) => parts.push("NO SIGNAL yet".into()),
+    }
+    if let Some(r) = &h.rtp {
+        parts.push(format!(
+            "rtp: lost {}, late {}, duplicates {}, restarts {}, jitter {:.0} µs",
+            r.lost, r.late, r.duplicates, r.restarts, r.jitter_us
+        ));
+    }
+    if let Some(t) = &h.ts {
+        parts.push(format!(
+            "ts: continuity {}, sync byte {}, sync loss {}, PAT {} ({} packets)",
+            t.continuity_errors, t.sync_byte_errors, t.sync_losses, t.pat_errors, t.packets
+        ));
+    }
+    parts.join("  ")
+}
+
 fn stats(o: &mut String, s: &StatsReport) {
     let _ = writeln!(
         o,
@@ -279,6 +308,12 @@ fn stats(o: &mut String, s: &StatsReport) {
         }
         if let Some(red) = &r.redundancy {
             redundancy(o, red);
+        }
+        for h in &r.health {
+            let _ = writeln!(o, "  health {}", input_health(h, r.health.len() > 1));
+        }
+        if let Some(why) = &r.health_not_followed {
+            let _ = writeln!(o, "  health: {why}");
         }
         for out in &r.outputs {
             let dropped: u64 = out.drops.values().sum();

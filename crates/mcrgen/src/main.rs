@@ -91,6 +91,14 @@ struct ImpairArgs {
     /// valid).
     #[arg(long, default_value = "0", value_parser = parse_percent)]
     corrupt: f64,
+    /// Percent of MPEG-TS test packets (--wrap ts or rtp-ts) with the sync
+    /// byte of one transport packet broken (TR 101 290 Sync_byte_error).
+    #[arg(long, default_value = "0", value_parser = parse_percent)]
+    sync_error: f64,
+    /// Percent of MPEG-TS test packets with the sync bytes of two
+    /// transport packets in a row broken (a TS_sync_loss).
+    #[arg(long, default_value = "0", value_parser = parse_percent)]
+    sync_loss: f64,
     /// Send every test packet this much later, in order (a longer path).
     #[arg(long, value_parser = parse_duration)]
     delay: Option<Duration>,
@@ -192,6 +200,8 @@ fn impair(a: ImpairArgs) -> anyhow::Result<ExitCode> {
             duplicate: a.duplicate,
             reorder: a.reorder,
             corrupt: a.corrupt,
+            sync_error: a.sync_error,
+            sync_loss: a.sync_loss,
             delay_ns: a.delay.map_or(0, as_ns),
             cut: a.cut.iter().map(|&(after, long)| (as_ns(after), as_ns(long))).collect(),
             loss_band: a.loss_band,
@@ -216,6 +226,20 @@ fn impair(a: ImpairArgs) -> anyhow::Result<ExitCode> {
             r.other_frames,
             r.send_errors
         );
+        let more: Vec<String> = [
+            ("delayed", r.delayed),
+            ("dropped while cut", r.cut),
+            ("dropped by the loss band", r.band_dropped),
+            ("given a broken sync byte", r.sync_errors),
+            ("given two broken sync bytes", r.sync_losses),
+        ]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(what, n)| format!("{n} {what}"))
+        .collect();
+        if !more.is_empty() {
+            println!("test packets also: {}", more.join(", "));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -632,7 +632,17 @@ impl Supervisor {
         let Some(k) = &self.kernel else { return };
         for (r, s) in self.plane.rules().iter().zip(&mut report.rules) {
             match k.why_not(r.slot) {
-                None => s.datapath = "ebpf".into(),
+                None => {
+                    s.datapath = "ebpf".into();
+                    if r.rule.health {
+                        // The in-kernel path forwards without the workers
+                        // seeing the packets.
+                        s.health.clear();
+                        s.health_not_followed = Some(
+                            "not followed on the eBPF data path (the workers follow it where they forward)".into(),
+                        );
+                    }
+                }
                 Some(why) => s.datapath_reason = Some(why.to_string()),
             }
         }

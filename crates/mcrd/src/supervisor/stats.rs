@@ -4,9 +4,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
-use mcr_core::control::{DatapathStats, InputStats, OutputStats, RedundancyStats, RuleStats, StatsReport, WorkerStats};
+use mcr_core::control::{
+    DatapathStats, InputHealthStats, InputStats, OutputStats, RedundancyStats, RtpHealthStats, RuleStats, StatsReport,
+    TsHealthStats, WorkerStats,
+};
 use mcr_core::snapshot::SlottedRule;
-use mcr_core::stats::{InputCounter, OutputCounter, RuleCounter, StatsLayout, WorkerCounter};
+use mcr_core::stats::{
+    HEALTH_INPUTS, HealthCounter, InputCounter, OutputCounter, RuleCounter, StatsLayout, WorkerCounter,
+};
 use mcr_sys::bpf::MappedCounters;
 use mcr_sys::shm::SharedCounters;
 
@@ -90,6 +95,51 @@ impl Stats {
             .sum()
     }
 
+    /// The health of input `i` of the rule `r`, if its workers have seen
+    /// a packet of it: counts summed over the workers, values (what it
+    /// carries, jitter, last arrival) from the worker that saw the latest.
+    fn input_health(&self, c: Counters<'_>, r: &SlottedRule, i: usize, input: String) -> InputHealthStats {
+        let get = |w: usize, k: HealthCounter| c.shm.get(self.layout.health(w, r.slot, i, k));
+        let sum = |k: HealthCounter| (0..self.layout.workers).map(|w| get(w, k)).sum::<u64>();
+        let latest = (0..self.layout.workers).max_by_key(|&w| get(w, HealthCounter::LastArrivalNs));
+        let value = |k: HealthCounter| latest.map_or(0, |w| get(w, k));
+        let last = value(HealthCounter::LastArrivalNs);
+        let since_last_ms = (last > 0).then(|| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            now.saturating_sub(last) / 1_000_000
+        });
+        let lost_after_ms = match r.rule.redundancy.as_ref().map(|x| x.mode) {
+            Some(mcr_core::rule::Mode::Failover { loss_of_signal_ms, .. }) => u64::from(loss_of_signal_ms),
+            _ => mcr_core::control::SIGNAL_LOST_AFTER_MS,
+        };
+        let carries = value(HealthCounter::Carries);
+        InputHealthStats {
+            input,
+            carries: ["none", "other", "rtp", "ts", "rtp-ts"]
+                .get(usize::try_from(carries).unwrap_or(0))
+                .unwrap_or(&"none")
+                .to_string(),
+            signal: since_last_ms.is_some_and(|ms| ms < lost_after_ms),
+            since_last_ms,
+            rtp: matches!(carries, 2 | 4).then(|| RtpHealthStats {
+                lost: sum(HealthCounter::RtpLost),
+                late: sum(HealthCounter::RtpLate),
+                duplicates: sum(HealthCounter::RtpDuplicates),
+                restarts: sum(HealthCounter::RtpRestarts),
+                jitter_us: value(HealthCounter::RtpJitterNs) as f64 / 1000.0,
+            }),
+            ts: matches!(carries, 3 | 4).then(|| TsHealthStats {
+                packets: sum(HealthCounter::TsPackets),
+                sync_losses: sum(HealthCounter::TsSyncLosses),
+                sync_byte_errors: sum(HealthCounter::TsSyncByteErrors),
+                pat_errors: sum(HealthCounter::TsPatErrors),
+                continuity_errors: sum(HealthCounter::TsContinuityErrors),
+            }),
+        }
+    }
+
     /// A worker's counter.
     pub fn worker(&self, c: Counters<'_>, w: usize, k: WorkerCounter) -> u64 {
         c.shm.get(self.layout.worker(w, k))
@@ -123,6 +173,16 @@ impl Stats {
                     RuleCounter::Active,
                 ] {
                     set(self.layout.rule(w, s, k));
+                }
+            }
+            // The health of a rule slot's inputs is the workers' alone.
+            if let Some(shm) = shm {
+                for &s in rules {
+                    for i in 0..HEALTH_INPUTS {
+                        for k in HealthCounter::ALL {
+                            shm.set(self.layout.health(w, s, i, k), 0);
+                        }
+                    }
                 }
             }
             // An output slot counts an output or an input: the input's
@@ -262,6 +322,16 @@ impl Stats {
                                 .collect(),
                         }
                     }),
+                    health: if r.rule.health {
+                        r.rule
+                            .inputs()
+                            .enumerate()
+                            .map(|(i, input)| self.input_health(c, r, i, input.to_string()))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
+                    health_not_followed: (!r.rule.health).then(|| "turned off (health = false)".to_string()),
                 }
             })
             .collect();

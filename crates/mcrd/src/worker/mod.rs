@@ -4,6 +4,7 @@
 //! between batches. It never blocks on the supervisor.
 
 pub mod egress;
+mod health;
 mod ingress;
 mod keeper;
 mod redundancy;
@@ -26,6 +27,7 @@ use crate::channel::{
     FromWorker, Problem, Scope, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_RINGS_FD, WORKER_STATS_FD,
 };
 use egress::{Counts, Egress};
+use health::Health;
 use ingress::Ingress;
 use redundancy::Redundancy;
 
@@ -82,6 +84,7 @@ struct Worker {
     ingress: Ingress,
     egress: Egress,
     redundancy: Redundancy,
+    health: Health,
 }
 
 /// Runs a worker until the supervisor says stop or goes away.
@@ -128,6 +131,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         table: MatchTable::default(),
         egress: Egress::new(MAX_UDP_PENDING),
         redundancy: Redundancy::default(),
+        health: Health::default(),
     };
     w.say(&FromWorker::Ready {
         pid: std::process::id(),
@@ -185,7 +189,7 @@ impl Worker {
                 }
             }
             self.forward_ready();
-            self.poll_redundancy();
+            self.poll_timed();
             if table_msg && self.read_channel(&mut epoll)? {
                 return Ok(());
             }
@@ -262,6 +266,7 @@ impl Worker {
         // (interface, source) of unicast outputs.
         problems.extend(self.egress.reconcile(&table, &snap.interfaces));
         self.redundancy.reconcile(&table, mcr_sys::clock::monotonic_ns());
+        self.health.reconcile(snap);
         self.table = table;
         problems
     }
@@ -275,6 +280,7 @@ impl Worker {
                 table,
                 egress,
                 redundancy,
+                health,
                 counters,
                 layout,
                 args,
@@ -309,6 +315,12 @@ impl Worker {
                             return;
                         }
                     };
+                    if taken.rule.health {
+                        let d = &taken.datagram;
+                        let arrived = f.arrived_ns.unwrap_or_else(mcr_sys::clock::realtime_ns);
+                        let payload = &f.data[d.payload_at..d.payload_at + d.payload_len];
+                        health.packet(taken.rule.slot, taken.input, payload, arrived, &counts);
+                    }
                     if taken.rule.redundancy.is_some() {
                         let now = mcr_sys::clock::monotonic_ns();
                         redundancy.packet(&taken, f.data, now, &counts, |rule, frame, d| {
@@ -327,12 +339,14 @@ impl Worker {
         }
     }
 
-    /// Sends what the rules with several inputs release with time.
-    fn poll_redundancy(&mut self) {
+    /// Sends what the rules with several inputs release with time, and
+    /// writes the inputs' health that packets have not written yet.
+    fn poll_timed(&mut self) {
         let Worker {
             table,
             egress,
             redundancy,
+            health,
             counters,
             layout,
             args,
@@ -343,6 +357,7 @@ impl Worker {
             layout,
             worker: args.index,
         };
+        health.flush(mcr_sys::clock::realtime_ns(), &counts);
         let now = mcr_sys::clock::monotonic_ns();
         if redundancy.deadline().is_some_and(|d| d <= now) {
             redundancy.poll(table, now, &counts, |rule, frame, d| {

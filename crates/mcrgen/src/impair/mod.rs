@@ -49,6 +49,12 @@ pub struct Faults {
     pub reorder: f64,
     /// One payload bit flipped.
     pub corrupt: f64,
+    /// MPEG-TS datagrams (in UDP or RTP) with one transport packet's sync
+    /// byte broken (a Sync_byte_error).
+    pub sync_error: f64,
+    /// MPEG-TS datagrams with two transport packets' sync bytes broken in
+    /// a row (a TS_sync_loss and two Sync_byte_errors).
+    pub sync_loss: f64,
     /// Every test packet leaves this much later (a longer path), in order.
     pub delay_ns: u64,
     /// The path is cut, once per entry: every test packet is dropped from
@@ -79,7 +85,14 @@ impl Faults {
         {
             return Err("a loss band runs from a share to a larger one, within 0%-100%".into());
         }
-        let all = [self.loss, self.duplicate, self.reorder, self.corrupt];
+        let all = [
+            self.loss,
+            self.duplicate,
+            self.reorder,
+            self.corrupt,
+            self.sync_error,
+            self.sync_loss,
+        ];
         if all.iter().any(|p| !(0.0..=1.0).contains(p)) {
             return Err("each fault's share must be between 0% and 100%".into());
         }
@@ -111,6 +124,12 @@ pub struct ImpairReport {
     pub released_in_order: u64,
     /// Test packets with one payload bit flipped.
     pub corrupted: u64,
+    /// MPEG-TS test packets given one broken sync byte.
+    #[serde(default)]
+    pub sync_errors: u64,
+    /// MPEG-TS test packets given two broken sync bytes in a row.
+    #[serde(default)]
+    pub sync_losses: u64,
     /// Frames the output interface refused.
     pub send_errors: u64,
     /// Test packets sent `--delay` later.
@@ -134,6 +153,8 @@ enum Fault {
     Duplicate,
     Reorder,
     Corrupt,
+    /// Break this many sync bytes in a row.
+    BreakSync(usize),
 }
 
 /// How long a packet held for reordering waits for a later one of its
@@ -270,6 +291,10 @@ impl Impairer {
                 self.corrupt(&mut copy, payload_at);
                 self.report.corrupted += 1;
             }
+            Some(Fault::BreakSync(n)) if break_sync(&mut copy, payload_at, n) => match n {
+                1 => self.report.sync_errors += 1,
+                _ => self.report.sync_losses += 1,
+            },
             _ => {}
         }
         self.pass(copy, now_ns, out);
@@ -312,6 +337,8 @@ impl Impairer {
             (f.duplicate, Fault::Duplicate),
             (f.reorder, Fault::Reorder),
             (f.corrupt, Fault::Corrupt),
+            (f.sync_error, Fault::BreakSync(1)),
+            (f.sync_loss, Fault::BreakSync(2)),
         ];
         let r = self.next_f64();
         let mut edge = 0.0;
@@ -330,22 +357,7 @@ impl Impairer {
         let span = frame.len() - payload_at - HEADER_LEN;
         let at = payload_at + HEADER_LEN + (self.next_u64() % span as u64) as usize;
         let bit = 1u8 << (self.next_u64() % 8);
-        // The 16-bit word of the UDP checksum that holds the byte: words
-        // are aligned to the start of the UDP header (payload_at - 8, even).
-        let word_at = at - ((at - (payload_at - 8)) % 2);
-        let word = |f: &[u8]| u16::from_be_bytes([f[word_at], *f.get(word_at + 1).unwrap_or(&0)]);
-        let old = word(frame);
-        frame[at] ^= bit;
-        let new = word(frame);
-        let csum_at = payload_at - 2;
-        let c = u16::from_be_bytes([frame[csum_at], frame[csum_at + 1]]);
-        if c != 0 {
-            let fixed = match checksum::update16(c, old, new) {
-                0 => 0xffff,
-                v => v,
-            };
-            frame[csum_at..csum_at + 2].copy_from_slice(&fixed.to_be_bytes());
-        }
+        flip(frame, payload_at, at, bit);
     }
 
     /// Sends every held and delayed packet as it is (at the end).
@@ -359,6 +371,50 @@ impl Impairer {
             self.emit(f, out);
         }
     }
+}
+
+/// XORs byte `at` of `frame` (whose UDP payload starts at `payload_at`)
+/// with `mask` and fixes the UDP checksum, so the frame is valid on the
+/// wire.
+fn flip(frame: &mut [u8], payload_at: usize, at: usize, mask: u8) {
+    // The 16-bit word of the UDP checksum that holds the byte: words are
+    // aligned to the start of the UDP header (payload_at - 8, even).
+    let word_at = at - ((at - (payload_at - 8)) % 2);
+    let word = |f: &[u8]| u16::from_be_bytes([f[word_at], *f.get(word_at + 1).unwrap_or(&0)]);
+    let old = word(frame);
+    frame[at] ^= mask;
+    let new = word(frame);
+    let csum_at = payload_at - 2;
+    let c = u16::from_be_bytes([frame[csum_at], frame[csum_at + 1]]);
+    if c != 0 {
+        let fixed = match checksum::update16(c, old, new) {
+            0 => 0xffff,
+            v => v,
+        };
+        frame[csum_at..csum_at + 2].copy_from_slice(&fixed.to_be_bytes());
+    }
+}
+
+/// Breaks the sync bytes of `n` transport packets in a row (from the
+/// third) of a test packet that carries MPEG-TS (in UDP or in RTP), whose
+/// UDP payload starts at `payload_at`; false if it carries none.
+fn break_sync(frame: &mut [u8], payload_at: usize, n: usize) -> bool {
+    let payload = &frame[payload_at..];
+    let body_at = match mcr_core::wire::rtp::RtpHeader::parse(payload) {
+        Some(h) if mcr_core::wire::ts::packets(&payload[h.payload_start..h.payload_end]).is_some() => {
+            payload_at + h.payload_start
+        }
+        _ if mcr_core::wire::ts::packets(payload).is_some() => payload_at,
+        _ => return false,
+    };
+    let packets = (frame.len() - body_at) / mcr_core::wire::ts::PACKET;
+    if packets < 2 + n {
+        return false;
+    }
+    for k in 2..2 + n {
+        flip(frame, payload_at, body_at + k * mcr_core::wire::ts::PACKET, 0xff);
+    }
+    true
 }
 
 #[cfg(test)]
@@ -381,6 +437,72 @@ mod tests {
         };
         write_udp_v4_frame(&mut f, &spec, 200).expect("fits");
         f
+    }
+
+    /// Test packet `seq` wrapped as `wrap`, in a frame with a valid UDP
+    /// checksum.
+    fn wrapped(seq: u64, wrap: crate::wrap::Wrap) -> Vec<u8> {
+        let len = wrap.datagram_len(1024);
+        let mut f = vec![0u8; UDP_V4_HEADERS + len];
+        wrap.fill(
+            &mut f[UDP_V4_HEADERS..],
+            0,
+            seq,
+            0,
+            seq * 1_000_000,
+            &mut Vec::new(),
+            |b| payload::fill(b, 0, seq, 1),
+        );
+        let spec = UdpFrameSpec {
+            dst_mac: [1, 0, 0x5e, 1, 1, 1],
+            src_mac: [2, 0, 0, 0, 0, 1],
+            src: "10.0.0.1:4000".parse().expect("literal"),
+            dst: "239.1.1.1:5001".parse().expect("literal"),
+            ttl: 9,
+            dscp: 0,
+            ident: 0,
+        };
+        write_udp_v4_frame(&mut f, &spec, len).expect("fits");
+        f
+    }
+
+    #[test]
+    fn broken_sync_bytes_are_counted_by_the_health_checks_exactly_and_checksums_stay_valid() {
+        use mcr_core::forward::{RxChecksum, parse, udp_checksum_ok};
+        for wrap in [crate::wrap::Wrap::Ts, crate::wrap::Wrap::RtpTs] {
+            let mut imp = Impairer::new(
+                Faults {
+                    sync_error: 0.1,
+                    sync_loss: 0.1,
+                    ..Faults::default()
+                },
+                3,
+            );
+            let mut out = Vec::new();
+            for q in 0..2000 {
+                imp.frame(&wrapped(q, wrap), q * 1_000_000, &mut out);
+            }
+            let r = imp.report();
+            assert!(r.sync_errors > 100 && r.sync_losses > 100, "{r:?}");
+            let mut health = mcr_core::health::InputHealth::default();
+            for (q, f) in out.iter().enumerate() {
+                let d = parse(f, f.len(), RxChecksum::Unknown, None).expect("a valid datagram");
+                assert!(udp_checksum_ok(f, &d, RxChecksum::Unknown), "{wrap:?} packet {q}");
+                health.observe(&f[d.payload_at..d.payload_at + d.payload_len], q as u64 * 1_000_000);
+            }
+            let ts = health.ts.counts();
+            assert_eq!(ts.sync_byte_errors, r.sync_errors + 2 * r.sync_losses, "{wrap:?}");
+            assert_eq!(ts.sync_losses, r.sync_losses, "{wrap:?}");
+            // A packet whose sync byte is broken is out of the stream for
+            // the continuity check (and, after a sync loss, so are those
+            // until sync is regained): the next packet of its PID counts a
+            // continuity error, at least one per event.
+            assert!(ts.continuity_errors >= r.sync_errors + r.sync_losses, "{wrap:?} {ts:?}");
+            assert_eq!(ts.pat_errors, 0, "{wrap:?}");
+        }
+        // Nothing to break in a plain test packet.
+        let mut f = wrapped(1, crate::wrap::Wrap::Plain);
+        assert!(!break_sync(&mut f, UDP_V4_HEADERS, 1));
     }
 
     fn seqs(out: &[Vec<u8>]) -> Vec<u64> {

@@ -1,0 +1,160 @@
+//! The health of the inputs this worker forwards from
+//! ([`mcr_core::health::InputHealth`]: what an input carries, its RTP
+//! sequence and jitter, its MPEG-TS first-priority errors), one state per
+//! (rule slot, input), written into the statistics memory as running
+//! totals. A state starts from the totals already there (a worker that
+//! restarts carries on its predecessor's counts) and is kept across tables
+//! while its rule and input stay the same.
+
+use mcr_core::health::{Carries, InputHealth};
+use mcr_core::snapshot::TableSnapshot;
+use mcr_core::stats::HealthCounter as H;
+use rustc_hash::FxHashMap;
+
+use super::egress::Counts;
+
+/// The counts written as totals (base + the state's own), in order.
+const COUNTS: [H; 10] = [
+    H::Packets,
+    H::RtpLost,
+    H::RtpLate,
+    H::RtpDuplicates,
+    H::RtpRestarts,
+    H::TsPackets,
+    H::TsSyncLosses,
+    H::TsSyncByteErrors,
+    H::TsContinuityErrors,
+    H::TsPatErrors,
+];
+
+/// The longest the statistics memory lags a state while packets come.
+const WRITE_EVERY_NS: u64 = 50_000_000;
+
+#[derive(Debug)]
+struct Tracked {
+    /// The rule's name and the input's text, to know it again.
+    who: (String, String),
+    state: InputHealth,
+    packets: u64,
+    last_arrival_ns: u64,
+    /// The totals in the memory when the state started (None: not read
+    /// yet, at the first packet).
+    base: Option<[u64; COUNTS.len()]>,
+    /// The error counts last written, and when.
+    written_errors: u64,
+    written_at_ns: u64,
+    dirty: bool,
+}
+
+impl Tracked {
+    fn counts(&self) -> [u64; COUNTS.len()] {
+        let (r, t) = (self.state.rtp.counts(), self.state.ts.counts());
+        [
+            self.packets,
+            r.lost,
+            r.late,
+            r.duplicates,
+            r.restarts,
+            t.packets,
+            t.sync_losses,
+            t.sync_byte_errors,
+            t.continuity_errors,
+            t.pat_errors,
+        ]
+    }
+
+    /// The error counts together (all but the packets of each kind).
+    fn errors(&self) -> u64 {
+        let c = self.counts();
+        c[1..5].iter().chain(&c[6..]).sum()
+    }
+}
+
+/// Every followed input of the table the worker runs.
+#[derive(Debug, Default)]
+pub struct Health {
+    inputs: FxHashMap<(u32, usize), Tracked>,
+    /// When [`Health::flush`] last went over every input.
+    flushed_at_ns: u64,
+}
+
+impl Health {
+    /// Follows `snap`: the inputs of rules whose health is followed keep
+    /// their state while the rule (by name) and the input are the same.
+    pub fn reconcile(&mut self, snap: &TableSnapshot) {
+        let mut next = FxHashMap::default();
+        for r in snap.rules.iter().filter(|r| r.rule.health) {
+            for (k, input) in r.rule.inputs().enumerate() {
+                let who = (r.rule.name.clone(), input.to_string());
+                let t = match self.inputs.remove(&(r.slot, k)) {
+                    Some(t) if t.who == who => t,
+                    _ => Tracked {
+                        who,
+                        state: InputHealth::default(),
+                        packets: 0,
+                        last_arrival_ns: 0,
+                        base: None,
+                        written_errors: 0,
+                        written_at_ns: 0,
+                        dirty: false,
+                    },
+                };
+                next.insert((r.slot, k), t);
+            }
+        }
+        self.inputs = next;
+    }
+
+    /// The datagram whose UDP payload is `payload` came in on input
+    /// `input` of the rule in slot `slot` at `arrived_ns` (realtime).
+    #[inline]
+    pub fn packet(&mut self, slot: u32, input: usize, payload: &[u8], arrived_ns: u64, counts: &Counts<'_>) {
+        let Some(t) = self.inputs.get_mut(&(slot, input)) else {
+            return;
+        };
+        t.state.observe(payload, arrived_ns);
+        t.packets += 1;
+        t.last_arrival_ns = arrived_ns;
+        t.dirty = true;
+        let errors = t.errors();
+        if errors != t.written_errors || arrived_ns.saturating_sub(t.written_at_ns) >= WRITE_EVERY_NS {
+            write(slot, input, t, arrived_ns, counts);
+        }
+    }
+
+    /// Writes what changed since the last write (the worker's timer; at
+    /// most once per [`WRITE_EVERY_NS`], so a busy worker does not walk
+    /// every input at each wake-up).
+    pub fn flush(&mut self, now_ns: u64, counts: &Counts<'_>) {
+        if now_ns.saturating_sub(self.flushed_at_ns) < WRITE_EVERY_NS {
+            return;
+        }
+        self.flushed_at_ns = now_ns;
+        for (&(slot, input), t) in &mut self.inputs {
+            if t.dirty {
+                write(slot, input, t, now_ns, counts);
+            }
+        }
+    }
+}
+
+fn write(slot: u32, input: usize, t: &mut Tracked, now_ns: u64, counts: &Counts<'_>) {
+    let at = |c: H| counts.layout.health(counts.worker, slot, input, c);
+    let base = *t.base.get_or_insert_with(|| COUNTS.map(|c| counts.counters.get(at(c))));
+    for ((c, b), v) in COUNTS.iter().zip(base).zip(t.counts()) {
+        counts.counters.set(at(*c), b + v);
+    }
+    let carries = match (t.packets, t.state.carries) {
+        (0, _) => 0,
+        (_, Carries::Other) => 1,
+        (_, Carries::Rtp) => 2,
+        (_, Carries::Ts) => 3,
+        (_, Carries::RtpTs) => 4,
+    };
+    counts.counters.set(at(H::Carries), carries);
+    counts.counters.set(at(H::LastArrivalNs), t.last_arrival_ns);
+    counts.counters.set(at(H::RtpJitterNs), t.state.rtp.counts().jitter_ns);
+    t.written_errors = t.errors();
+    t.written_at_ns = now_ns;
+    t.dirty = false;
+}

@@ -1,0 +1,194 @@
+//! The health of every input, as the relay follows it while it forwards:
+//! an MPEG-TS-in-RTP stream crosses an impairer (which drops datagrams and
+//! breaks sync bytes, and counts what it did) and the relay; what the
+//! relay reports for its input is checked against what the impairer did
+//! and against what the sink, running the same checks on what the relay
+//! sent, saw. Every packet is checked at the sink as always.
+
+use std::time::Duration;
+
+use mcr_core::control::{InputHealthStats, RuleStats};
+use mcr_testbed::presets::TwoPaths;
+use mcr_testbed::relay::Relay;
+use mcr_testbed::traffic::{Mcrgen, Received};
+use mcr_testbed::traffic_lock;
+
+const MINUTES: Duration = Duration::from_secs(180);
+
+/// The relay in the workers' data path (the eBPF path does not follow
+/// health), with rule `feed` from path a to the sink.
+fn relay(p: &TwoPaths, extra: &[&str]) -> Relay {
+    let relay = Relay::start(&p.relay, &["--datapath", "packet", "--workers", "2"]).expect("mcrd");
+    let mut add = vec![
+        "add",
+        "feed",
+        "--input",
+        "in0:239.1.1.1:5001",
+        "--output",
+        "out0:239.10.1.1:6001",
+    ];
+    add.extend_from_slice(extra);
+    relay.ctl_ok(&add).expect("rule added");
+    relay
+}
+
+/// Sends `count` MPEG-TS-in-RTP packets on path a while the sink checks
+/// them.
+fn send(p: &TwoPaths, count: u64) -> Received {
+    let rx = Mcrgen::streams("239.10.1.1:6001", TwoPaths::SINK_IF)
+        .expect(count)
+        .wrap("rtp-ts")
+        .arg("--idle-timeout")
+        .arg("2s")
+        .recv(&p.sink)
+        .expect("receiver ready");
+    let sent = Mcrgen::streams("239.1.1.1:5001", TwoPaths::GEN_A_IF)
+        .count(count)
+        .rate("2000")
+        .wrap("rtp-ts")
+        .send(&p.generator, MINUTES)
+        .expect("sent");
+    assert_eq!(sent.packets, count);
+    rx.finish(MINUTES).expect("receiver finished")
+}
+
+fn feed(relay: &Relay) -> (RuleStats, InputHealthStats) {
+    let s = relay.stats().expect("stats");
+    let r = s.rules.into_iter().find(|r| r.name == "feed").expect("rule feed");
+    assert_eq!(r.health.len(), 1, "{r:?}");
+    let h = r.health[0].clone();
+    (r, h)
+}
+
+#[test]
+fn a_clean_stream_shows_every_health_count_at_zero_and_its_signal_going() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("health-clean").expect("topology");
+    let a = p.impair(false, &[]).expect("path a");
+    let relay = relay(&p, &[]);
+    // A second rule whose health is not followed.
+    relay
+        .ctl_ok(&[
+            "add",
+            "quiet",
+            "--input",
+            "in0:239.1.1.2:5001",
+            "--output",
+            "out0:239.10.1.2:6001",
+            "--no-health",
+        ])
+        .expect("rule added");
+    let count = 8000;
+    let got = send(&p, count);
+    a.stop().expect("path a");
+    let s = &got.report.streams[0];
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert_eq!((s.unique, s.lost), (count, 0));
+    let (r, h) = feed(&relay);
+    assert_eq!(r.packets, count);
+    assert_eq!((h.input.as_str(), h.carries.as_str()), ("in0:239.1.1.1:5001", "rtp-ts"));
+    let rtp = h.rtp.expect("rtp");
+    assert_eq!(
+        (rtp.lost, rtp.late, rtp.duplicates, rtp.restarts),
+        (0, 0, 0, 0),
+        "{h:?}"
+    );
+    let ts = h.ts.expect("ts");
+    assert_eq!(ts.packets, 7 * count, "every transport packet looked at");
+    assert_eq!(
+        (ts.sync_losses, ts.sync_byte_errors, ts.pat_errors, ts.continuity_errors),
+        (0, 0, 0, 0),
+        "{h:?}"
+    );
+    let text = relay.ctl_ok(&["stats"]).expect("stats");
+    assert!(
+        text.contains("health rtp-ts  rtp: lost 0, late 0, duplicates 0, restarts 0")
+            && text.contains("ts: continuity 0, sync byte 0, sync loss 0, PAT 0 (56000 packets)")
+            && text.contains("health: turned off (health = false)"),
+        "{text}"
+    );
+    // The stream has ended: its signal goes after a second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_, h) = feed(&relay);
+    assert!(!h.signal && h.since_last_ms.is_some_and(|ms| ms >= 1000), "{h:?}");
+    assert!(relay.ctl_ok(&["stats"]).expect("stats").contains("NO SIGNAL for"));
+    relay.stop().expect("stopped");
+}
+
+#[test]
+fn dropped_datagrams_and_broken_sync_bytes_are_counted_exactly() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("health-faults").expect("topology");
+    let a = p
+        .impair(
+            false,
+            &["--loss", "2%", "--sync-error", "1%", "--sync-loss", "1%", "--seed", "5"],
+        )
+        .expect("path a");
+    let relay = relay(&p, &[]);
+    let count = 8000;
+    let got = send(&p, count);
+    let a = a.stop().expect("path a");
+    assert!(a.dropped > 50 && a.sync_errors > 20 && a.sync_losses > 20, "{a:?}");
+    let s = &got.report.streams[0];
+    // What the sink missed is what the impairer dropped (but any after the
+    // last packet that arrived, which nobody can see missing).
+    let trailing = count - 1 - s.highest_seq.expect("some arrived");
+    assert_eq!(s.lost, a.dropped - trailing, "{s:?}");
+    assert_eq!((s.duplicated, s.reordered, s.corrupted), (0, 0, 0));
+    let sink = s.health.expect("health");
+    let (sink_rtp, sink_ts) = (sink.rtp.expect("rtp"), sink.ts.expect("ts"));
+    let (_, h) = feed(&relay);
+    let (rtp, ts) = (h.rtp.expect("rtp"), h.ts.expect("ts"));
+    // RTP: every dropped datagram is a sequence number missing, nothing
+    // else.
+    assert_eq!(rtp.lost, s.lost, "{h:?}");
+    assert_eq!((rtp.late, rtp.duplicates, rtp.restarts), (0, 0, 0));
+    assert_eq!(sink_rtp.lost, s.lost);
+    // TS: each broken sync byte counted, each double one a sync loss; the
+    // continuity errors (two per run of lost datagrams, and those the
+    // broken packets cause) as the sink counts them on the same stream.
+    assert_eq!(ts.sync_byte_errors, a.sync_errors + 2 * a.sync_losses, "{h:?}");
+    assert_eq!(ts.sync_losses, a.sync_losses, "{h:?}");
+    assert_eq!(
+        (ts.sync_byte_errors, ts.sync_losses, ts.continuity_errors),
+        (sink_ts.sync_byte_errors, sink_ts.sync_losses, sink_ts.continuity_errors)
+    );
+    let runs = s.holes.len() as u64;
+    assert!(
+        ts.continuity_errors >= 2 * runs + a.sync_errors + a.sync_losses,
+        "{h:?}"
+    );
+    assert_eq!(ts.pat_errors, 0);
+    relay.stop().expect("stopped");
+}
+
+#[test]
+fn the_ebpf_path_says_it_does_not_follow_health() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("health-ebpf").expect("topology");
+    let relay = Relay::start(&p.relay, &[]).expect("mcrd");
+    relay
+        .ctl_ok(&[
+            "add",
+            "feed",
+            "--input",
+            "in0:239.1.1.1:5001",
+            "--output",
+            "out0:239.10.1.1:6001",
+        ])
+        .expect("rule added");
+    let s = relay.stats().expect("stats");
+    let r = &s.rules[0];
+    if r.datapath != "ebpf" {
+        // No eBPF on this kernel: the workers follow it.
+        assert_eq!(r.health.len(), 1, "{r:?}");
+    } else {
+        assert!(r.health.is_empty(), "{r:?}");
+        assert!(
+            r.health_not_followed.as_deref().is_some_and(|w| w.contains("eBPF")),
+            "{r:?}"
+        );
+    }
+    relay.stop().expect("stopped");
+}

@@ -9,7 +9,7 @@
 
 use crate::failover::{Failover, Settings, Switch};
 use crate::health::RtpSequence;
-use crate::merge::Merger;
+use crate::merge::{Merger, Pushed};
 use crate::rule::Mode;
 use crate::stats::{InputCounter, RuleCounter};
 use crate::wire::rtp::RtpHeader;
@@ -18,7 +18,8 @@ use crate::wire::rtp::RtpHeader;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Take {
     /// Forward the packet in hand now (failover: its input is the active
-    /// one).
+    /// one; merge: it is the next in sequence and nothing waits), and
+    /// nothing else.
     Now,
     /// Merge: the packet went in as an item (kept, or dropped as a copy
     /// of what went before); forward what came out, in order (perhaps
@@ -154,8 +155,10 @@ impl<T> Combine<T> {
                 let Some(h) = RtpHeader::parse(payload) else {
                     return Take::NotRtp;
                 };
-                out.extend(m.push(input, &h, now, item()));
-                Take::Queued
+                match m.take(input, &h, now, item, out) {
+                    Pushed::Now => Take::Now,
+                    Pushed::Queued => Take::Queued,
+                }
             }
             How::Failover {
                 choice,
@@ -208,7 +211,7 @@ impl<T> Combine<T> {
     /// (failover). What to forward goes to `out`, in order.
     pub fn poll(&mut self, now: u64, out: &mut Vec<T>) {
         match &mut self.how {
-            How::Merge(m) => out.extend(m.poll(now)),
+            How::Merge(m) => m.poll(now, out),
             How::Failover {
                 choice, last, catch_up, ..
             } => note_switch(choice.tick(now), *last, catch_up, &mut self.switches),

@@ -3,8 +3,8 @@
 //! connection.
 //!
 //! ```text
-//! → {"cmd":"version","protocol":2}
-//! ← {"ok":true,"result":"version","daemon":"0.1.0","protocol":2}
+//! → {"cmd":"version","protocol":3}
+//! ← {"ok":true,"result":"version","daemon":"0.1.0","protocol":3}
 //! → {"cmd":"add","rule":{"name":"a","input":{...},"outputs":[...]}}
 //! ← {"ok":false,"result":"error","error":{"kind":"invalid_rule","field":"outputs[0].interface","message":"..."}}
 //! ```
@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::rule::Rule;
 
 /// The protocol version this build speaks.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 /// The longest request line accepted, in bytes.
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
 

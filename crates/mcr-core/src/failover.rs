@@ -89,6 +89,9 @@ pub struct Failover {
     /// When [`Failover::tick`] last decided: a deadline not after it has
     /// been seen to, so it is not one to wake for again.
     decided_at: u64,
+    /// When the first packet of any input came: the primary has the
+    /// loss-of-signal time from then to bring its first.
+    born: Option<u64>,
 }
 
 impl Failover {
@@ -102,6 +105,7 @@ impl Failover {
             forced: None,
             switches: 0,
             decided_at: 0,
+            born: None,
         }
     }
 
@@ -141,6 +145,7 @@ impl Failover {
         let Some(input) = self.inputs.get_mut(i) else {
             return (false, None);
         };
+        self.born.get_or_insert(now);
         let lost = input
             .last
             .is_none_or(|t| now.saturating_sub(t) >= self.settings.loss_of_signal_ns);
@@ -184,8 +189,8 @@ impl Failover {
         if self.forced.is_some() {
             return None;
         }
-        let los = self.inputs[self.active]
-            .last
+        let los = (self.inputs[self.active].last)
+            .or(self.born)
             .map(|t| t + self.settings.loss_of_signal_ns);
         let back = (self.active != 0)
             .then(|| self.inputs[0].healthy_since.map(|t| t + self.settings.hold_ns))
@@ -221,6 +226,16 @@ impl Failover {
             return self.switch(0, Why::PrimaryBack, now);
         }
         if self.healthy(self.active, now) {
+            return None;
+        }
+        // A rule that starts (or a worker that starts again) while every
+        // input flows does not leave the primary because a backup's packet
+        // happened to come first.
+        let first_awaited = self.inputs[self.active].last.is_none()
+            && self
+                .born
+                .is_some_and(|b| now.saturating_sub(b) < self.settings.loss_of_signal_ns);
+        if first_awaited {
             return None;
         }
         let why = if self.has_signal(self.active, now) {
@@ -322,6 +337,21 @@ mod tests {
     }
 
     #[test]
+    fn a_backup_whose_packet_comes_first_does_not_take_the_stream_from_the_primary() {
+        let mut f = Failover::new(2, Settings::default());
+        assert_eq!(f.packet(1, 0), (false, None));
+        assert_eq!(f.packet(0, 5 * MS), (true, None));
+        assert_eq!(f.switches(), 0);
+        // A primary that never comes is left after the loss-of-signal time.
+        let mut f = Failover::new(2, Settings::default());
+        for t in 0..300 {
+            let (forward, s) = f.packet(1, t * MS);
+            assert_eq!(forward, t >= 200, "at {t} ms");
+            assert_eq!(s.is_some(), t == 200, "at {t} ms");
+        }
+    }
+
+    #[test]
     fn the_primary_is_taken_back_only_after_the_hold_time() {
         let settings = Settings {
             hold_ns: 2000 * MS,
@@ -391,6 +421,7 @@ mod tests {
                 if i == 0 { p.0 } else { p.1 }
             };
             let mut last = [None::<u64>; 2];
+            let mut born = None::<u64>;
             let mut since = [None::<u64>; 2];
             for t in 0..(pattern.len() as u64 * 50) {
                 let now = t * MS;
@@ -421,8 +452,14 @@ mod tests {
                     }
                 }
                 let recent = |i: usize| last[i].is_some_and(|l| now - l < settings.loss_of_signal_ns / 2);
+                if on(0, t) || on(1, t) {
+                    born.get_or_insert(now);
+                }
                 let a = f.active();
-                prop_assert!(signal(a) || !recent(1 - a), "input {} has no signal at {} ms and stays", a, t);
+                // The primary has the loss-of-signal time from the first
+                // packet of any input to bring its own.
+                let awaited = last[a].is_none() && born.is_some_and(|b| now - b < settings.loss_of_signal_ns);
+                prop_assert!(signal(a) || awaited || !recent(1 - a), "input {} has no signal at {} ms and stays", a, t);
             }
         }
     }

@@ -55,6 +55,15 @@ struct Held<T> {
     path: usize,
 }
 
+/// What [`Merger::take`] did with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// Forward it now: it is the next, and nothing waits.
+    Now,
+    /// Kept or dropped; forward what went to `out`.
+    Queued,
+}
+
 /// The merge of one stream's copies: `T` is whatever the caller forwards
 /// (the packet, or where it is).
 #[derive(Debug)]
@@ -124,15 +133,25 @@ impl<T> Merger<T> {
             .map(|t| t + self.differential_ns)
     }
 
-    /// Takes the packet `h` carrying `item` from `path` (an index below
-    /// the number of paths), which arrived at `arrived_ns`; returns what to
-    /// forward now, in order.
-    pub fn push(&mut self, path: usize, h: &RtpHeader, arrived_ns: u64, item: T) -> Vec<T> {
+    /// Takes the packet `h` from `path` (an index below the number of
+    /// paths), which arrived at `arrived_ns`: [`Pushed::Now`] when it is
+    /// the next to forward and nothing waits (forward it, nothing else);
+    /// otherwise whatever is to be forwarded now goes to `out`, in order,
+    /// and `item` (called at most once, only when the merge keeps the
+    /// packet) makes the caller's copy of it. A copy of what was already
+    /// forwarded is never made.
+    pub fn take(
+        &mut self,
+        path: usize,
+        h: &RtpHeader,
+        arrived_ns: u64,
+        item: impl FnOnce() -> T,
+        out: &mut Vec<T>,
+    ) -> Pushed {
         let path = path.min(self.paths.len() - 1);
-        let mut out = Vec::new();
         let Some((ssrc, next)) = self.next else {
-            self.start(h, path, arrived_ns, item);
-            return out;
+            self.start(h, path, arrived_ns, item());
+            return Pushed::Queued;
         };
         let delta = h.sequence.wrapping_sub((next & 0xffff) as u16);
         let ahead = delta < FAR;
@@ -140,13 +159,13 @@ impl<T> Merger<T> {
         if ssrc != h.ssrc || !(ahead || behind < FAR) {
             // A new stream, if the path's next packet follows this one.
             if ssrc != h.ssrc || self.restart_at[path] == Some(h.sequence) {
-                self.flush(&mut out);
-                self.start(h, path, arrived_ns, item);
+                self.flush(out);
+                self.start(h, path, arrived_ns, item());
             } else {
                 self.restart_at[path] = Some(h.sequence.wrapping_add(1));
                 self.paths[path].strays += 1;
             }
-            return out;
+            return Pushed::Queued;
         }
         self.restart_at[path] = None;
         let ext = if ahead {
@@ -158,52 +177,92 @@ impl<T> Merger<T> {
         if self.starting_until.is_some() {
             // Nothing is sent yet: an earlier number moves the start back.
             if first_copy {
-                self.held.insert(ext, Held { item, arrived_ns, path });
+                self.held.insert(
+                    ext,
+                    Held {
+                        item: item(),
+                        arrived_ns,
+                        path,
+                    },
+                );
                 self.next = Some((ssrc, next.min(ext)));
             } else {
                 self.paths[path].duplicates += 1;
             }
-            return out;
+            return Pushed::Queued;
         }
         if ext < next {
             if !first_copy {
                 self.paths[path].duplicates += 1;
-                return out;
+                return Pushed::Queued;
             }
             self.paths[path].too_late += 1;
             let (at, run) = self.late_run[path];
             let run = if at == h.sequence && run > 0 { run + 1 } else { 1 };
             self.late_run[path] = (h.sequence.wrapping_add(1), run);
             if run >= LATE_RUN {
-                self.flush(&mut out);
-                self.start(h, path, arrived_ns, item);
+                self.flush(out);
+                self.start(h, path, arrived_ns, item());
             }
-            return out;
+            return Pushed::Queued;
         }
         self.late_run[path] = (0, 0);
         if !first_copy {
             self.paths[path].duplicates += 1;
-            return out;
+            return Pushed::Queued;
         }
-        self.held.insert(ext, Held { item, arrived_ns, path });
-        self.release(&mut out);
+        if ext == next && self.held.is_empty() {
+            // In sequence with nothing waiting: forwarded as it is.
+            self.paths[path].first += 1;
+            self.forwarded += 1;
+            self.next = Some((ssrc, next + 1));
+            return Pushed::Now;
+        }
+        self.held.insert(
+            ext,
+            Held {
+                item: item(),
+                arrived_ns,
+                path,
+            },
+        );
+        self.release(out);
         if self.held.len() > MAX_HELD {
-            self.skip_gap(&mut out);
+            self.skip_gap(out);
+        }
+        Pushed::Queued
+    }
+
+    /// [`Merger::take`] with the item in hand: what to forward now, in
+    /// order.
+    #[cfg(test)]
+    pub fn push(&mut self, path: usize, h: &RtpHeader, arrived_ns: u64, item: T) -> Vec<T> {
+        let mut out = Vec::new();
+        let mut slot = Some(item);
+        if self.take(path, h, arrived_ns, || slot.take().expect("called once"), &mut out) == Pushed::Now {
+            out.extend(slot.take());
         }
         out
     }
 
     /// Skips each gap whose oldest waiting packet has waited the whole
-    /// differential at `now_ns`; returns what to forward now, in order.
-    pub fn poll(&mut self, now_ns: u64) -> Vec<T> {
-        let mut out = Vec::new();
+    /// differential at `now_ns`; what to forward now goes to `out`, in
+    /// order.
+    pub fn poll(&mut self, now_ns: u64, out: &mut Vec<T>) {
         if self.starting_until.is_some_and(|t| t <= now_ns) {
             self.starting_until = None;
-            self.release(&mut out);
+            self.release(out);
         }
         while self.deadline().is_some_and(|d| d <= now_ns) {
-            self.skip_gap(&mut out);
+            self.skip_gap(out);
         }
+    }
+
+    /// [`Merger::poll`], returning what to forward.
+    #[cfg(test)]
+    pub fn polled(&mut self, now_ns: u64) -> Vec<T> {
+        let mut out = Vec::new();
+        self.poll(now_ns, &mut out);
         out
     }
 
@@ -293,7 +352,7 @@ mod tests {
 
     /// Polls at `at`, then pushes: what is forwarded meanwhile.
     fn at(m: &mut Merger<u32>, path: usize, seq: u16, ssrc: u32, at: u64) -> Vec<u32> {
-        let mut out = m.poll(at);
+        let mut out = m.polled(at);
         out.extend(m.push(path, &rtp(seq, ssrc), at, u32::from(seq)));
         out
     }
@@ -306,7 +365,7 @@ mod tests {
         assert!(at(&mut m, 1, 10, 1, 20 * MS).is_empty());
         assert!(at(&mut m, 1, 11, 1, 21 * MS).is_empty());
         assert_eq!(m.deadline(), Some(50 * MS));
-        assert_eq!(m.poll(50 * MS), [10, 11]);
+        assert_eq!(m.polled(50 * MS), [10, 11]);
         // From then on, in order is at once.
         assert_eq!(at(&mut m, 0, 12, 1, 51 * MS), [12]);
         assert_eq!((m.lost(), m.paths()[0].duplicates + m.paths()[1].duplicates), (0, 1));
@@ -316,7 +375,7 @@ mod tests {
     fn a_gap_on_one_path_is_filled_from_the_other() {
         let mut m = Merger::new(2, 50 * MS);
         at(&mut m, 0, 10, 1, 0);
-        assert_eq!(m.poll(50 * MS), [10]);
+        assert_eq!(m.polled(50 * MS), [10]);
         // Path 0 loses 11; 12 waits for it.
         assert!(at(&mut m, 0, 12, 1, 52 * MS).is_empty());
         // Path 1, 20 ms behind, brings 10 (a duplicate) and 11.
@@ -332,11 +391,11 @@ mod tests {
     fn a_gap_no_path_fills_is_skipped_after_the_differential() {
         let mut m = Merger::new(2, 50 * MS);
         at(&mut m, 0, 65_535, 1, 0);
-        assert_eq!(m.poll(50 * MS), [65_535]);
+        assert_eq!(m.polled(50 * MS), [65_535]);
         assert!(at(&mut m, 0, 1, 1, 60 * MS).is_empty());
         assert_eq!(m.deadline(), Some(110 * MS));
-        assert!(m.poll(109 * MS).is_empty());
-        assert_eq!(m.poll(110 * MS), [1]);
+        assert!(m.polled(109 * MS).is_empty());
+        assert_eq!(m.polled(110 * MS), [1]);
         assert_eq!(m.lost(), 1);
         // The lost number arriving now is too late, and dropped.
         assert!(at(&mut m, 1, 0, 1, 111 * MS).is_empty());
@@ -355,16 +414,16 @@ mod tests {
         // The other path follows, its copies duplicates.
         assert!(at(&mut m, 1, 40_001, 1, 53 * MS).is_empty());
         assert!(at(&mut m, 1, 40_002, 1, 54 * MS).is_empty());
-        assert_eq!(m.poll(102 * MS), [40_001, 40_002]);
+        assert_eq!(m.polled(102 * MS), [40_001, 40_002]);
         // A new SSRC: what is held goes, and the new stream starts.
         assert!(at(&mut m, 1, 7, 2, 103 * MS).is_empty());
-        assert_eq!(m.poll(153 * MS), [7]);
+        assert_eq!(m.polled(153 * MS), [7]);
         // Same SSRC, a little way back: three in a row that no path
         // brought, each too late, start it again there.
         assert!(at(&mut m, 0, 3, 2, 154 * MS).is_empty());
         assert!(at(&mut m, 0, 4, 2, 155 * MS).is_empty());
         assert!(at(&mut m, 0, 5, 2, 156 * MS).is_empty());
-        assert_eq!(m.poll(206 * MS), [5]);
+        assert_eq!(m.polled(206 * MS), [5]);
         assert_eq!(at(&mut m, 0, 6, 2, 207 * MS), [6]);
         assert_eq!(m.lost(), 0);
     }
@@ -418,10 +477,10 @@ mod tests {
             let mut m = Merger::new(2, 50 * MS);
             let mut out = Vec::new();
             for (at, path, i) in arrivals {
-                out.extend(m.poll(at));
+                out.extend(m.polled(at));
                 out.extend(m.push(path, &rtp(start.wrapping_add(i as u16), 9), at, i));
             }
-            out.extend(m.poll(u64::MAX / 2));
+            out.extend(m.polled(u64::MAX / 2));
             let want: Vec<usize> = (0..which.len()).filter(|&i| which[i] != 0).collect();
             // Sent in order, each once.
             prop_assert_eq!(&out, &want);

@@ -24,7 +24,12 @@ const SEED: &str = "7";
 
 /// Starts the relay with rule `m` taking both paths in `mode`.
 fn relay_with(p: &TwoPaths, mode: &str) -> Relay {
-    let relay = Relay::start(&p.relay, &[]).expect("mcrd");
+    relay_of(p, mode, &[])
+}
+
+/// [`relay_with`], with `args` for mcrd.
+fn relay_of(p: &TwoPaths, mode: &str, args: &[&str]) -> Relay {
+    let relay = Relay::start(&p.relay, args).expect("mcrd");
     relay
         .ctl_ok(&[
             "add", "m", "--input", IN_A, "--input", IN_B, "--mode", mode, "--output", OUT,
@@ -112,12 +117,20 @@ fn a_merge_loses_nothing_when_the_paths_lose_different_packets() {
     let b = p
         .impair(true, &["--loss-band", "1-2%", "--seed", SEED])
         .expect("path b");
-    let relay = relay_with(&p, "merge");
+    // Two workers: the fanout program brings both paths to worker 0.
+    let relay = relay_of(&p, "merge", &["--workers", "2"]);
     let got = send_both_ways(&p, 6000, "1000", &[]);
     let (a, b) = (a.stop().expect("path a"), b.stop().expect("path b"));
     assert!(
         a.band_dropped > 20 && b.band_dropped > 20,
         "each path lost about 1%: {a:?} {b:?}"
+    );
+    let workers = relay.stats().expect("stats").workers;
+    let arrived = 12_000 - a.band_dropped - b.band_dropped;
+    assert_eq!(
+        workers.iter().map(|w| w.rx_frames).collect::<Vec<_>>(),
+        [arrived, 0],
+        "every copy on worker 0"
     );
     let s = &got.report.streams[0];
     assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());

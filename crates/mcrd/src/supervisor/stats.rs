@@ -296,7 +296,11 @@ impl Stats {
                             mode: red.mode.to_string(),
                             lost: self.sum_rule(c, r.slot, RuleCounter::Lost),
                             switches: self.sum_rule(c, r.slot, RuleCounter::Switches),
-                            active: usize::try_from(active).ok().filter(|a| *a > 0),
+                            // Only a failover has one (a rule that was one
+                            // may have left it behind).
+                            active: usize::try_from(active)
+                                .ok()
+                                .filter(|a| *a > 0 && matches!(red.mode, mcr_core::rule::Mode::Failover { .. })),
                             forced: r.forced_input.map(|i| i + 1),
                             inputs: r
                                 .rule

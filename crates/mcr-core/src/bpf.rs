@@ -41,6 +41,8 @@ const LD_H_IND: u16 = 0x48;
 const LD_W_IND: u16 = 0x40;
 const LDX_B_MSH: u16 = 0xb1;
 const LDX_MEM: u16 = 0x61;
+const LD_MEM: u16 = 0x60;
+const LD_IMM: u16 = 0x00;
 const ST: u16 = 0x02;
 const TAX: u16 = 0x07;
 const XOR_X: u16 = 0xac;
@@ -329,17 +331,17 @@ pub fn fanout_program(pinned: &[(IpAddr, u16)]) -> Vec<Insn> {
         a.op(RET_K, 0);
         a.bind(next);
     }
+    // The ports first, while X is the header's length.
     a.op(LD_W_IND, 0);
-    a.op(ST, 0);
-    a.op(LD_W_ABS, 12);
-    a.op(TAX, 0);
-    a.op(LD_W_ABS, 16);
-    a.op(XOR_X, 0);
-    a.op(LDX_MEM, 0);
-    a.op(XOR_X, 0);
-    a.op(MUL_K, 0x9e37_79b1);
-    a.op(RSH_K, 16);
-    a.op(RET_A, 0);
+    a.op(ST, PORTS);
+    start_hash(&mut a);
+    for at in [12u32, 16] {
+        a.op(LD_W_ABS, at);
+        mix_in(&mut a);
+    }
+    a.op(LD_MEM, PORTS);
+    mix_in(&mut a);
+    finish_hash(&mut a);
     // IPv6: the ports right after the fixed header (a flow's extension
     // headers are the same for all its packets, so it still hashes alike).
     a.bind(v6);
@@ -359,16 +361,48 @@ pub fn fanout_program(pinned: &[(IpAddr, u16)]) -> Vec<Insn> {
         a.op(RET_K, 0);
         a.bind(next);
     }
-    a.op(LD_W_ABS, 40);
-    for at in [8u32, 12, 16, 20, 24, 28, 32, 36] {
-        a.op(TAX, 0);
+    start_hash(&mut a);
+    for at in [8u32, 12, 16, 20, 24, 28, 32, 36, 40] {
         a.op(LD_W_ABS, at);
-        a.op(XOR_X, 0);
+        mix_in(&mut a);
     }
-    a.op(MUL_K, 0x9e37_79b1);
-    a.op(RSH_K, 16);
-    a.op(RET_A, 0);
+    finish_hash(&mut a);
     a.finish()
+}
+
+/// Scratch memory of the fanout program: the hash so far, and the ports.
+const HASH: u32 = 0;
+const PORTS: u32 = 1;
+
+/// The hash starts at 0.
+fn start_hash(a: &mut Asm) {
+    a.op(LD_IMM, 0);
+    a.op(ST, HASH);
+}
+
+/// Takes the word in A into the hash: hash = (hash ^ word) × a large odd
+/// number, so words that change together (a group and its port counting
+/// up alike) do not cancel as a plain XOR of them would.
+fn mix_in(a: &mut Asm) {
+    a.op(TAX, 0);
+    a.op(LD_MEM, HASH);
+    a.op(XOR_X, 0);
+    a.op(MUL_K, 0x9e37_79b1);
+    a.op(ST, HASH);
+}
+
+/// Mixes the word in A (murmur3's finaliser, so every bit of it moves
+/// the low bits the kernel takes modulo the members) and returns it.
+fn finish_hash(a: &mut Asm) {
+    for (mul, shift) in [(Some(0x85eb_ca6b), 16), (Some(0xc2b2_ae35), 13), (None, 16)] {
+        a.op(TAX, 0);
+        a.op(RSH_K, shift);
+        a.op(XOR_X, 0);
+        if let Some(m) = mul {
+            a.op(MUL_K, m);
+        }
+    }
+    a.op(RET_A, 0);
 }
 
 /// Runs a filter made here over a frame, as the kernel would: returns the
@@ -416,6 +450,8 @@ pub fn interpret(p: &[Insn], frame: &[u8], tag: Option<u16>, tpid: u16) -> u32 {
                 None => return 0,
             },
             LDX_MEM => x = mem[i.k as usize % 16],
+            LD_MEM => a = mem[i.k as usize % 16],
+            LD_IMM => a = i.k,
             ST => mem[i.k as usize % 16] = a,
             TAX => x = a,
             XOR_X => a ^= x,
@@ -539,6 +575,20 @@ mod tests {
             }
         }
         assert!(seen[0] > 150 && seen[1] > 150, "spread: {seen:?}");
+        // Streams that differ only in group and port (one sender, one
+        // source port) spread over four members too.
+        let p4 = fanout_program(&[]);
+        let mut four = [0u32; 4];
+        for i in 1..=20u16 {
+            let d = datagram("10.0.0.1", &format!("239.1.1.{i}"), 40000, 5000 + i, 0);
+            four[(interpret(&p4, &d, None, 0) % 4) as usize] += 1;
+            // Sources and groups that count up together, too.
+            let d = datagram(&format!("10.0.0.{i}"), &format!("239.1.1.{i}"), 40000, 5000, 0);
+            four[(interpret(&p4, &d, None, 0) % 4) as usize] += 1;
+            let d = datagram("2001:db8::1", &format!("ff3e::{i}"), 40000, 5000 + i, 0);
+            four[(interpret(&p4, &d, None, 0) % 4) as usize] += 1;
+        }
+        assert!(four.iter().all(|&n| n >= 6), "60 streams over 4 workers: {four:?}");
         // Not IP: the first member (the workers count it).
         assert_eq!(pick(&[0u8; 30]), 0);
         // More pins than the program names: the whole family is pinned.

@@ -202,8 +202,21 @@ fn fanout_gives_each_frame_to_exactly_one_socket_and_keeps_flows_together() {
         let first = open(Fanout::Found);
         let id = first.fanout_id().expect("fanout id").expect("in a group");
         let second = open(Fanout::Join(id));
+        let third = open(Fanout::Join(id));
+        let fourth = open(Fanout::Join(id));
         assert_eq!(second.fanout_id().expect("fanout id"), Some(id));
-        vec![first, second]
+        // The group's program, as mcrd gives it: by flow, but six
+        // destinations (the inputs of a rule with several) pinned to the
+        // first member.
+        let pinned: Vec<(std::net::IpAddr, u16)> = (8..14u8)
+            .map(|i| (std::net::IpAddr::from([239, 1, 1, i]), 5000 + u16::from(i)))
+            .collect();
+        let program: Vec<FilterInsn> = mcr_core::bpf::fanout_program(&pinned)
+            .into_iter()
+            .map(|i| filter_insn(i.code, i.jt, i.jf, i.k))
+            .collect();
+        mcr_sys::ring::set_fanout_program(first.as_fd(), &program).expect("fanout program");
+        vec![first, second, third, fourth]
     });
     let flows: Vec<SocketAddrV4> = (0..50)
         .map(|i| SocketAddrV4::new([239, 1, 1, i as u8 + 1].into(), 5001 + i))
@@ -229,7 +242,10 @@ fn fanout_gives_each_frame_to_exactly_one_socket_and_keeps_flows_together() {
         assert_eq!(seqs, &(0..100).collect::<Vec<_>>(), "flow {dst} out of order");
     }
     let used: std::collections::HashSet<usize> = by_flow.values().map(|v| v.0).collect();
-    assert_eq!(used.len(), 2, "50 flows should hash to both sockets");
+    assert_eq!(used.len(), 4, "50 flows should hash to every socket: {used:?}");
+    for pinned in &flows[7..13] {
+        assert_eq!(by_flow[pinned].0, 0, "{pinned} is pinned to the first member");
+    }
 }
 
 #[test]

@@ -104,6 +104,9 @@ pub fn render(r: &Reply) -> String {
                     ),
                 };
                 let _ = writeln!(o, "{:<20} {:<40} {join}", s.rule.name, s.rule.input.to_string());
+                if !s.rule.health {
+                    let _ = writeln!(o, "{:<20}   health not followed (health = false)", "");
+                }
                 if let Some(red) = &s.rule.redundancy {
                     for i in &red.inputs {
                         let _ = writeln!(o, "{:<20} {i}", "");

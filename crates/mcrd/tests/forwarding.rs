@@ -249,8 +249,9 @@ fn four_workers_neither_duplicate_nor_reorder() {
     let busy = st.workers.iter().filter(|w| w.rx_frames > 0).count();
     assert!(
         busy >= 2,
-        "fanout should spread 20 streams over the workers: {:?}",
-        st.workers
+        "fanout should spread 20 streams over the workers: {:?}\n{}",
+        st.workers,
+        relay.log()
     );
     assert_eq!(
         st.workers.iter().map(|w| w.rx_frames).sum::<u64>(),

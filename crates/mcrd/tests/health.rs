@@ -107,6 +107,8 @@ fn a_clean_stream_shows_every_health_count_at_zero_and_its_signal_going() {
             && text.contains("health: turned off (health = false)"),
         "{text}"
     );
+    let list = relay.ctl_ok(&["list"]).expect("list");
+    assert!(list.contains("health not followed (health = false)"), "{list}");
     // The stream has ended: its signal goes after a second.
     std::thread::sleep(Duration::from_millis(1500));
     let (_, h) = feed(&relay);

@@ -358,6 +358,10 @@ pub struct RuleStats {
 /// An input is said to have no signal when nothing came on it for this
 /// long (a failover rule's inputs: its loss-of-signal time).
 pub const SIGNAL_LOST_AFTER_MS: u64 = 1000;
+/// The shortest time without a packet that is told as no signal (a
+/// failover's shorter loss-of-signal time still switches on time; its
+/// health shows the loss from this on).
+pub const SIGNAL_SHORTEST_MS: u64 = 200;
 
 /// The health of one input, as its packets show it (`mcr_core::health`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -368,7 +372,7 @@ pub struct InputHealthStats {
     /// nor MPEG-TS), `rtp`, `ts` (MPEG-TS in UDP) or `rtp-ts`.
     pub carries: String,
     /// Whether a packet came within [`SIGNAL_LOST_AFTER_MS`] (or the
-    /// failover's loss-of-signal time).
+    /// failover's loss-of-signal time, at least [`SIGNAL_SHORTEST_MS`]).
     pub signal: bool,
     /// Milliseconds since its last packet, if one came.
     #[serde(default, skip_serializing_if = "Option::is_none")]

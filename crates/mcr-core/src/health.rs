@@ -208,7 +208,7 @@ pub struct TsCounts {
     pub pat_errors: u64,
 }
 
-/// The longest a PAT may be away (TR 101 290, 1.4).
+/// The longest a PAT may be away (TR 101 290, 1.3).
 pub const PAT_INTERVAL_NS: u64 = 500_000_000;
 /// Good sync bytes in a row that regain sync (TR 101 290, 1.1).
 const SYNC_AFTER: u8 = 5;
@@ -341,7 +341,8 @@ pub enum Carries {
 /// The health of one input: what it carries, and its counts.
 #[derive(Debug, Clone)]
 pub struct InputHealth {
-    /// What the last datagram carried.
+    /// What the input carries: set by each RTP or MPEG-TS datagram (a
+    /// datagram that is neither leaves it as it was).
     pub carries: Carries,
     /// The RTP stream's, when it is RTP.
     pub rtp: RtpSequence,
@@ -363,7 +364,12 @@ impl InputHealth {
     /// Takes one datagram's UDP payload, which arrived at `arrived_ns`;
     /// returns what it was to the RTP stream, when it is RTP.
     pub fn observe(&mut self, payload: &[u8], arrived_ns: u64) -> Option<Arrival> {
-        if ts::packets(payload).is_some() {
+        // A transport stream stays one when a datagram's first sync byte is
+        // broken: its packets are still looked at (and that byte counted).
+        let was = self.carries;
+        let still_ts =
+            |carried: Carries, b: &[u8]| was == carried && !b.is_empty() && b.len().is_multiple_of(ts::PACKET);
+        if ts::packets(payload).is_some() || still_ts(Carries::Ts, payload) {
             self.carries = Carries::Ts;
             self.ts.observe(payload, arrived_ns);
             return None;
@@ -371,7 +377,7 @@ impl InputHealth {
         let h = RtpHeader::parse(payload)?;
         let arrival = self.rtp.observe(&h, arrived_ns);
         let inner = &payload[h.payload_start..h.payload_end];
-        if ts::packets(inner).is_some() {
+        if ts::packets(inner).is_some() || still_ts(Carries::RtpTs, inner) {
             self.carries = Carries::RtpTs;
             if arrival.is_first_copy() {
                 self.ts.observe(inner, arrived_ns);
@@ -527,8 +533,39 @@ mod tests {
         assert_eq!(c.continuity_errors, 0);
         let b = ts_datagram(&[(100, 9), (100, 10)]);
         h.observe(&b, 1);
-        // Judged again from the fifth good packet on: PID 100 starts afresh.
+        // Judged again from the fifth good packet on (PID 100 was not seen
+        // before, so its first counter is taken as it comes).
         assert_eq!(h.counts().continuity_errors, 0);
+    }
+
+    #[test]
+    fn a_transport_stream_whose_first_sync_byte_breaks_is_still_looked_at() {
+        for rtp in [false, true] {
+            let mut h = InputHealth::default();
+            let wrap = |ts: Vec<u8>| {
+                if rtp {
+                    let mut b = vec![0u8; 12];
+                    RtpHeader::write(&mut b, 33, u16::from(ts[3] & 0x0f), 0, 7);
+                    b.extend(ts);
+                    b
+                } else {
+                    ts
+                }
+            };
+            h.observe(&wrap(ts_datagram(&[(0, 0), (100, 0)])), 0);
+            let mut broken = ts_datagram(&[(0, 1), (100, 1)]);
+            broken[0] = 0xb8;
+            h.observe(&wrap(broken), 1);
+            let c = h.ts.counts();
+            assert_eq!((c.packets, c.sync_byte_errors), (4, 1), "rtp {rtp}");
+            assert_eq!(h.carries, if rtp { Carries::RtpTs } else { Carries::Ts });
+        }
+        // A first datagram with a broken first byte is not taken for one.
+        let mut h = InputHealth::default();
+        let mut broken = ts_datagram(&[(0, 1)]);
+        broken[0] = 0;
+        h.observe(&broken, 0);
+        assert_eq!(h.ts.counts().packets, 0);
     }
 
     #[test]

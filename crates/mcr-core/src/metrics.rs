@@ -106,7 +106,7 @@ fn redundancy(out: &mut String, stats: &StatsReport) {
         out,
         "mcr_input_signal",
         "gauge",
-        "1 while packets arrive on the input, 0 when none came for a second (a failover's inputs: its loss-of-signal time).",
+        "1 while packets arrive on the input, 0 when none came for a second (a failover's inputs: its loss-of-signal time, at least 200 ms).",
     );
     for r in &stats.rules {
         for i in &r.health {

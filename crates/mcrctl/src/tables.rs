@@ -217,7 +217,7 @@ pub fn watch_screen(s: &StatsReport, socket: &str) -> String {
 
 /// The inputs of a rule with several: each with what it brought and what
 /// became of it.
-fn redundancy(o: &mut String, red: &RedundancyStats) {
+fn redundancy(o: &mut String, red: &RedundancyStats, health: &[InputHealthStats]) {
     let head = match red.active {
         Some(a) => format!(
             "{}: input {a} active{}, {} switch(es)",
@@ -245,7 +245,10 @@ fn redundancy(o: &mut String, red: &RedundancyStats) {
                 what.push(format!("{name} {v}"));
             }
         }
-        let signal = if i.pps > 0.0 { "" } else { "  NO SIGNAL" };
+        // The input's health says whether it has signal where it is
+        // followed; else whether it brought packets over the interval.
+        let has_signal = health.get(k).map_or(i.pps > 0.0, |h| h.signal);
+        let signal = if has_signal { "" } else { "  NO SIGNAL" };
         let active = if red.active == Some(k + 1) { "  ACTIVE" } else { "" };
         let _ = writeln!(
             o,
@@ -310,7 +313,7 @@ fn stats(o: &mut String, s: &StatsReport) {
             let _ = writeln!(o, "{:<103}  {p}", "");
         }
         if let Some(red) = &r.redundancy {
-            redundancy(o, red);
+            redundancy(o, red, &r.health);
         }
         for h in &r.health {
             let _ = writeln!(o, "  health {}", input_health(h, r.health.len() > 1));

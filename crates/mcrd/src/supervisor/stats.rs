@@ -110,8 +110,12 @@ impl Stats {
                 .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
             now.saturating_sub(last) / 1_000_000
         });
+        // The workers write an input's last arrival at least every 50 ms
+        // while packets come: a shorter loss of signal is not told here.
         let lost_after_ms = match r.rule.redundancy.as_ref().map(|x| x.mode) {
-            Some(mcr_core::rule::Mode::Failover { loss_of_signal_ms, .. }) => u64::from(loss_of_signal_ms),
+            Some(mcr_core::rule::Mode::Failover { loss_of_signal_ms, .. }) => {
+                u64::from(loss_of_signal_ms).max(mcr_core::control::SIGNAL_SHORTEST_MS)
+            }
             _ => mcr_core::control::SIGNAL_LOST_AFTER_MS,
         };
         let carries = value(HealthCounter::Carries);

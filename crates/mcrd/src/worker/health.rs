@@ -81,23 +81,36 @@ pub struct Health {
 impl Health {
     /// Follows `snap`: the inputs of rules whose health is followed keep
     /// their state while the rule (by name) and the input are the same.
-    pub fn reconcile(&mut self, snap: &TableSnapshot) {
+    /// Where another input takes the place of one this worker followed,
+    /// its counts in this worker's memory start again from zero (a worker
+    /// that starts takes over what is there: its predecessor's counts).
+    pub fn reconcile(&mut self, snap: &TableSnapshot, counts: &Counts<'_>) {
         let mut next = FxHashMap::default();
         for r in snap.rules.iter().filter(|r| r.rule.health) {
             for (k, input) in r.rule.inputs().enumerate() {
                 let who = (r.rule.name.clone(), input.to_string());
                 let t = match self.inputs.remove(&(r.slot, k)) {
                     Some(t) if t.who == who => t,
-                    _ => Tracked {
-                        who,
-                        state: InputHealth::default(),
-                        packets: 0,
-                        last_arrival_ns: 0,
-                        base: None,
-                        written_errors: 0,
-                        written_at_ns: 0,
-                        dirty: false,
-                    },
+                    before => {
+                        let base = before.map(|_| {
+                            for c in H::ALL {
+                                counts
+                                    .counters
+                                    .set(counts.layout.health(counts.worker, r.slot, k, c), 0);
+                            }
+                            [0; COUNTS.len()]
+                        });
+                        Tracked {
+                            who,
+                            state: InputHealth::default(),
+                            packets: 0,
+                            last_arrival_ns: 0,
+                            base,
+                            written_errors: 0,
+                            written_at_ns: 0,
+                            dirty: false,
+                        }
+                    }
                 };
                 next.insert((r.slot, k), t);
             }

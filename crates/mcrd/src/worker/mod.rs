@@ -266,7 +266,12 @@ impl Worker {
         // (interface, source) of unicast outputs.
         problems.extend(self.egress.reconcile(&table, &snap.interfaces));
         self.redundancy.reconcile(&table, mcr_sys::clock::monotonic_ns());
-        self.health.reconcile(snap);
+        let counts = Counts {
+            counters: &self.counters,
+            layout: &self.layout,
+            worker: self.args.index,
+        };
+        self.health.reconcile(snap, &counts);
         self.table = table;
         problems
     }

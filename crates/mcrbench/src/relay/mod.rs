@@ -94,6 +94,11 @@ pub struct Args {
     /// bottleneck) or `sockets`.
     #[arg(long, default_value = "ring")]
     sink: String,
+    /// How the test payload is carried, as `mcrgen send --wrap`: `plain`,
+    /// `rtp`, `ts` or `rtp-ts` (MPEG-TS fixes the datagram at 1,316 or
+    /// 1,328 bytes, whatever the point's size).
+    #[arg(long, default_value = "plain")]
+    wrap: String,
     /// Print JSON lines instead of tables.
     #[arg(long)]
     json: bool,
@@ -237,6 +242,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         load_cpu: a.load_cpu,
         relay_cpu: a.relay_cpu,
         sink_via: a.sink.clone(),
+        wrap: a.wrap.clone(),
     };
     let idle_s = a.idle_seconds.unwrap_or(if a.quick { 1 } else { 10 });
     let mut all: Vec<Outcome> = Vec::new();

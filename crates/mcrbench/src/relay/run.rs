@@ -18,6 +18,8 @@ pub struct Layout {
     pub load_cpu: usize,
     pub relay_cpu: usize,
     pub sink_via: String,
+    /// `mcrgen --wrap` of the test payload.
+    pub wrap: String,
 }
 
 /// What one run measured.
@@ -131,6 +133,8 @@ pub fn once(topo: &Topology, relay: &dyn Relay, point: &Point, count: u64, l: &L
                 &l.sink_via,
                 "--rcvbuf",
                 &sink_buffer,
+                "--wrap",
+                &l.wrap,
             ],
         )?);
     }
@@ -150,13 +154,17 @@ pub fn once(topo: &Topology, relay: &dyn Relay, point: &Point, count: u64, l: &L
         &count_s,
         rate_flag,
         rate,
-        "--size",
-        &size,
+        "--wrap",
+        &l.wrap,
         "--cpu",
         &load,
         "--watch-cpu",
         &relay_cpu,
     ];
+    // MPEG-TS fixes the datagram's size.
+    if matches!(l.wrap.as_str(), "plain" | "rtp") {
+        args.extend(["--size", size.as_str()]);
+    }
     args.extend(point.arrivals.sender_args());
     let sent = send(&topo.generator.0, &args, Duration::from_secs(7200))?;
     let mut got = Vec::new();

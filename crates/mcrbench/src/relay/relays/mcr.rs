@@ -11,27 +11,32 @@ pub struct Mcr {
     args: Vec<String>,
     /// `--bin-dir DIR`: the `mcrd` and `mcrctl` of another build.
     bin_dir: Option<std::path::PathBuf>,
+    /// `--no-health`: every rule added without input health.
+    no_health: bool,
     daemons: Vec<Mcrd>,
 }
 
 impl Mcr {
     /// MCR with `args` for `mcrd`; `--bin-dir DIR` among them (not passed
     /// on) runs the `mcrd` and `mcrctl` found in DIR instead of this
-    /// build's.
+    /// build's, and `--no-health` (not passed on either) adds every rule
+    /// with `mcrctl add --no-health`.
     pub fn new(args: Vec<String>) -> Self {
         let mut rest = Vec::new();
         let mut bin_dir = None;
+        let mut no_health = false;
         let mut it = args.into_iter();
         while let Some(a) = it.next() {
-            if a == "--bin-dir" {
-                bin_dir = it.next().map(std::path::PathBuf::from);
-            } else {
-                rest.push(a);
+            match a.as_str() {
+                "--bin-dir" => bin_dir = it.next().map(std::path::PathBuf::from),
+                "--no-health" => no_health = true,
+                _ => rest.push(a),
             }
         }
         Mcr {
             args: rest,
             bin_dir,
+            no_health,
             daemons: Vec::new(),
         }
     }
@@ -65,6 +70,9 @@ impl Relay for Mcr {
                 for o in &f.outputs {
                     a.push("--output".into());
                     a.push(format!("{}:{}", o.out_if, o.dest));
+                }
+                if self.no_health {
+                    a.push("--no-health".into());
                 }
                 let refs: Vec<&str> = a.iter().map(String::as_str).collect();
                 d.ctl_ok(&refs)?;

@@ -359,6 +359,13 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
+    /// A failover of 200 ms loss of signal and 1 s hold.
+    const FAILOVER: Mode = Mode::Failover {
+        loss_of_signal_ms: 200,
+        hold_ms: 1000,
+        error_threshold: None,
+    };
+
     #[test]
     fn a_merge_forwards_each_sequence_number_once_in_order_and_counts_by_input() {
         let mut c: Combine<u16> = Combine::new(Mode::Merge { differential_ms: 10 }, 2);
@@ -399,12 +406,7 @@ mod tests {
 
     #[test]
     fn after_a_switch_a_failover_does_not_send_again_what_the_input_before_sent() {
-        let mode = Mode::Failover {
-            loss_of_signal_ms: 200,
-            hold_ms: 1000,
-            error_threshold: None,
-        };
-        let mut c: Combine<()> = Combine::new(mode, 2);
+        let mut c: Combine<()> = Combine::new(FAILOVER, 2);
         let mut out = Vec::new();
         // Input 0 is ahead: it has sent 1..=10 when input 1 has sent 1..=6.
         for q in 1..=10u16 {
@@ -447,12 +449,7 @@ mod tests {
 
     #[test]
     fn a_payload_that_only_looks_like_rtp_is_never_held_back_after_a_switch() {
-        let mode = Mode::Failover {
-            loss_of_signal_ms: 200,
-            hold_ms: 1000,
-            error_threshold: None,
-        };
-        let mut c: Combine<()> = Combine::new(mode, 2);
+        let mut c: Combine<()> = Combine::new(FAILOVER, 2);
         let mut out = Vec::new();
         // The same bytes every time: an "RTP header" whose sequence never
         // moves.
@@ -468,12 +465,7 @@ mod tests {
 
     #[test]
     fn a_failover_forwards_the_active_input_and_switches_on_loss_of_signal() {
-        let mode = Mode::Failover {
-            loss_of_signal_ms: 200,
-            hold_ms: 1000,
-            error_threshold: None,
-        };
-        let mut c: Combine<()> = Combine::new(mode, 2);
+        let mut c: Combine<()> = Combine::new(FAILOVER, 2);
         let mut out = Vec::new();
         let p = rtp(1);
         assert_eq!(c.packet(0, &p, 0, || (), &mut out), Take::Now);

@@ -166,7 +166,14 @@ fn main() -> ExitCode {
         } => {
             let others = inputs.split_off(1);
             let redundancy = match (mode, others.is_empty()) {
-                (Some(mode), _) => Some(Redundancy { mode, inputs: others }),
+                (Some(mode), true) => {
+                    eprintln!(
+                        "mcrctl: --mode {} takes the stream from several inputs: give a second --input (or leave --mode out)",
+                        mode.name()
+                    );
+                    return ExitCode::from(2);
+                }
+                (Some(mode), false) => Some(Redundancy { mode, inputs: others }),
                 (None, true) => None,
                 (None, false) => {
                     eprintln!(

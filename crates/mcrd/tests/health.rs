@@ -18,7 +18,12 @@ const MINUTES: Duration = Duration::from_secs(180);
 /// The relay in the workers' data path (the eBPF path does not follow
 /// health), with rule `feed` from path a to the sink.
 fn relay(p: &TwoPaths, extra: &[&str]) -> Relay {
-    let relay = Relay::start(&p.relay, &["--datapath", "packet", "--workers", "2"]).expect("mcrd");
+    relay_of(p, &["--datapath", "packet", "--workers", "2"], extra)
+}
+
+/// mcrd with `args`, and rule `feed` added with `extra`.
+fn relay_of(p: &TwoPaths, args: &[&str], extra: &[&str]) -> Relay {
+    let relay = Relay::start(&p.relay, args).expect("mcrd");
     let mut add = vec![
         "add",
         "feed",
@@ -169,17 +174,7 @@ fn dropped_datagrams_and_broken_sync_bytes_are_counted_exactly() {
 fn the_ebpf_path_says_it_does_not_follow_health() {
     let _lock = traffic_lock().expect("lock");
     let p = TwoPaths::new("health-ebpf").expect("topology");
-    let relay = Relay::start(&p.relay, &[]).expect("mcrd");
-    relay
-        .ctl_ok(&[
-            "add",
-            "feed",
-            "--input",
-            "in0:239.1.1.1:5001",
-            "--output",
-            "out0:239.10.1.1:6001",
-        ])
-        .expect("rule added");
+    let relay = relay_of(&p, &[], &[]);
     let s = relay.stats().expect("stats");
     let r = &s.rules[0];
     if r.datapath != "ebpf" {

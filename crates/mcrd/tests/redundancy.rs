@@ -10,7 +10,7 @@ use std::time::Duration;
 use mcr_core::control::{RedundancyStats, RuleStats};
 use mcr_testbed::presets::TwoPaths;
 use mcr_testbed::relay::Relay;
-use mcr_testbed::traffic::{Mcrgen, Received};
+use mcr_testbed::traffic::{Impairer, Mcrgen, Received};
 use mcr_testbed::{Ns, traffic_lock};
 use mcrgen::impair::{ImpairReport, in_band};
 
@@ -21,6 +21,13 @@ const OUT: &str = "out0:239.10.1.1:6001";
 /// The seed both impairers share, so that their loss bands agree on which
 /// packets fall where.
 const SEED: &str = "7";
+
+/// Starts an impairer on each path that drops the test packets in its
+/// loss band (`FROM-TO%`), both with [`SEED`].
+fn lossy_paths(p: &TwoPaths, band_a: &str, band_b: &str) -> (Impairer, Impairer) {
+    let start = |b: bool, band: &str| p.impair(b, &["--loss-band", band, "--seed", SEED]).expect("impairer");
+    (start(false, band_a), start(true, band_b))
+}
 
 /// Starts the relay with rule `m` taking both paths in `mode`.
 fn relay_with(p: &TwoPaths, mode: &str) -> Relay {
@@ -111,12 +118,7 @@ fn counts_add_up(relay: &Relay, paths: [&ImpairReport; 2], forwarded: u64) -> Re
 fn a_merge_loses_nothing_when_the_paths_lose_different_packets() {
     let _lock = traffic_lock().expect("lock");
     let p = TwoPaths::new("merge-loss").expect("topology");
-    let a = p
-        .impair(false, &["--loss-band", "0-1%", "--seed", SEED])
-        .expect("path a");
-    let b = p
-        .impair(true, &["--loss-band", "1-2%", "--seed", SEED])
-        .expect("path b");
+    let (a, b) = lossy_paths(&p, "0-1%", "1-2%");
     // Two workers: the fanout program brings both paths to worker 0.
     let relay = relay_of(&p, "merge", &["--workers", "2"]);
     let got = send_both_ways(&p, 6000, "1000", &[]);
@@ -157,12 +159,7 @@ fn a_merge_loses_nothing_when_the_paths_lose_different_packets() {
 fn a_packet_both_paths_lose_is_lost_once_and_counted() {
     let _lock = traffic_lock().expect("lock");
     let p = TwoPaths::new("merge-both").expect("topology");
-    let a = p
-        .impair(false, &["--loss-band", "0-2%", "--seed", SEED])
-        .expect("path a");
-    let b = p
-        .impair(true, &["--loss-band", "1-3%", "--seed", SEED])
-        .expect("path b");
+    let (a, b) = lossy_paths(&p, "0-2%", "1-3%");
     let relay = relay_with(&p, "merge");
     let count = 6000;
     let got = send_both_ways(&p, count, "1000", &[]);
@@ -211,12 +208,7 @@ fn a_merge_loses_nothing_while_one_path_is_cut_for_five_seconds() {
 fn a_merge_follows_the_rtp_sequence_number_across_its_wrap() {
     let _lock = traffic_lock().expect("lock");
     let p = TwoPaths::new("merge-wrap").expect("topology");
-    let a = p
-        .impair(false, &["--loss-band", "0-1%", "--seed", SEED])
-        .expect("path a");
-    let b = p
-        .impair(true, &["--loss-band", "1-2%", "--seed", SEED])
-        .expect("path b");
+    let (a, b) = lossy_paths(&p, "0-1%", "1-2%");
     let relay = relay_with(&p, "merge");
     // 65000 + 3000 wraps after the 536th packet.
     let got = send_both_ways(&p, 3000, "1000", &["--rtp-seq-start", "65000"]);
@@ -235,12 +227,7 @@ fn a_merge_follows_the_rtp_sequence_number_across_its_wrap() {
 fn a_merge_follows_a_sender_that_restarts_with_a_new_ssrc_and_sequence() {
     let _lock = traffic_lock().expect("lock");
     let p = TwoPaths::new("merge-restart").expect("topology");
-    let a = p
-        .impair(false, &["--loss-band", "0-1%", "--seed", SEED])
-        .expect("path a");
-    let b = p
-        .impair(true, &["--loss-band", "1-2%", "--seed", SEED])
-        .expect("path b");
+    let (a, b) = lossy_paths(&p, "0-1%", "1-2%");
     let relay = relay_with(&p, "merge");
     let first = send_stream(&p, 1, 2000, "1000", &["--rtp-seq-start", "30000"]);
     // The encoder restarts: another SSRC, its sequence from 0.

@@ -118,12 +118,6 @@ impl Wrap {
     }
 }
 
-/// Whether a UDP payload carries an `mcrgen` test payload, wrapped in any
-/// of the ways above (what `mcrgen impair` acts on).
-pub fn carries_test_payload(udp_payload: &[u8]) -> bool {
-    test_payload_id(udp_payload).is_some()
-}
-
 /// The stream and sequence number of the `mcrgen` test payload a UDP
 /// payload carries, wrapped in any of the ways above (as its header says;
 /// the receiver checks the rest).
@@ -243,10 +237,10 @@ mod tests {
         for wrap in [Wrap::Plain, Wrap::Rtp, Wrap::Ts, Wrap::RtpTs] {
             let mut buf = vec![0u8; wrap.datagram_len(200)];
             wrap.fill(&mut buf, 1, 5, 0, 0, &mut Vec::new(), |b| payload::fill(b, 1, 5, 0));
-            assert!(carries_test_payload(&buf), "{wrap:?}");
+            assert_eq!(test_payload_id(&buf), Some((1, 5)), "{wrap:?}");
         }
-        assert!(!carries_test_payload(&[0x80; 300]));
-        assert!(!carries_test_payload(&[0x47; 188]));
+        assert_eq!(test_payload_id(&[0x80; 300]), None);
+        assert_eq!(test_payload_id(&[0x47; 188]), None);
     }
 
     #[test]

@@ -244,7 +244,7 @@ fn in_namespace<T: Send + 'static>(tag: &str, f: impl FnOnce(u32, u32) -> T + Se
 
 fn loaded(b: &Bed) -> Loaded {
     let layout = StatsLayout::new(1);
-    let l = Loaded::load(layout.len() as u32, 1024).expect("loads");
+    let l = Loaded::load(layout.datapath_len() as u32, 1024).expect("loads");
     let plan = Maps::new(1024).plan(&b.fast).expect("room");
     l.write(&plan).expect("maps written");
     l

@@ -247,8 +247,15 @@ impl StatsLayout {
         }
     }
 
+    /// How many counters of one block the eBPF data path writes: its own,
+    /// the rules' and the outputs' (not the inputs' health, which only the
+    /// workers follow), so its map need hold no more.
+    pub fn datapath_len(&self) -> usize {
+        WORKER_COUNTERS + (self.rule_slots + self.output_slots) * LINE
+    }
+
     fn per_worker(&self) -> usize {
-        WORKER_COUNTERS + (self.rule_slots + self.output_slots) * LINE + self.rule_slots * HEALTH_INPUTS * HEALTH_ROOM
+        self.datapath_len() + self.rule_slots * HEALTH_INPUTS * HEALTH_ROOM
     }
 
     /// How many `u64` counters in all.
@@ -287,11 +294,7 @@ impl StatsLayout {
     /// [`HEALTH_INPUTS`] shares the last one's place.
     pub fn health(&self, w: usize, slot: u32, input: usize, c: HealthCounter) -> usize {
         let input = input.min(HEALTH_INPUTS - 1);
-        w * self.per_worker()
-            + WORKER_COUNTERS
-            + (self.rule_slots + self.output_slots) * LINE
-            + (slot as usize * HEALTH_INPUTS + input) * HEALTH_ROOM
-            + c as usize
+        w * self.per_worker() + self.datapath_len() + (slot as usize * HEALTH_INPUTS + input) * HEALTH_ROOM + c as usize
     }
 
     fn output_line(&self, w: usize, slot: u32) -> usize {
@@ -334,6 +337,9 @@ mod tests {
             }
         }
         assert!((HealthCounter::TsPatErrors as usize) < HEALTH_ROOM);
+        // The data path's block ends where the health begins.
+        assert_eq!(l.datapath_len(), l.health(0, 0, 0, HealthCounter::Packets));
+        assert!(l.output(0, 3, OutputCounter::TooBig) < l.datapath_len());
         assert_eq!(l.health(1, 2, 3, HealthCounter::Packets) % LINE, 0);
         assert!(all.iter().all(|&i| i < l.len()));
         assert!((WorkerCounter::RingErrors as usize) < WORKER_COUNTERS);

@@ -35,11 +35,10 @@ pub struct Datapath {
 const OUTPUT_ENTRIES: u32 = 65_536;
 
 impl Datapath {
-    /// Loads the object and maps its counters (one statistics block of
-    /// `layout`'s shape).
+    /// Loads the object and maps its counters (the part of one statistics
+    /// block of `layout`'s shape that the data path writes).
     pub fn load(layout: &StatsLayout) -> anyhow::Result<Datapath> {
-        let block = StatsLayout { workers: 1, ..*layout };
-        let loaded = Loaded::load(u32::try_from(block.len())?, OUTPUT_ENTRIES)?;
+        let loaded = Loaded::load(u32::try_from(layout.datapath_len())?, OUTPUT_ENTRIES)?;
         Ok(Datapath {
             links: BTreeMap::new(),
             loaded,

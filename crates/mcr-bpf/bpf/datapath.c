@@ -53,6 +53,10 @@ static long (*vlan_pop)(void *skb) = (void *)BPF_FUNC_skb_vlan_pop;
 static struct bpf_sock *(*sk_lookup_udp)(void *ctx, struct bpf_sock_tuple *tuple, __u32 size, __u64 netns,
                                          __u64 flags) = (void *)BPF_FUNC_sk_lookup_udp;
 static long (*sk_release)(void *sock) = (void *)BPF_FUNC_sk_release;
+static __u64 (*ktime_get_ns)(void) = (void *)BPF_FUNC_ktime_get_ns;
+static void *(*ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)BPF_FUNC_ringbuf_reserve;
+static void (*ringbuf_submit)(void *data, __u64 flags) = (void *)BPF_FUNC_ringbuf_submit;
+static __u64 (*ringbuf_query)(void *ringbuf, __u64 flags) = (void *)BPF_FUNC_ringbuf_query;
 
 // ---- maps ---------------------------------------------------------------
 
@@ -87,6 +91,9 @@ struct rule_key {
 // An any-source entry of a destination that also has (S,G) entries: look
 // for the source's own entry first.
 #define RULE_HAS_SOURCES 4
+// The health of the rule's input is followed: each datagram's payload goes
+// to the `health` ring, where worker 0 reads it.
+#define RULE_HEALTH 8
 
 struct rule {
     __u32 counters; // the rule's first counter: packets, then bytes
@@ -132,6 +139,22 @@ struct vlan_key {
     __u32 vlan;
 };
 
+// What the `health` ring carries for each datagram of a rule whose health
+// is followed: the rule (its first counter), when the datagram came
+// (CLOCK_MONOTONIC), its UDP payload's length and as much of the payload
+// as `payload` holds (a whole datagram of a 1500-byte MTU), and the
+// records lost so far because the ring was full (so the reader knows that
+// a gap it sees is its own, not the stream's).
+#define HEALTH_PAYLOAD 1472
+struct health_record {
+    __u32 rule;
+    __u16 length;
+    __u16 taken;
+    __u64 arrived_ns;
+    __u64 missed;
+    __u8 payload[HEALTH_PAYLOAD];
+};
+
 // The most outputs one rule may have here (more: the workers forward it).
 #define MAX_FANOUT 64
 
@@ -141,6 +164,7 @@ struct vlan_key {
 #define C_RX_FRAMES 0
 #define C_RX_BYTES 1
 #define C_TX_PACKETS 3
+#define C_HEALTH_MISSED 18
 #define C_RULE_PACKETS 0
 #define C_RULE_BYTES 1
 #define C_OUT_PACKETS 0
@@ -161,12 +185,17 @@ struct map_def SEC("maps") unicast_inputs = {BPF_MAP_TYPE_HASH, sizeof(struct un
                                              BPF_F_NO_PREALLOC};
 struct map_def SEC("maps") vlans = {BPF_MAP_TYPE_HASH, sizeof(struct vlan_key), sizeof(__u8), 65536,
                                     BPF_F_NO_PREALLOC};
+// Room for about 11,000 records: worker 0 empties it at least every 25 ms
+// and is woken when it is a quarter full.
+#define HEALTH_RING (16 << 20)
+struct map_def SEC("maps") health = {BPF_MAP_TYPE_RINGBUF, 0, 0, HEALTH_RING, 0};
 
 _Static_assert(sizeof(struct rule_key) == 44, "rule_key layout");
 _Static_assert(sizeof(struct rule) == 16, "rule layout");
 _Static_assert(sizeof(struct output) == 64, "output layout");
 _Static_assert(sizeof(struct unicast_key) == 24, "unicast_key layout");
 _Static_assert(sizeof(struct vlan_key) == 8, "vlan_key layout");
+_Static_assert(sizeof(struct health_record) == 1496, "health_record layout");
 
 INLINE void count(__u32 index, __u64 n) {
     __u64 *c = map_lookup(&counters, &index);
@@ -381,6 +410,31 @@ int mcr_ring_filter(struct __sk_buff *skb) {
 
 // ---- forwarding -------------------------------------------------------
 
+// Hands the datagram's payload to the `health` ring (its rule's health is
+// followed). A full ring counts the record missed.
+INLINE void follow(struct __sk_buff *skb, const struct pkt *p, __u32 rule) {
+    struct health_record *h = ringbuf_reserve(&health, sizeof(*h), 0);
+    if (!h) {
+        count(C_HEALTH_MISSED, 1);
+        return;
+    }
+    __u32 len = p->udp_len - UDP_LEN;
+    __u32 take = len < HEALTH_PAYLOAD ? len : HEALTH_PAYLOAD;
+    __u32 at = C_HEALTH_MISSED;
+    __u64 *missed = map_lookup(&counters, &at);
+    h->rule = rule;
+    h->length = len;
+    h->arrived_ns = ktime_get_ns();
+    h->missed = missed ? *missed : 0;
+    h->taken = 0;
+    if (take > 0 && take <= HEALTH_PAYLOAD && load_bytes(skb, p->l4 + UDP_LEN, h->payload, take) == 0)
+        h->taken = take;
+    // Worker 0 reads the ring on its own timer; it is woken only when the
+    // ring fills up past a quarter.
+    __u64 wake = ringbuf_query(&health, BPF_RB_AVAIL_DATA) > HEALTH_RING / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+    ringbuf_submit(h, wake);
+}
+
 // A socket of this host that listens to the datagram's port (other than
 // MCR's own), to which the frame must still go.
 INLINE int listened(struct __sk_buff *skb, struct pkt *p) {
@@ -526,12 +580,14 @@ int mcr_ingress(struct __sk_buff *skb) {
     struct rule *r = owner(skb, &p);
     if (!r)
         return TCX_NEXT;
-    __u32 rule_counters = r->counters, first = r->first, nout = r->count;
+    __u32 rule_counters = r->counters, first = r->first, nout = r->count, flags = r->flags;
     __u32 payload = p.udp_len - UDP_LEN;
     count(C_RX_FRAMES, 1);
     count(C_RX_BYTES, skb->len);
     count(rule_counters + C_RULE_PACKETS, 1);
     count(rule_counters + C_RULE_BYTES, payload);
+    if (flags & RULE_HEALTH)
+        follow(skb, &p, rule_counters);
 
     int keep = listened(skb, &p);
     __u8 saved[SAVED];

@@ -53,6 +53,9 @@ impl Loaded {
         let obj = Object::load(OBJECT, &[("counters", counters), ("outputs", outputs)])?;
         obj.program(INGRESS)?;
         obj.program(RING_FILTER)?;
+        if obj.map("health").is_none() {
+            return Err(LoadError::Missing("health".into()));
+        }
         let map = obj
             .map("counters")
             .ok_or_else(|| LoadError::Missing("counters".into()))?;
@@ -76,6 +79,12 @@ impl Loaded {
         self.obj
             .program(RING_FILTER)
             .unwrap_or_else(|_| unreachable!("checked in load"))
+    }
+
+    /// The ring the program hands the payloads of rules whose health is
+    /// followed to (`struct health_record` each).
+    pub fn health_ring(&self) -> io::Result<&Map> {
+        self.map("health")
     }
 
     /// The counters the program adds to.
@@ -134,6 +143,8 @@ mod tests {
         assert_eq!(d("RULE_FAST"), u64::from(datapath::RULE_FAST));
         assert_eq!(d("RULE_SSM_ONLY"), u64::from(datapath::RULE_SSM_ONLY));
         assert_eq!(d("RULE_HAS_SOURCES"), u64::from(datapath::RULE_HAS_SOURCES));
+        assert_eq!(d("RULE_HEALTH"), u64::from(datapath::RULE_HEALTH));
+        assert_eq!(d("HEALTH_PAYLOAD") as usize, datapath::HEALTH_PAYLOAD);
         assert_eq!(d("OUT_KEEP_SRC"), u64::from(datapath::OUT_KEEP_SRC));
         assert_eq!(d("OUT_TTL_FIXED"), u64::from(datapath::OUT_TTL_FIXED));
         assert_eq!(d("OUT_DSCP_SET"), u64::from(datapath::OUT_DSCP_SET));
@@ -142,6 +153,7 @@ mod tests {
         assert_eq!(d("C_RX_FRAMES") as usize, l.worker(0, WorkerCounter::RxFrames));
         assert_eq!(d("C_RX_BYTES") as usize, l.worker(0, WorkerCounter::RxBytes));
         assert_eq!(d("C_TX_PACKETS") as usize, l.worker(0, WorkerCounter::TxPackets));
+        assert_eq!(d("C_HEALTH_MISSED") as usize, l.worker(0, WorkerCounter::HealthMissed));
         assert_eq!(d("C_RULE_PACKETS"), RuleCounter::Packets as u64);
         assert_eq!(d("C_RULE_BYTES"), RuleCounter::Bytes as u64);
         for (name, c) in [
@@ -161,6 +173,7 @@ mod tests {
             ("output", std::mem::size_of::<datapath::OutputValue>()),
             ("unicast_key", std::mem::size_of::<datapath::UnicastKey>()),
             ("vlan_key", std::mem::size_of::<datapath::VlanKey>()),
+            ("health_record", datapath::HEALTH_RECORD),
         ] {
             let assert = format!("_Static_assert(sizeof(struct {c_struct}) == {size},");
             assert!(SOURCE.contains(&assert), "{assert}");

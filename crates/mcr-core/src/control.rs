@@ -476,6 +476,11 @@ pub struct DatapathStats {
     pub tx_packets: u64,
     /// Frames per second taken over the last interval.
     pub rx_pps: f64,
+    /// Datagrams whose health it could not hand on (its health ring was
+    /// full: worker 0 fell behind); the health counts of those inputs
+    /// skip them without taking them for errors.
+    #[serde(default)]
+    pub health_missed: u64,
 }
 
 /// Counters of one worker.

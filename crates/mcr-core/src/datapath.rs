@@ -36,6 +36,9 @@ pub const RULE_SSM_ONLY: u32 = 2;
 /// `rule.flags`: an any-source entry of a destination that also has (S,G)
 /// entries (the program looks for the source's own entry first).
 pub const RULE_HAS_SOURCES: u32 = 4;
+/// `rule.flags`: the health of the rule's input is followed (the program
+/// hands each datagram's payload to the `health` ring).
+pub const RULE_HEALTH: u32 = 8;
 /// `output.flags`: keep the source address.
 pub const OUT_KEEP_SRC: u8 = 1;
 /// `output.flags`: the TTL is fixed (else decremented).
@@ -131,6 +134,57 @@ pub struct VlanKey {
     pub ifindex: u32,
     /// The VLAN id.
     pub vlan: u32,
+}
+
+/// The payload bytes a health record holds (`HEALTH_PAYLOAD`): a whole
+/// datagram of a 1500-byte MTU.
+pub const HEALTH_PAYLOAD: usize = 1472;
+
+/// The fixed part of a health record (`struct health_record`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct HealthHeader {
+    /// The rule, by the index of its first counter.
+    pub rule: u32,
+    /// The datagram's UDP payload length.
+    pub length: u16,
+    /// How much of the payload follows (less than `length` only past
+    /// [`HEALTH_PAYLOAD`]).
+    pub taken: u16,
+    /// When the datagram came (CLOCK_MONOTONIC, ns).
+    pub arrived_ns: u64,
+    /// Records the data path had lost to a full ring when it wrote this.
+    pub missed: u64,
+}
+
+/// The size of a health record (`struct health_record`).
+pub const HEALTH_RECORD: usize = std::mem::size_of::<HealthHeader>() + HEALTH_PAYLOAD;
+
+/// One datagram as the `health` ring carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthRecord<'a> {
+    /// The record's fixed part.
+    pub header: HealthHeader,
+    /// The part of the payload it holds.
+    pub payload: &'a [u8],
+}
+
+impl<'a> HealthRecord<'a> {
+    /// Reads a record from the ring's bytes; None if they are not one.
+    pub fn parse(b: &'a [u8]) -> Option<HealthRecord<'a>> {
+        let (header, rest) = HealthHeader::read_from_prefix(b).ok()?;
+        let taken = usize::from(header.taken);
+        if taken > HEALTH_PAYLOAD || taken > usize::from(header.length) {
+            return None;
+        }
+        let payload = rest.get(..taken)?;
+        Some(HealthRecord { header, payload })
+    }
+
+    /// Whether the record holds the whole payload.
+    pub fn whole(&self) -> bool {
+        self.payload.len() == usize::from(self.header.length)
+    }
 }
 
 fn addr16(a: IpAddr) -> [u8; 16] {
@@ -248,6 +302,8 @@ pub struct FastRule {
     pub name: String,
     /// The index of its first counter.
     pub counters: u32,
+    /// Whether its input's health is followed.
+    pub health: bool,
     /// Its outputs, or why the kernel does not carry it.
     pub outputs: Result<Vec<OutputValue>, Ineligible>,
 }
@@ -285,6 +341,7 @@ impl FastTable {
                 t.rules.entry(r.slot).or_insert_with(|| FastRule {
                     name: r.name.clone(),
                     counters: layout.rule(0, r.slot, RuleCounter::Packets) as u32,
+                    health: r.health,
                     outputs: if carried(d.ifindex) {
                         outputs_of(r, d.dst, layout)
                     } else {
@@ -507,12 +564,17 @@ impl Maps {
                 Target::Rule { slot, has_sources } => {
                     let counters = next.rules.get(slot).map_or(0, |r| r.counters);
                     let sources = if *has_sources { RULE_HAS_SOURCES } else { 0 };
+                    let health = if next.rules.get(slot).is_some_and(|r| r.health) {
+                        RULE_HEALTH
+                    } else {
+                        0
+                    };
                     match self.placed.get(slot) {
                         Some(p) => RuleValue {
                             counters,
                             first: p.first,
                             count: p.outputs.len() as u32,
-                            flags: RULE_FAST | sources,
+                            flags: RULE_FAST | sources | health,
                         },
                         None => RuleValue {
                             counters,
@@ -565,6 +627,7 @@ mod tests {
     fn the_layouts_are_those_of_the_c_program() {
         assert_eq!(std::mem::size_of::<RuleKey>(), 44);
         assert_eq!(std::mem::size_of::<RuleValue>(), 16);
+        assert_eq!(HEALTH_RECORD, 1496);
         assert_eq!(std::mem::size_of::<OutputValue>(), 64);
         assert_eq!(std::mem::size_of::<UnicastKey>(), 24);
         assert_eq!(std::mem::size_of::<VlanKey>(), 8);
@@ -714,5 +777,59 @@ mod tests {
         assert_eq!(p.set.len(), 1);
         assert_eq!(p.set[0].1.flags & RULE_FAST, 0);
         assert!(p.remove.is_empty());
+    }
+
+    #[test]
+    fn a_followed_rule_sends_its_health_and_one_turned_off_stops() {
+        let mut maps = Maps::new(16);
+        let t = table(&[("a", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])]);
+        let mut f = FastTable::compile(&t, &layout(), |_| true);
+        let p = maps.plan(&f).expect("room");
+        assert_eq!(p.set[0].1.flags, RULE_FAST | RULE_HEALTH);
+        f.rules.get_mut(&0).expect("rule").health = false;
+        let p = maps.plan(&f).expect("room");
+        assert_eq!(p.set.len(), 1);
+        assert_eq!(p.set[0].1.flags, RULE_FAST);
+    }
+
+    #[test]
+    fn health_records_are_read_as_the_program_writes_them() {
+        let header = HealthHeader {
+            rule: 40,
+            length: 5,
+            taken: 5,
+            arrived_ns: 7,
+            missed: 2,
+        };
+        let mut b = header.as_bytes().to_vec();
+        b.extend_from_slice(b"hello");
+        b.resize(HEALTH_RECORD, 0);
+        let r = HealthRecord::parse(&b).expect("record");
+        assert_eq!((r.header, r.payload, r.whole()), (header, &b"hello"[..], true));
+        // A jumbo datagram: only the first HEALTH_PAYLOAD bytes.
+        let big = HealthHeader {
+            length: 9000,
+            taken: HEALTH_PAYLOAD as u16,
+            ..header
+        };
+        let mut b = big.as_bytes().to_vec();
+        b.resize(HEALTH_RECORD, 0);
+        let r = HealthRecord::parse(&b).expect("record");
+        assert!(!r.whole());
+        assert_eq!(r.payload.len(), HEALTH_PAYLOAD);
+        // More taken than there is, or than the datagram had: not a record.
+        for bad in [
+            HealthHeader { taken: 6, ..header },
+            HealthHeader {
+                length: 9000,
+                taken: HEALTH_PAYLOAD as u16 + 1,
+                ..header
+            },
+        ] {
+            let mut b = bad.as_bytes().to_vec();
+            b.resize(HEALTH_RECORD + 8, 0);
+            assert_eq!(HealthRecord::parse(&b), None);
+        }
+        assert_eq!(HealthRecord::parse(&[0; 10]), None);
     }
 }

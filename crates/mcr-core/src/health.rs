@@ -96,6 +96,15 @@ impl RtpSequence {
         }
     }
 
+    /// Forgets what the next packet is expected to be (its reader missed
+    /// packets it cannot count): the next one starts the sequence again,
+    /// as the first did, and no count changes.
+    pub fn resync(&mut self) {
+        self.state = None;
+        self.bad_seq = None;
+        self.last = None;
+    }
+
     /// The counts so far.
     pub fn counts(&self) -> RtpCounts {
         RtpCounts {
@@ -245,6 +254,12 @@ impl Default for TsHealth {
 }
 
 impl TsHealth {
+    /// Forgets every PID's continuity counter (its reader missed packets
+    /// it cannot count); no count changes.
+    pub fn resync(&mut self) {
+        self.pids.fill(0);
+    }
+
     /// The counts so far.
     pub fn counts(&self) -> TsCounts {
         self.counts
@@ -361,6 +376,13 @@ impl Default for InputHealth {
 }
 
 impl InputHealth {
+    /// Forgets what the next packets are expected to be (their reader
+    /// missed some): no gap it did not see is counted.
+    pub fn resync(&mut self) {
+        self.rtp.resync();
+        self.ts.resync();
+    }
+
     /// Takes one datagram's UDP payload, which arrived at `arrived_ns`;
     /// returns what it was to the RTP stream, when it is RTP.
     pub fn observe(&mut self, payload: &[u8], arrived_ns: u64) -> Option<Arrival> {
@@ -517,6 +539,29 @@ mod tests {
         );
         assert_eq!(h.counts().continuity_errors, 2);
         assert_eq!(h.counts().packets, 10);
+    }
+
+    #[test]
+    fn a_resync_forgets_what_comes_next_and_changes_no_count() {
+        let mut s = RtpSequence::new(90_000);
+        for i in 0..3 {
+            observe(&mut s, 100, i);
+        }
+        s.resync();
+        // 10 packets its reader never saw: neither lost nor a restart.
+        assert_eq!(observe(&mut s, 100, 13), Arrival::New);
+        assert_eq!(observe(&mut s, 100, 14), Arrival::New);
+        let c = s.counts();
+        assert_eq!((c.packets, c.lost, c.restarts, c.duplicates), (5, 0, 0, 0));
+        observe(&mut s, 100, 16);
+        assert_eq!(s.counts().lost, 1, "counted again after it");
+        let mut h = TsHealth::default();
+        h.observe(&ts_datagram(&[(100, 0), (100, 1)]), 0);
+        h.resync();
+        h.observe(&ts_datagram(&[(100, 9), (100, 10)]), 1);
+        assert_eq!(h.counts().continuity_errors, 0);
+        h.observe(&ts_datagram(&[(100, 12)]), 2);
+        assert_eq!(h.counts().continuity_errors, 1);
     }
 
     #[test]

@@ -390,7 +390,7 @@ pub fn render(version: &str, stats: &StatsReport, rules: &[RuleStatus], workers:
     .sample(&[], u8::from(stats.datapath.is_some()));
     if let Some(d) = &stats.datapath {
         type DpCounter = fn(&crate::control::DatapathStats) -> u64;
-        let counters: [(&'static str, &str, DpCounter); 3] = [
+        let counters: [(&'static str, &str, DpCounter); 4] = [
             (
                 "mcr_datapath_rx_frames_total",
                 "Frames MCR's eBPF program took and forwarded.",
@@ -401,6 +401,11 @@ pub fn render(version: &str, stats: &StatsReport, rules: &[RuleStatus], workers:
                 "mcr_datapath_tx_packets_total",
                 "Copies MCR's eBPF program sent, all outputs together.",
                 |d| d.tx_packets,
+            ),
+            (
+                "mcr_datapath_health_missed_total",
+                "Datagrams whose input health MCR's eBPF program could not hand on (its health ring was full).",
+                |d| d.health_missed,
             ),
         ];
         for (name, help, get) in counters {
@@ -606,6 +611,7 @@ mod tests {
                 rx_bytes: 106_000,
                 tx_packets: 97,
                 rx_pps: 10.0,
+                health_missed: 3,
             }),
             datapath_missing: None,
         };
@@ -689,6 +695,7 @@ mod tests {
             "mcr_datapath_ebpf_up 1",
             "mcr_datapath_rx_frames_total 100",
             "mcr_datapath_tx_packets_total 97",
+            "mcr_datapath_health_missed_total 3",
             "mcr_datapath_interface_attached{interface=\"eth0\"} 1",
         ] {
             assert!(text.lines().any(|l| l == want), "missing `{want}` in\n{text}");

@@ -55,6 +55,10 @@ pub enum WorkerCounter {
     /// Dropped: an IPv6 extension header MCR does not pass over (ESP, AH,
     /// a routing header with segments left, too many headers).
     Ipv6Extension,
+    /// Datagrams whose health the eBPF data path could not hand on because
+    /// its health ring was full (the data path's block only; worker 0 reads
+    /// the ring, and starts the inputs' sequences afresh when this grows).
+    HealthMissed,
 }
 
 impl WorkerCounter {
@@ -278,6 +282,14 @@ impl StatsLayout {
         w * self.per_worker() + WORKER_COUNTERS + slot as usize * LINE + c as usize
     }
 
+    /// The rule slot whose first counter is at `index` of a block (what the
+    /// eBPF data path names a rule by), if one is.
+    pub fn rule_slot_at(&self, index: usize) -> Option<u32> {
+        let off = index.checked_sub(WORKER_COUNTERS)?;
+        let slot = off / LINE;
+        (off % LINE == 0 && slot < self.rule_slots).then(|| u32::try_from(slot).ok())?
+    }
+
     /// Where worker `w`'s counter `c` of output slot `slot` lives.
     pub fn output(&self, w: usize, slot: u32, c: OutputCounter) -> usize {
         self.output_line(w, slot) + c as usize
@@ -342,7 +354,13 @@ mod tests {
         assert!(l.output(0, 3, OutputCounter::TooBig) < l.datapath_len());
         assert_eq!(l.health(1, 2, 3, HealthCounter::Packets) % LINE, 0);
         assert!(all.iter().all(|&i| i < l.len()));
-        assert!((WorkerCounter::RingErrors as usize) < WORKER_COUNTERS);
+        assert!((WorkerCounter::HealthMissed as usize) < WORKER_COUNTERS);
+        for slot in [0, 1, 2] {
+            assert_eq!(l.rule_slot_at(l.rule(0, slot, RuleCounter::Packets)), Some(slot));
+        }
+        assert_eq!(l.rule_slot_at(l.rule(0, 1, RuleCounter::Bytes)), None);
+        assert_eq!(l.rule_slot_at(3), None);
+        assert_eq!(l.rule_slot_at(l.output(0, 0, OutputCounter::Packets)), None);
         assert!((InputCounter::NotRtp as usize) < LINE && (RuleCounter::Active as usize) < LINE);
         // Rule and output lines start on cache-line boundaries.
         assert_eq!(l.rule(1, 2, RuleCounter::Packets) % LINE, 0);

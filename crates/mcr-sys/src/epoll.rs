@@ -27,10 +27,19 @@ impl Epoll {
     /// Watches `fd` for readability; [`Epoll::wait`] reports it as `token`.
     /// The caller keeps `fd` open while it is registered.
     pub fn add_readable(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: token,
-        };
+        self.add(fd, token, libc::EPOLLIN as u32)
+    }
+
+    /// Watches `fd` for wake-ups only (edge-triggered): [`Epoll::wait`]
+    /// reports it as `token` when its owner signals new data, not for as
+    /// long as data waits (a BPF ring buffer read on a timer, whose
+    /// producer wakes the reader only when it fills up).
+    pub fn add_wakeups(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        self.add(fd, token, (libc::EPOLLIN | libc::EPOLLET) as u32)
+    }
+
+    fn add(&self, fd: BorrowedFd<'_>, token: u64, events: u32) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
         // SAFETY: `ev` is a valid epoll_event for the call; both fds are open.
         let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
         crate::check(rc).map(|_| ())

@@ -5,6 +5,13 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The size of a memory page.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf takes a constant and touches no memory.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+}
+
 /// A shared, read-write mapping of `len` bytes of a file descriptor.
 ///
 /// Owners that also own the fd must declare the `Mmap` field before the
@@ -18,21 +25,24 @@ pub(crate) struct Mmap {
 impl Mmap {
     /// Maps `len` bytes of `fd` from offset 0, shared and writable.
     pub(crate) fn shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mmap> {
+        Mmap::at(fd, len, 0, true)
+    }
+
+    /// Maps `len` bytes of `fd` from `offset` (page aligned), shared;
+    /// writable or read-only.
+    pub(crate) fn at(fd: BorrowedFd<'_>, len: usize, offset: usize, writable: bool) -> io::Result<Mmap> {
         if len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty mapping"));
         }
+        let offset = libc::off_t::try_from(offset).map_err(|_| io::Error::other("mapping offset too large"))?;
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
         // SAFETY: a fresh mapping chosen by the kernel (addr null) aliases
         // no Rust object; the arguments are plain values.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.as_raw_fd(), offset) };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }

@@ -372,6 +372,13 @@ fn stats(o: &mut String, s: &StatsReport) {
                 rate(d.rx_pps),
                 d.tx_packets
             );
+            if d.health_missed > 0 {
+                let _ = writeln!(
+                    o,
+                    "       {} datagrams' health not followed: the health ring was full (worker 0 fell behind)",
+                    d.health_missed
+                );
+            }
         }
         (None, Some(why)) => {
             let _ = writeln!(o, "ebpf   not loaded: {why}; the workers forward every rule");

@@ -11,6 +11,10 @@ pub const WORKER_STATS_FD: i32 = 4;
 /// With `--ring-filter`, the eBPF socket filter of the rings (the kernel
 /// data path's counterpart) is this descriptor number in the worker.
 pub const WORKER_FILTER_FD: i32 = 5;
+/// With `--health-ring` (worker 0, with the eBPF data path), the ring the
+/// kernel data path hands the payloads of followed inputs to is this
+/// descriptor number in the worker.
+pub const WORKER_HEALTH_FD: i32 = 7;
 
 /// Supervisor to worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -10,6 +10,7 @@
 //! killed, detaches everything it attached.
 
 pub mod elf;
+pub mod ringbuf;
 
 use std::collections::BTreeMap;
 use std::io;

@@ -204,12 +204,6 @@ fn ring_u32(n: usize) -> io::Result<u32> {
 }
 
 /// The system's page size (ring blocks must be multiples of it).
-fn page_size() -> usize {
-    // SAFETY: sysconf takes a constant and touches no memory.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
-}
-
 /// The most bytes of frames too long for their V2 slots that wait on a
 /// ring's socket.
 const MAX_WHOLE_QUEUE: usize = 64 << 20;
@@ -237,7 +231,7 @@ impl RxRing {
             RingVersion::V3 => libc::tpacket_versions::TPACKET_V3 as libc::c_int,
         };
         set_raw(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VERSION, &version)?;
-        let page = page_size();
+        let page = crate::mmap::page_size();
         let map_len = match cfg.version {
             RingVersion::V2 => {
                 // Room for the header, the link-layer address and the frame.

@@ -49,8 +49,13 @@ impl Datapath {
     }
 
     /// The workers' ring filter.
-    pub fn ring_filter(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.loaded.ring_filter().as_fd())
+    pub fn ring_filter(&self) -> BorrowedFd<'_> {
+        self.loaded.ring_filter().as_fd()
+    }
+
+    /// The ring of health records worker 0 reads.
+    pub fn health_ring(&self) -> Option<BorrowedFd<'_>> {
+        self.loaded.health_ring().ok().map(AsFd::as_fd)
     }
 
     /// The counters the program adds to.

@@ -350,8 +350,12 @@ impl Supervisor {
 
     fn start_worker(&mut self, i: usize) {
         let w = &mut self.workers[i];
-        let filter = self.kernel.as_ref().and_then(datapath::Datapath::ring_filter);
-        match w.spawn(&self.recipe, &self.counters, filter, &self.table_line, &self.events) {
+        // Worker 0 reads the kernel data path's health records.
+        let kernel = self.kernel.as_ref().map(|k| workers::FromKernel {
+            ring_filter: k.ring_filter(),
+            health_ring: (i == 0).then(|| k.health_ring()).flatten(),
+        });
+        match w.spawn(&self.recipe, &self.counters, kernel, &self.table_line, &self.events) {
             Ok(()) => {
                 tracing::info!("worker {i} started (pid {:?}, CPU {})", w.pid, w.cpu);
                 self.step(Event::WorkerStarted(i));
@@ -632,17 +636,7 @@ impl Supervisor {
         let Some(k) = &self.kernel else { return };
         for (r, s) in self.plane.rules().iter().zip(&mut report.rules) {
             match k.why_not(r.slot) {
-                None => {
-                    s.datapath = "ebpf".into();
-                    if r.rule.health {
-                        // The in-kernel path forwards without the workers
-                        // seeing the packets.
-                        s.health.clear();
-                        s.health_not_followed = Some(
-                            "not followed on the eBPF data path (the workers follow it where they forward)".into(),
-                        );
-                    }
-                }
+                None => s.datapath = "ebpf".into(),
                 Some(why) => s.datapath_reason = Some(why.to_string()),
             }
         }

@@ -371,6 +371,7 @@ impl Stats {
                 rx_bytes: self.kernel(c, WorkerCounter::RxBytes),
                 tx_packets: self.kernel(c, WorkerCounter::TxPackets),
                 rx_pps: rate(Key::Kernel).0,
+                health_missed: self.kernel(c, WorkerCounter::HealthMissed),
             }),
             datapath_missing: None,
         }

@@ -22,8 +22,20 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::control::{LineEnd, read_line};
 use crate::channel::{
-    FromWorker, Problem, RingNote, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_RINGS_FD, WORKER_STATS_FD,
+    FromWorker, Problem, RingNote, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_HEALTH_FD, WORKER_RINGS_FD,
+    WORKER_STATS_FD,
 };
+
+
+/// What the eBPF data path gives a worker: its rings' socket filter, and
+/// (worker 0 only) the ring of health records to read.
+#[derive(Debug, Clone, Copy)]
+pub struct FromKernel<'a> {
+    /// The rings' socket filter.
+    pub ring_filter: std::os::fd::BorrowedFd<'a>,
+    /// The health ring.
+    pub health_ring: Option<std::os::fd::BorrowedFd<'a>>,
+}
 
 /// The supervisor's copies of a worker's receive rings, by interface.
 pub type KeptRings = BTreeMap<u32, (RingGeometry, OwnedFd)>;
@@ -128,7 +140,7 @@ impl WorkerSlot {
         &mut self,
         recipe: &Recipe,
         counters: &SharedCounters,
-        ring_filter: Option<std::os::fd::BorrowedFd<'_>>,
+        kernel: Option<FromKernel<'_>>,
         table: &watch::Sender<Arc<Vec<u8>>>,
         events: &mpsc::UnboundedSender<WorkerEvent>,
     ) -> std::io::Result<()> {
@@ -146,9 +158,13 @@ impl WorkerSlot {
             (counters.as_fd(), WORKER_STATS_FD),
             (keeper_theirs.as_fd(), WORKER_RINGS_FD),
         ];
-        if let Some(f) = ring_filter {
-            fds.push((f, WORKER_FILTER_FD));
+        if let Some(k) = kernel {
+            fds.push((k.ring_filter, WORKER_FILTER_FD));
             cmd.arg("--ring-filter");
+            if let Some(h) = k.health_ring {
+                fds.push((h, WORKER_HEALTH_FD));
+                cmd.arg("--health-ring");
+            }
         }
         mcr_sys::process::pass_fds(&mut cmd, &fds);
         // A worker dies with its supervisor.

@@ -5,7 +5,12 @@
 //! totals. A state starts from the totals already there (a worker that
 //! restarts carries on its predecessor's counts) and is kept across tables
 //! while its rule and input stay the same.
+//!
+//! Worker 0 also follows the inputs the eBPF data path forwards from: the
+//! program hands each of their datagrams to a BPF ring buffer
+//! ([`KernelRecords`]), which it reads on its timer.
 
+use mcr_core::datapath::HealthRecord;
 use mcr_core::health::{Carries, InputHealth};
 use mcr_core::snapshot::TableSnapshot;
 use mcr_core::stats::HealthCounter as H;
@@ -44,6 +49,8 @@ struct Tracked {
     written_errors: u64,
     written_at_ns: u64,
     dirty: bool,
+    /// Fed from the eBPF data path's records.
+    from_kernel: bool,
 }
 
 impl Tracked {
@@ -109,6 +116,7 @@ impl Health {
                             written_errors: 0,
                             written_at_ns: 0,
                             dirty: false,
+                            from_kernel: false,
                         }
                     }
                 };
@@ -122,16 +130,48 @@ impl Health {
     /// `input` of the rule in slot `slot` at `arrived_ns` (realtime).
     #[inline]
     pub fn packet(&mut self, slot: u32, input: usize, payload: &[u8], arrived_ns: u64, counts: &Counts<'_>) {
+        self.arrived(slot, input, Some(payload), arrived_ns, counts);
+    }
+
+    /// A datagram came: its payload looked at if there is one (the eBPF
+    /// data path's records hold at most a 1500-byte MTU's), only counted
+    /// if not.
+    #[inline]
+    fn arrived(&mut self, slot: u32, input: usize, payload: Option<&[u8]>, arrived_ns: u64, counts: &Counts<'_>) {
         let Some(t) = self.inputs.get_mut(&(slot, input)) else {
             return;
         };
-        t.state.observe(payload, arrived_ns);
+        if let Some(p) = payload {
+            t.state.observe(p, arrived_ns);
+        }
         t.packets += 1;
         t.last_arrival_ns = arrived_ns;
         t.dirty = true;
         let errors = t.errors();
         if errors != t.written_errors || arrived_ns.saturating_sub(t.written_at_ns) >= WRITE_EVERY_NS {
             write(slot, input, t, arrived_ns, counts);
+        }
+    }
+
+    /// Takes one record of the eBPF data path's health ring, whose
+    /// monotonic arrival time is `offset_ns` behind the real-time clock.
+    fn record(&mut self, r: &HealthRecord<'_>, offset_ns: i64, counts: &Counts<'_>) {
+        let Some(slot) = counts.layout.rule_slot_at(r.header.rule as usize) else {
+            return;
+        };
+        if let Some(t) = self.inputs.get_mut(&(slot, 0)) {
+            t.from_kernel = true;
+        }
+        let at = r.header.arrived_ns.saturating_add_signed(offset_ns);
+        self.arrived(slot, 0, r.whole().then_some(r.payload), at, counts);
+    }
+
+    /// The data path lost records: what the inputs it feeds expect next
+    /// (sequence numbers, continuity counters) is forgotten, so that a gap
+    /// that is the ring's is not taken for the stream's.
+    fn kernel_missed(&mut self) {
+        for t in self.inputs.values_mut().filter(|t| t.from_kernel) {
+            t.state.resync();
         }
     }
 
@@ -170,4 +210,49 @@ fn write(slot: u32, input: usize, t: &mut Tracked, now_ns: u64, counts: &Counts<
     t.written_errors = t.errors();
     t.written_at_ns = now_ns;
     t.dirty = false;
+}
+
+/// Worker 0's reading of the eBPF data path's health ring.
+#[derive(Debug)]
+pub struct KernelRecords {
+    ring: mcr_sys::bpf::ringbuf::RingReader,
+    /// The data path's count of records it lost, as the last record said.
+    missed: u64,
+}
+
+/// The most records taken at one reading, so that the worker's own rings
+/// wait no longer than that (the rest are read at once after them).
+const RECORDS_PER_READ: usize = 4096;
+
+/// How often worker 0 reads the ring at the latest, in ms (the program
+/// wakes it sooner when the ring is a quarter full).
+pub const KERNEL_READ_EVERY_MS: i32 = 25;
+
+impl KernelRecords {
+    /// Reads the ring mapped from `ring`.
+    pub fn new(ring: mcr_sys::bpf::ringbuf::RingReader) -> Self {
+        KernelRecords { ring, missed: 0 }
+    }
+
+    /// Hands the records that wait to `health`; true if more still wait.
+    pub fn read(&mut self, health: &mut Health, counts: &Counts<'_>) -> bool {
+        let offset_ns = mcr_sys::clock::realtime_offset_ns();
+        let KernelRecords { ring, missed } = self;
+        ring.drain(RECORDS_PER_READ, |rec| {
+            let Some(r) = HealthRecord::parse(rec) else {
+                return;
+            };
+            if r.header.missed != *missed {
+                *missed = r.header.missed;
+                health.kernel_missed();
+            }
+            health.record(&r, offset_ns, counts);
+        });
+        !ring.is_empty()
+    }
+
+    /// The ring's descriptor (readable when the program wakes the worker).
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.ring)
+    }
 }

@@ -24,10 +24,12 @@ use mcr_sys::ring::{RingConfig, RingVersion};
 use mcr_sys::shm::SharedCounters;
 
 use crate::channel::{
-    FromWorker, Problem, Scope, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_RINGS_FD, WORKER_STATS_FD,
+    FromWorker, Problem, Scope, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_HEALTH_FD, WORKER_RINGS_FD,
+    WORKER_STATS_FD,
 };
 use egress::{Counts, Egress};
-use health::Health;
+use health::{Health, KERNEL_READ_EVERY_MS, KernelRecords};
+use mcr_sys::bpf::ringbuf::RingReader;
 use ingress::Ingress;
 use redundancy::Redundancy;
 
@@ -59,6 +61,10 @@ pub struct WorkerArgs {
     /// use it instead of a classic filter).
     #[arg(long)]
     pub ring_filter: bool,
+    /// The supervisor passed the eBPF data path's health ring (worker 0
+    /// follows the health of the inputs the kernel forwards from).
+    #[arg(long)]
+    pub health_ring: bool,
 }
 
 /// The ring format's kernel version (mcr-sys knows nothing of settings).
@@ -73,6 +79,8 @@ pub fn ring_version(f: RingFormat) -> RingVersion {
 const RING_BUDGET: usize = 256;
 /// The epoll token of the channel (rings use their index).
 const CHANNEL: u64 = u64::MAX;
+/// The epoll token of the eBPF data path's health ring.
+const KERNEL_HEALTH: u64 = u64::MAX - 1;
 
 struct Worker {
     args: WorkerArgs,
@@ -85,6 +93,7 @@ struct Worker {
     egress: Egress,
     redundancy: Redundancy,
     health: Health,
+    kernel_health: Option<KernelRecords>,
 }
 
 /// Runs a worker until the supervisor says stop or goes away.
@@ -100,6 +109,12 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let counters = SharedCounters::open(stats_fd, layout.len()).context("map the statistics memory")?;
     let ring_filter = if args.ring_filter {
         Some(take_fd(WORKER_FILTER_FD)?)
+    } else {
+        None
+    };
+    let kernel_health = if args.health_ring {
+        let ring = RingReader::new(take_fd(WORKER_HEALTH_FD)?).context("map the eBPF data path's health ring")?;
+        Some(KernelRecords::new(ring))
     } else {
         None
     };
@@ -132,6 +147,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         egress: Egress::new(MAX_UDP_PENDING),
         redundancy: Redundancy::default(),
         health: Health::default(),
+        kernel_health,
     };
     w.say(&FromWorker::Ready {
         pid: std::process::id(),
@@ -162,6 +178,10 @@ impl Worker {
     fn run(&mut self) -> anyhow::Result<()> {
         let mut epoll = Epoll::new(64)?;
         epoll.add_readable(self.channel.as_fd(), CHANNEL)?;
+        if let Some(k) = &self.kernel_health {
+            epoll.add_wakeups(k.as_fd(), KERNEL_HEALTH)?;
+        }
+        let mut records_wait = false;
         let mut last_stats = mcr_sys::clock::monotonic_ns();
         loop {
             // Any wake-up looks at every ring: a ring whose slot is not ready
@@ -172,11 +192,19 @@ impl Worker {
             let mut errored: Vec<u32> = Vec::new();
             // Wake for what a rule with several inputs waits for (a gap a
             // merge gives up, a failover's loss of signal), at the latest.
-            let timeout_ms = self.redundancy.deadline().map_or(100, |d| {
+            let mut timeout_ms = self.redundancy.deadline().map_or(100, |d| {
                 let wait = d.saturating_sub(mcr_sys::clock::monotonic_ns());
                 wait.div_ceil(1_000_000).min(100) as i32
             });
+            // And for the kernel data path's health records: at once if
+            // some were left waiting, else on the reading timer.
+            if self.kernel_health.is_some() {
+                timeout_ms = timeout_ms.min(if records_wait { 0 } else { KERNEL_READ_EVERY_MS });
+            }
             for r in epoll.wait_events(timeout_ms)? {
+                if r.token == KERNEL_HEALTH {
+                    continue;
+                }
                 if r.token == CHANNEL {
                     table_msg = true;
                 } else if r.error {
@@ -189,6 +217,7 @@ impl Worker {
                 }
             }
             self.forward_ready();
+            records_wait = self.read_kernel_health();
             self.poll_timed();
             if table_msg && self.read_channel(&mut epoll)? {
                 return Ok(());
@@ -342,6 +371,28 @@ impl Worker {
                 return;
             }
         }
+    }
+
+    /// Hands the kernel data path's health records to the inputs' health
+    /// (worker 0); true if more wait.
+    fn read_kernel_health(&mut self) -> bool {
+        let Worker {
+            kernel_health,
+            health,
+            counters,
+            layout,
+            args,
+            ..
+        } = self;
+        let Some(k) = kernel_health else {
+            return false;
+        };
+        let counts = Counts {
+            counters,
+            layout,
+            worker: args.index,
+        };
+        k.read(health, &counts)
     }
 
     /// Sends what the rules with several inputs release with time, and

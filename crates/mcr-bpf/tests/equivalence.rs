@@ -21,10 +21,10 @@ use mcr_core::forward::{RxChecksum, parse, rewrite};
 use mcr_core::interfaces::{InterfaceInfo, Interfaces};
 use mcr_core::snapshot::TableSnapshot;
 use mcr_core::stats::{RuleCounter, StatsLayout};
-use mcr_sys::bpf::ringbuf::RingReader;
-use std::os::fd::AsFd;
 use mcr_core::table::{Lookup, MatchTable, OutputKind};
 use mcr_core::wire::{UDP_V4_HEADERS, UdpFrameSpec, write_udp_v4_frame};
+use mcr_sys::bpf::ringbuf::RingReader;
+use std::os::fd::AsFd;
 
 const TC_ACT_STOLEN: i32 = 4;
 const TCX_NEXT: i32 = -1;
@@ -352,7 +352,12 @@ fn every_datagram_the_program_takes_reaches_the_health_ring_in_order() {
     let (want, got) = in_namespace("bpf-eq-health", |d0, d1| {
         let b = bed(d0, d1);
         let l = loaded(&b);
-        let fd = l.health_ring().expect("ring").as_fd().try_clone_to_owned().expect("dup");
+        let fd = l
+            .health_ring()
+            .expect("ring")
+            .as_fd()
+            .try_clone_to_owned()
+            .expect("dup");
         let mut ring = RingReader::new(fd).expect("ring mapped");
         assert!(ring.is_empty());
         let layout = StatsLayout::new(1);

@@ -16,6 +16,10 @@ pub enum Signal {
     Kill,
     /// `SIGHUP`: reload.
     Hup,
+    /// `SIGSTOP`: pause (tests stall a process with it).
+    Stop,
+    /// `SIGCONT`: go on after `SIGSTOP`.
+    Cont,
 }
 
 impl Signal {
@@ -25,6 +29,8 @@ impl Signal {
             Signal::Int => libc::SIGINT,
             Signal::Kill => libc::SIGKILL,
             Signal::Hup => libc::SIGHUP,
+            Signal::Stop => libc::SIGSTOP,
+            Signal::Cont => libc::SIGCONT,
         }
     }
 }

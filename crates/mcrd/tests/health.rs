@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use mcr_core::control::{InputHealthStats, RuleStats};
+use mcr_sys::process::Signal;
 use mcr_testbed::presets::TwoPaths;
 use mcr_testbed::relay::Relay;
 use mcr_testbed::traffic::{Mcrgen, Received};
@@ -22,7 +23,10 @@ const MINUTES: Duration = Duration::from_secs(180);
 fn relay(p: &TwoPaths, datapath: &str, extra: &[&str]) -> Relay {
     let relay = relay_of(p, &["--datapath", datapath, "--workers", "2"], extra);
     let s = relay.stats().expect("stats");
-    assert_eq!(s.rules[0].datapath, if datapath == "packet" { "packet" } else { "ebpf" });
+    assert_eq!(
+        s.rules[0].datapath,
+        if datapath == "packet" { "packet" } else { "ebpf" }
+    );
     relay
 }
 
@@ -190,5 +194,58 @@ fn faults(datapath: &str) {
         "{h:?}"
     );
     assert_eq!(ts.pat_errors, 0);
+    relay.stop().expect("stopped");
+}
+
+/// Worker 0, which reads the eBPF data path's health ring, stalls (stopped)
+/// for longer than the ring holds while the stream goes on: the relay
+/// forwards every packet all the same, counts the records the ring could
+/// not hold, and makes no error of the packets its health did not see.
+#[test]
+fn a_full_health_ring_is_counted_and_no_error_is_made_of_it() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("health-ring-full").expect("topology");
+    let a = p.impair(false, &[]).expect("path a");
+    let relay = relay(&p, "ebpf", &[]);
+    // 12 s at 2000 pps; the ring holds about 5.5 s of it.
+    let count = 24_000;
+    let got = std::thread::scope(|s| {
+        let sender = s.spawn(|| send(&p, count));
+        std::thread::sleep(Duration::from_secs(2));
+        let pid = relay.workers().expect("workers")[0].pid.expect("worker 0 runs");
+        // The test started mcrd, which started this worker.
+        mcr_sys::process::send_signal(pid, Signal::Stop).expect("stop worker 0");
+        std::thread::sleep(Duration::from_secs(8));
+        mcr_sys::process::send_signal(pid, Signal::Cont).expect("worker 0 goes on");
+        sender.join().expect("sender")
+    });
+    a.stop().expect("path a");
+    let s = &got.report.streams[0];
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert_eq!((s.unique, s.lost), (count, 0), "the kernel forwarded every packet");
+    // Read after worker 0 has caught up with what the ring held.
+    std::thread::sleep(Duration::from_millis(500));
+    let st = relay.stats().expect("stats");
+    let missed = st.datapath.as_ref().expect("the eBPF data path").health_missed;
+    assert!(missed > 1000 && missed < count, "{missed} missed");
+    let (r, h) = feed(&relay);
+    assert_eq!(r.packets, count);
+    let (rtp, ts) = (h.rtp.expect("rtp"), h.ts.expect("ts"));
+    assert_eq!(
+        (rtp.lost, rtp.late, rtp.duplicates, rtp.restarts),
+        (0, 0, 0, 0),
+        "{h:?}"
+    );
+    assert_eq!(ts.packets, 7 * (count - missed), "every packet the ring held looked at");
+    assert_eq!(
+        (ts.sync_losses, ts.sync_byte_errors, ts.pat_errors, ts.continuity_errors),
+        (0, 0, 0, 0),
+        "{h:?}"
+    );
+    let text = relay.ctl_ok(&["stats"]).expect("stats");
+    assert!(
+        text.contains(&format!("{missed} datagrams' health not followed")),
+        "{text}"
+    );
     relay.stop().expect("stopped");
 }

@@ -26,7 +26,6 @@ use crate::channel::{
     WORKER_STATS_FD,
 };
 
-
 /// What the eBPF data path gives a worker: its rings' socket filter, and
 /// (worker 0 only) the ring of health records to read.
 #[derive(Debug, Clone, Copy)]

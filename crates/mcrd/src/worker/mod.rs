@@ -29,8 +29,8 @@ use crate::channel::{
 };
 use egress::{Counts, Egress};
 use health::{Health, KERNEL_READ_EVERY_MS, KernelRecords};
-use mcr_sys::bpf::ringbuf::RingReader;
 use ingress::Ingress;
+use mcr_sys::bpf::ringbuf::RingReader;
 use redundancy::Redundancy;
 
 /// How a worker was started (its command line).

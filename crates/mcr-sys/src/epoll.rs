@@ -35,7 +35,7 @@ impl Epoll {
     /// long as data waits (a BPF ring buffer read on a timer, whose
     /// producer wakes the reader only when it fills up).
     pub fn add_wakeups(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
-        self.add(fd, token, (libc::EPOLLIN | libc::EPOLLET) as u32)
+        self.add(fd, token, (libc::EPOLLIN | libc::EPOLLET).cast_unsigned())
     }
 
     fn add(&self, fd: BorrowedFd<'_>, token: u64, events: u32) -> io::Result<()> {

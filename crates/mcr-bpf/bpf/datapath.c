@@ -57,6 +57,7 @@ static __u64 (*ktime_get_ns)(void) = (void *)BPF_FUNC_ktime_get_ns;
 static void *(*ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)BPF_FUNC_ringbuf_reserve;
 static void (*ringbuf_submit)(void *data, __u64 flags) = (void *)BPF_FUNC_ringbuf_submit;
 static __u64 (*ringbuf_query)(void *ringbuf, __u64 flags) = (void *)BPF_FUNC_ringbuf_query;
+static void (*ringbuf_discard)(void *data, __u64 flags) = (void *)BPF_FUNC_ringbuf_discard;
 
 // ---- maps ---------------------------------------------------------------
 
@@ -140,19 +141,45 @@ struct vlan_key {
 };
 
 // What the `health` ring carries for each datagram of a rule whose health
-// is followed: the rule (its first counter), when the datagram came
-// (CLOCK_MONOTONIC), its UDP payload's length and as much of the payload
-// as `payload` holds (a whole datagram of a 1500-byte MTU), and the
-// records lost so far because the ring was full (so the reader knows that
-// a gap it sees is its own, not the stream's).
+// is followed, in one of two forms behind the same head: the rule (its
+// first counter), the UDP payload's length, the form, when the datagram
+// came (CLOCK_MONOTONIC), and the records lost so far because the ring was
+// full (so the reader knows that a gap it sees is its own, not the
+// stream's).
+//
+// HEALTH_PIECES (most datagrams: MPEG-TS in UDP or in plain RTP, RTP of
+// anything): only the bytes the health checks read, which lie at fixed
+// places: the first 16 bytes (the RTP header, the first transport packet's
+// header), the last byte (RTP padding), and 16 bytes at the start of every
+// whole 188-byte transport packet counted from 0 and from 12 (after a plain
+// RTP header). A datagram where the checks would read elsewhere (an RTP
+// header with CSRCs or an extension; a PAT section whose table id lies
+// past its piece) goes whole instead.
+// HEALTH_WHOLE: the payload itself, as much as `payload` holds (a whole
+// datagram of a 1500-byte MTU).
 #define HEALTH_PAYLOAD 1472
-struct health_record {
+#define HEALTH_WHOLE 0
+#define HEALTH_PIECES 1
+#define TS_PACKET 188
+#define TS_IN_DATAGRAM 7
+#define PIECE 16
+struct health_head {
     __u32 rule;
     __u16 length;
-    __u16 taken;
+    __u16 form;
     __u64 arrived_ns;
     __u64 missed;
+};
+struct health_record {
+    struct health_head head;
     __u8 payload[HEALTH_PAYLOAD];
+};
+struct health_pieces {
+    struct health_head head;
+    __u8 first[PIECE];
+    __u8 last;
+    __u8 pad[7];
+    __u8 at[2][TS_IN_DATAGRAM][PIECE];
 };
 
 // The most outputs one rule may have here (more: the workers forward it).
@@ -185,9 +212,10 @@ struct map_def SEC("maps") unicast_inputs = {BPF_MAP_TYPE_HASH, sizeof(struct un
                                              BPF_F_NO_PREALLOC};
 struct map_def SEC("maps") vlans = {BPF_MAP_TYPE_HASH, sizeof(struct vlan_key), sizeof(__u8), 65536,
                                     BPF_F_NO_PREALLOC};
-// Room for about 11,000 records: worker 0 empties it at least every 25 ms
-// and is woken when it is a quarter full.
-#define HEALTH_RING (16 << 20)
+// Room for about 15,000 records of pieces (a second of 15,000 packets):
+// worker 0 empties it at least every 25 ms and is woken when it is a
+// quarter full.
+#define HEALTH_RING (4 << 20)
 struct map_def SEC("maps") health = {BPF_MAP_TYPE_RINGBUF, 0, 0, HEALTH_RING, 0};
 
 _Static_assert(sizeof(struct rule_key) == 44, "rule_key layout");
@@ -195,7 +223,9 @@ _Static_assert(sizeof(struct rule) == 16, "rule layout");
 _Static_assert(sizeof(struct output) == 64, "output layout");
 _Static_assert(sizeof(struct unicast_key) == 24, "unicast_key layout");
 _Static_assert(sizeof(struct vlan_key) == 8, "vlan_key layout");
+_Static_assert(sizeof(struct health_head) == 24, "health_head layout");
 _Static_assert(sizeof(struct health_record) == 1496, "health_record layout");
+_Static_assert(sizeof(struct health_pieces) == 272, "health_pieces layout");
 
 INLINE void count(__u32 index, __u64 n) {
     __u64 *c = map_lookup(&counters, &index);
@@ -410,29 +440,92 @@ int mcr_ring_filter(struct __sk_buff *skb) {
 
 // ---- forwarding -------------------------------------------------------
 
-// Hands the datagram's payload to the `health` ring (its rule's health is
-// followed). A full ring counts the record missed.
-INLINE void follow(struct __sk_buff *skb, const struct pkt *p, __u32 rule) {
+INLINE void health_head(struct health_head *h, __u32 rule, __u32 len, __u16 form) {
+    __u32 at = C_HEALTH_MISSED;
+    __u64 *missed = map_lookup(&counters, &at);
+    h->rule = rule;
+    h->length = len;
+    h->form = form;
+    h->arrived_ns = ktime_get_ns();
+    h->missed = missed ? *missed : 0;
+}
+
+// Commits a record. Worker 0 reads the ring on its own timer; it is woken
+// only when the ring fills up past a quarter.
+INLINE void health_submit(void *h) {
+    __u64 wake = ringbuf_query(&health, BPF_RB_AVAIL_DATA) > HEALTH_RING / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+    ringbuf_submit(h, wake);
+}
+
+// The payload as it is (up to HEALTH_PAYLOAD bytes of it).
+INLINE void follow_whole(struct __sk_buff *skb, __u32 at, __u32 len, __u32 rule) {
     struct health_record *h = ringbuf_reserve(&health, sizeof(*h), 0);
     if (!h) {
         count(C_HEALTH_MISSED, 1);
         return;
     }
-    __u32 len = p->udp_len - UDP_LEN;
+    health_head(&h->head, rule, len, HEALTH_WHOLE);
     __u32 take = len < HEALTH_PAYLOAD ? len : HEALTH_PAYLOAD;
-    __u32 at = C_HEALTH_MISSED;
-    __u64 *missed = map_lookup(&counters, &at);
-    h->rule = rule;
-    h->length = len;
-    h->arrived_ns = ktime_get_ns();
-    h->missed = missed ? *missed : 0;
-    h->taken = 0;
-    if (take > 0 && take <= HEALTH_PAYLOAD && load_bytes(skb, p->l4 + UDP_LEN, h->payload, take) == 0)
-        h->taken = take;
-    // Worker 0 reads the ring on its own timer; it is woken only when the
-    // ring fills up past a quarter.
-    __u64 wake = ringbuf_query(&health, BPF_RB_AVAIL_DATA) > HEALTH_RING / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
-    ringbuf_submit(h, wake);
+    if (take > 0 && take <= HEALTH_PAYLOAD)
+        load_bytes(skb, at, h->payload, take);
+    health_submit(h);
+}
+
+// The pieces of the payload the checks read; 0 if they would read
+// elsewhere (then nothing is committed).
+INLINE int follow_pieces(struct __sk_buff *skb, __u32 at, __u32 len, __u32 rule) {
+    struct health_pieces *h = ringbuf_reserve(&health, sizeof(*h), 0);
+    if (!h) {
+        count(C_HEALTH_MISSED, 1);
+        return 1;
+    }
+    // What is not a piece of this payload reads as zeros.
+    __builtin_memset((__u8 *)h + sizeof(h->head), 0, sizeof(*h) - sizeof(h->head));
+    if (len >= PIECE) {
+        load_bytes(skb, at, h->first, PIECE);
+    } else if (len > 0 && len < PIECE) {
+        load_bytes(skb, at, h->first, len);
+    }
+    if (len > 0)
+        load_bytes(skb, at + len - 1, &h->last, 1);
+    __u8 b0 = h->first[0];
+    // RTP with CSRCs or an extension: the transport packets start
+    // elsewhere.
+    int whole = len > 0 && (b0 & 0xc0) == 0x80 && (b0 & 0x1f) != 0;
+#pragma clang loop unroll(full)
+    for (int b = 0; b < 2; b++) {
+#pragma clang loop unroll(full)
+        for (int k = 0; k < TS_IN_DATAGRAM; k++) {
+            __u32 off = b * 12 + k * TS_PACKET;
+            if (off + PIECE > len)
+                break;
+            __u8 *piece = h->at[b][k];
+            if (load_bytes(skb, at + off, piece, PIECE) < 0)
+                break;
+            // A PAT packet that starts a section: its table id lies after
+            // the pointer field, and after an adaptation field if there is
+            // one; past the piece, the checks need the whole datagram.
+            if (piece[0] == 0x47 && (piece[1] & 0x5f) == 0x40 && piece[2] == 0 &&
+                ((piece[3] & 0x20) || 5 + piece[4] >= PIECE))
+                whole = 1;
+        }
+    }
+    if (whole) {
+        ringbuf_discard(h, BPF_RB_NO_WAKEUP);
+        return 0;
+    }
+    health_head(&h->head, rule, len, HEALTH_PIECES);
+    health_submit(h);
+    return 1;
+}
+
+// Hands what the health checks need of the datagram's payload to the
+// `health` ring (its rule's health is followed). A full ring counts the
+// record missed.
+INLINE void follow(struct __sk_buff *skb, const struct pkt *p, __u32 rule) {
+    __u32 len = p->udp_len - UDP_LEN, at = p->l4 + UDP_LEN;
+    if (len > HEALTH_PAYLOAD || !follow_pieces(skb, at, len, rule))
+        follow_whole(skb, at, len, rule);
 }
 
 // A socket of this host that listens to the datagram's port (other than

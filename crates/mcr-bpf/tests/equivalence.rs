@@ -9,14 +9,15 @@
 //! - what the program makes of a frame for an output is, byte for byte,
 //!   what the workers' rewrite makes of it;
 //! - every datagram it takes reaches the health ring, in order, with its
-//!   rule and its payload byte for byte.
+//!   rule and its payload, whole or in the pieces the health checks read,
+//!   byte for byte as mcr-core's mirror of that choice makes them.
 //!
 //! Frames: valid ones for each rule, and a seeded stream of mutations of
 //! them (any byte of the headers flipped, cut short, lengths changed).
 
 use mcr_bpf::Loaded;
 use mcr_core::bpf::{FilterSpec, ingress_filter, interpret};
-use mcr_core::datapath::{FastTable, HealthRecord, Maps};
+use mcr_core::datapath::{FastTable, HEALTH_PAYLOAD, HEALTH_PIECES, HEALTH_WHOLE, HealthRecord, Maps, health_pieces};
 use mcr_core::forward::{RxChecksum, parse, rewrite};
 use mcr_core::interfaces::{InterfaceInfo, Interfaces};
 use mcr_core::snapshot::TableSnapshot;
@@ -363,14 +364,14 @@ fn every_datagram_the_program_takes_reaches_the_health_ring_in_order() {
         let layout = StatsLayout::new(1);
         let (mut want, mut got) = (Vec::new(), Vec::new());
         let mut last_ns = 0;
-        let mut read = |ring: &mut RingReader, got: &mut Vec<(u32, Vec<u8>)>| {
+        let mut read = |ring: &mut RingReader, got: &mut Vec<(u32, u16, Vec<u8>)>| {
             ring.drain(usize::MAX, |rec| {
                 let r = HealthRecord::parse(rec).expect("a record");
                 assert!(r.whole(), "a datagram of at most 1472 bytes is whole");
                 assert_eq!(r.header.missed, 0, "the ring never filled");
                 assert!(r.header.arrived_ns >= last_ns, "in order of arrival");
                 last_ns = r.header.arrived_ns;
-                got.push((r.header.rule, r.payload.to_vec()));
+                got.push((r.header.rule, r.header.form, r.body().to_vec()));
             });
         };
         for (n, f) in frames().into_iter().enumerate() {
@@ -384,10 +385,12 @@ fn every_datagram_the_program_takes_reaches_the_health_ring_in_order() {
                 assert_eq!(verdict, TC_ACT_STOLEN);
                 let d = parse(&f, f.len(), RxChecksum::Unknown, None).expect("owned frames parse");
                 let slot = b.clean_rule(&f).expect("a rule");
-                want.push((
-                    layout.rule(0, slot, RuleCounter::Packets) as u32,
-                    f[d.payload_at..d.payload_at + d.payload_len].to_vec(),
-                ));
+                let payload = &f[d.payload_at..d.payload_at + d.payload_len];
+                let (form, body) = match health_pieces(payload) {
+                    Some(p) => (HEALTH_PIECES, p),
+                    None => (HEALTH_WHOLE, payload[..payload.len().min(HEALTH_PAYLOAD)].to_vec()),
+                };
+                want.push((layout.rule(0, slot, RuleCounter::Packets) as u32, form, body));
             }
             if n % 1000 == 999 {
                 read(&mut ring, &mut got);

@@ -21,6 +21,7 @@ use crate::forward::FrameRewrite;
 use crate::rule::{Dscp, Ttl};
 use crate::stats::{OutputCounter, RuleCounter, StatsLayout};
 use crate::table::{CompiledRule, MatchTable, OutputKind};
+use crate::wire::ts;
 
 /// The most outputs a rule may have and still be carried in the kernel.
 pub const MAX_FANOUT: usize = 64;
@@ -136,11 +137,27 @@ pub struct VlanKey {
     pub vlan: u32,
 }
 
-/// The payload bytes a health record holds (`HEALTH_PAYLOAD`): a whole
-/// datagram of a 1500-byte MTU.
+/// The payload bytes a whole health record holds (`HEALTH_PAYLOAD`): a
+/// whole datagram of a 1500-byte MTU.
 pub const HEALTH_PAYLOAD: usize = 1472;
+/// `health_head.form`: the payload as it is (`struct health_record`).
+pub const HEALTH_WHOLE: u16 = 0;
+/// `health_head.form`: the pieces of it the checks read (`struct
+/// health_pieces`).
+pub const HEALTH_PIECES: u16 = 1;
+/// The bytes of one piece (`PIECE`).
+pub const PIECE: usize = 16;
+/// Transport packets a datagram holds at most (`TS_IN_DATAGRAM`).
+const TS_IN_DATAGRAM: usize = 7;
+/// Where the pieces start: the first byte, the last, then the transport
+/// packets from 0 and from 12 (`struct health_pieces`).
+const PIECES_FIRST: usize = 0;
+const PIECES_LAST: usize = PIECE;
+const PIECES_AT: usize = PIECE + 8;
+/// The pieces part of a record.
+const PIECES_LEN: usize = PIECES_AT + 2 * TS_IN_DATAGRAM * PIECE;
 
-/// The fixed part of a health record (`struct health_record`).
+/// The head of a health record (`struct health_head`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 #[repr(C)]
 pub struct HealthHeader {
@@ -148,43 +165,117 @@ pub struct HealthHeader {
     pub rule: u32,
     /// The datagram's UDP payload length.
     pub length: u16,
-    /// How much of the payload follows (less than `length` only past
-    /// [`HEALTH_PAYLOAD`]).
-    pub taken: u16,
+    /// [`HEALTH_WHOLE`] or [`HEALTH_PIECES`].
+    pub form: u16,
     /// When the datagram came (CLOCK_MONOTONIC, ns).
     pub arrived_ns: u64,
     /// Records the data path had lost to a full ring when it wrote this.
     pub missed: u64,
 }
 
-/// The size of a health record (`struct health_record`).
-pub const HEALTH_RECORD: usize = std::mem::size_of::<HealthHeader>() + HEALTH_PAYLOAD;
+const HEAD: usize = std::mem::size_of::<HealthHeader>();
+/// The size of a whole health record (`struct health_record`).
+pub const HEALTH_RECORD: usize = HEAD + HEALTH_PAYLOAD;
+/// The size of a record of pieces (`struct health_pieces`).
+pub const HEALTH_PIECES_RECORD: usize = HEAD + PIECES_LEN;
 
 /// One datagram as the `health` ring carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HealthRecord<'a> {
-    /// The record's fixed part.
+    /// The record's head.
     pub header: HealthHeader,
-    /// The part of the payload it holds.
-    pub payload: &'a [u8],
+    /// What follows the head: the payload (as much of it as the record
+    /// holds), or its pieces.
+    body: &'a [u8],
 }
 
 impl<'a> HealthRecord<'a> {
     /// Reads a record from the ring's bytes; None if they are not one.
     pub fn parse(b: &'a [u8]) -> Option<HealthRecord<'a>> {
         let (header, rest) = HealthHeader::read_from_prefix(b).ok()?;
-        let taken = usize::from(header.taken);
-        if taken > HEALTH_PAYLOAD || taken > usize::from(header.length) {
-            return None;
-        }
-        let payload = rest.get(..taken)?;
-        Some(HealthRecord { header, payload })
+        let body = match header.form {
+            HEALTH_WHOLE => rest.get(..usize::from(header.length).min(HEALTH_PAYLOAD))?,
+            HEALTH_PIECES if usize::from(header.length) <= HEALTH_PAYLOAD => rest.get(..PIECES_LEN)?,
+            _ => return None,
+        };
+        Some(HealthRecord { header, body })
     }
 
-    /// Whether the record holds the whole payload.
-    pub fn whole(&self) -> bool {
-        self.payload.len() == usize::from(self.header.length)
+    /// What follows the head, as the program wrote it.
+    pub fn body(&self) -> &'a [u8] {
+        self.body
     }
+
+    /// Whether the record has every byte of the payload the health checks
+    /// read (not so for a datagram past [`HEALTH_PAYLOAD`]).
+    pub fn whole(&self) -> bool {
+        self.header.form == HEALTH_PIECES || self.body.len() == usize::from(self.header.length)
+    }
+
+    /// The payload as the health checks see it: as it came, or, from
+    /// pieces, with every byte the checks read where it was (the others
+    /// zero), made in `scratch`. None if the record does not hold it all.
+    pub fn payload<'s>(&'s self, scratch: &'s mut Vec<u8>) -> Option<&'s [u8]> {
+        if !self.whole() {
+            return None;
+        }
+        if self.header.form == HEALTH_WHOLE {
+            return Some(self.body);
+        }
+        let len = usize::from(self.header.length);
+        scratch.clear();
+        scratch.resize(len, 0);
+        let first = len.min(PIECE);
+        scratch[..first].copy_from_slice(&self.body[PIECES_FIRST..PIECES_FIRST + first]);
+        if let Some(last) = scratch.last_mut() {
+            *last = self.body[PIECES_LAST];
+        }
+        for (from, off) in piece_offsets(len) {
+            scratch[off..off + PIECE].copy_from_slice(&self.body[from..from + PIECE]);
+        }
+        Some(scratch)
+    }
+}
+
+/// The transport-packet pieces of a payload of `len` bytes: where each
+/// lies in the pieces part (`struct health_pieces`'s `at[base][packet]`)
+/// and in the payload. A base's pieces stop at the first that does not
+/// fit.
+fn piece_offsets(len: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..2).flat_map(move |b| {
+        (0..TS_IN_DATAGRAM)
+            .map(move |k| (PIECES_AT + (b * TS_IN_DATAGRAM + k) * PIECE, b * 12 + k * ts::PACKET))
+            .take_while(move |&(_, off)| off + PIECE <= len)
+    })
+}
+
+/// The pieces part of a record as the program makes it for `payload`, or
+/// None where it sends the payload whole (the mirror of
+/// `follow_pieces`, for tests: a record rebuilt from it must look to the
+/// health checks exactly like the payload).
+pub fn health_pieces(payload: &[u8]) -> Option<Vec<u8>> {
+    let len = payload.len();
+    if len > HEALTH_PAYLOAD {
+        return None;
+    }
+    let mut out = vec![0u8; PIECES_LEN];
+    let first = len.min(PIECE);
+    out[PIECES_FIRST..PIECES_FIRST + first].copy_from_slice(&payload[..first]);
+    if let Some(&last) = payload.last() {
+        out[PIECES_LAST] = last;
+    }
+    let b0 = payload.first().copied().unwrap_or(0);
+    let mut whole = len > 0 && b0 & 0xc0 == 0x80 && b0 & 0x1f != 0;
+    for (at, off) in piece_offsets(len) {
+        let piece = &payload[off..off + PIECE];
+        out[at..at + PIECE].copy_from_slice(piece);
+        // A PAT section whose table id lies past the piece.
+        whole |= piece[0] == ts::SYNC
+            && piece[1] & 0x5f == 0x40
+            && piece[2] == 0
+            && (piece[3] & 0x20 != 0 || 5 + usize::from(piece[4]) >= PIECE);
+    }
+    (!whole).then_some(out)
 }
 
 fn addr16(a: IpAddr) -> [u8; 16] {
@@ -627,7 +718,7 @@ mod tests {
     fn the_layouts_are_those_of_the_c_program() {
         assert_eq!(std::mem::size_of::<RuleKey>(), 44);
         assert_eq!(std::mem::size_of::<RuleValue>(), 16);
-        assert_eq!(HEALTH_RECORD, 1496);
+        assert_eq!((HEALTH_RECORD, HEALTH_PIECES_RECORD), (1496, 272));
         assert_eq!(std::mem::size_of::<OutputValue>(), 64);
         assert_eq!(std::mem::size_of::<UnicastKey>(), 24);
         assert_eq!(std::mem::size_of::<VlanKey>(), 8);
@@ -792,44 +883,132 @@ mod tests {
         assert_eq!(p.set[0].1.flags, RULE_FAST);
     }
 
-    #[test]
-    fn health_records_are_read_as_the_program_writes_them() {
+    /// A record as the program writes it for `payload`: pieces where it
+    /// would, else whole.
+    fn record_of(payload: &[u8]) -> Vec<u8> {
+        let (form, body) = match health_pieces(payload) {
+            Some(p) => (HEALTH_PIECES, p),
+            None => (HEALTH_WHOLE, payload[..payload.len().min(HEALTH_PAYLOAD)].to_vec()),
+        };
         let header = HealthHeader {
             rule: 40,
-            length: 5,
-            taken: 5,
+            length: payload.len() as u16,
+            form,
             arrived_ns: 7,
             missed: 2,
         };
         let mut b = header.as_bytes().to_vec();
-        b.extend_from_slice(b"hello");
-        b.resize(HEALTH_RECORD, 0);
+        b.extend_from_slice(&body);
+        b.resize(HEALTH_RECORD, 0xee);
+        b
+    }
+
+    #[test]
+    fn health_records_are_read_as_the_program_writes_them() {
+        let mut scratch = Vec::new();
+        // Short and odd payloads go as pieces too (these short enough
+        // that the first 16 bytes and the last are all of them).
+        for payload in [&b"hello"[..], &[], &[0x80; 17][..]] {
+            let b = record_of(payload);
+            let r = HealthRecord::parse(&b).expect("record");
+            assert_eq!((r.header.rule, r.header.missed, r.header.form), (40, 2, HEALTH_PIECES));
+            assert!(r.whole());
+            assert_eq!(r.payload(&mut scratch), Some(payload));
+        }
+        // A PAT section whose table id is in its piece goes as pieces; one
+        // whose pointer field or adaptation field puts it further, whole.
+        for rtp in [false, true] {
+            assert!(health_pieces(&ts_payload(rtp, &[], (false, 0))).is_some());
+            assert!(health_pieces(&ts_payload(rtp, &[], (false, 10))).is_some());
+            assert!(health_pieces(&ts_payload(rtp, &[], (false, 11))).is_none());
+            assert!(health_pieces(&ts_payload(rtp, &[], (true, 0))).is_none());
+        }
+        // RTP with a CSRC: whole.
+        let mut rtp = vec![0x81; 300];
+        rtp[0] = 0x81;
+        let b = record_of(&rtp);
         let r = HealthRecord::parse(&b).expect("record");
-        assert_eq!((r.header, r.payload, r.whole()), (header, &b"hello"[..], true));
-        // A jumbo datagram: only the first HEALTH_PAYLOAD bytes.
-        let big = HealthHeader {
-            length: 9000,
-            taken: HEALTH_PAYLOAD as u16,
-            ..header
-        };
-        let mut b = big.as_bytes().to_vec();
-        b.resize(HEALTH_RECORD, 0);
+        assert_eq!(r.header.form, HEALTH_WHOLE);
+        assert_eq!(r.payload(&mut scratch), Some(&rtp[..]));
+        // A jumbo datagram: only the first HEALTH_PAYLOAD bytes, not looked into.
+        let big = vec![0x47; 9000];
+        let b = record_of(&big);
         let r = HealthRecord::parse(&b).expect("record");
         assert!(!r.whole());
-        assert_eq!(r.payload.len(), HEALTH_PAYLOAD);
-        // More taken than there is, or than the datagram had: not a record.
-        for bad in [
-            HealthHeader { taken: 6, ..header },
-            HealthHeader {
-                length: 9000,
-                taken: HEALTH_PAYLOAD as u16 + 1,
-                ..header
-            },
-        ] {
-            let mut b = bad.as_bytes().to_vec();
-            b.resize(HEALTH_RECORD + 8, 0);
-            assert_eq!(HealthRecord::parse(&b), None);
-        }
+        assert_eq!(r.payload(&mut scratch), None);
+        // Not a record: an unknown form, pieces of a datagram too long for
+        // them, or too short.
+        let mut bad = record_of(b"hello");
+        bad[6] = 9;
+        assert_eq!(HealthRecord::parse(&bad), None);
+        let mut bad = record_of(b"hello");
+        bad[4..6].copy_from_slice(&9000u16.to_ne_bytes());
+        assert_eq!(HealthRecord::parse(&bad), None);
         assert_eq!(HealthRecord::parse(&[0; 10]), None);
+    }
+
+    /// MPEG-TS in UDP or in RTP (seven packets: a PAT, six of PID 0x100),
+    /// with what `damage` says broken.
+    fn ts_payload(rtp: bool, damage: &[(usize, u8)], pat: (bool, u8)) -> Vec<u8> {
+        let base = if rtp { 12 } else { 0 };
+        let mut b = vec![0u8; base + 7 * ts::PACKET];
+        if rtp {
+            crate::wire::rtp::RtpHeader::write(&mut b, 33, 5, 90, 7);
+        }
+        for k in 0..7 {
+            let p = &mut b[base + k * ts::PACKET..base + (k + 1) * ts::PACKET];
+            let pid = if k == 0 { 0 } else { 0x100 };
+            ts::write_header(p, pid, k < 2, k as u8);
+            p[4] = 0;
+            p[5] = 0;
+        }
+        // The PAT: an adaptation field, or a pointer field, or neither.
+        let (af, pointer) = pat;
+        let p = &mut b[base..base + ts::PACKET];
+        if af {
+            p[3] |= 0x20;
+            p[4] = 3;
+        } else {
+            p[4] = pointer;
+        }
+        for &(at, v) in damage {
+            let n = b.len();
+            b[at % n] = v;
+        }
+        b
+    }
+
+    proptest::proptest! {
+        /// What the health checks make of a payload rebuilt from the
+        /// program's pieces is what they make of the payload itself: every
+        /// count, datagram after datagram.
+        #[test]
+        fn the_checks_see_in_the_pieces_what_they_see_in_the_payload(
+            datagrams in proptest::collection::vec(
+                (0u8..4, proptest::collection::vec((0usize..1400, proptest::num::u8::ANY), 0..4), proptest::bool::ANY, 0u8..14, 0usize..1400),
+                1..40,
+            )
+        ) {
+            let mut full = crate::health::InputHealth::default();
+            let mut pieced = crate::health::InputHealth::default();
+            let mut scratch = Vec::new();
+            for (i, (kind, damage, af, pointer, cut)) in datagrams.into_iter().enumerate() {
+                let payload = match kind {
+                    0 => ts_payload(false, &damage, (af, pointer)),
+                    1 => ts_payload(true, &damage, (af, pointer)),
+                    // Cut short: RTP or noise of any length.
+                    2 => ts_payload(true, &damage, (af, pointer))[..cut.min(12 + 7 * ts::PACKET)].to_vec(),
+                    _ => damage.iter().map(|&(_, v)| v).cycle().take(cut).collect(),
+                };
+                let b = record_of(&payload);
+                let r = HealthRecord::parse(&b).expect("record");
+                let seen = r.payload(&mut scratch).expect("whole").to_vec();
+                let t = i as u64 * 1_000_000;
+                proptest::prop_assert_eq!(full.observe(&payload, t), pieced.observe(&seen, t));
+                proptest::prop_assert_eq!(full.carries, pieced.carries);
+                proptest::prop_assert_eq!(full.rtp.counts(), pieced.rtp.counts());
+                proptest::prop_assert_eq!(full.ts.counts(), pieced.ts.counts());
+            }
+        }
     }
 }

@@ -154,8 +154,9 @@ impl Health {
     }
 
     /// Takes one record of the eBPF data path's health ring, whose
-    /// monotonic arrival time is `offset_ns` behind the real-time clock.
-    fn record(&mut self, r: &HealthRecord<'_>, offset_ns: i64, counts: &Counts<'_>) {
+    /// monotonic arrival time is `offset_ns` behind the real-time clock
+    /// (`scratch`: room to rebuild its payload in).
+    fn record(&mut self, r: &HealthRecord<'_>, offset_ns: i64, scratch: &mut Vec<u8>, counts: &Counts<'_>) {
         let Some(slot) = counts.layout.rule_slot_at(r.header.rule as usize) else {
             return;
         };
@@ -163,7 +164,7 @@ impl Health {
             t.from_kernel = true;
         }
         let at = r.header.arrived_ns.saturating_add_signed(offset_ns);
-        self.arrived(slot, 0, r.whole().then_some(r.payload), at, counts);
+        self.arrived(slot, 0, r.payload(scratch), at, counts);
     }
 
     /// The data path lost records: what the inputs it feeds expect next
@@ -218,6 +219,8 @@ pub struct KernelRecords {
     ring: mcr_sys::bpf::ringbuf::RingReader,
     /// The data path's count of records it lost, as the last record said.
     missed: u64,
+    /// Where a payload is rebuilt from its pieces.
+    scratch: Vec<u8>,
 }
 
 /// The most records taken at one reading, so that the worker's own rings
@@ -231,13 +234,17 @@ pub const KERNEL_READ_EVERY_MS: i32 = 25;
 impl KernelRecords {
     /// Reads the ring mapped from `ring`.
     pub fn new(ring: mcr_sys::bpf::ringbuf::RingReader) -> Self {
-        KernelRecords { ring, missed: 0 }
+        KernelRecords {
+            ring,
+            missed: 0,
+            scratch: Vec::new(),
+        }
     }
 
     /// Hands the records that wait to `health`; true if more still wait.
     pub fn read(&mut self, health: &mut Health, counts: &Counts<'_>) -> bool {
         let offset_ns = mcr_sys::clock::realtime_offset_ns();
-        let KernelRecords { ring, missed } = self;
+        let KernelRecords { ring, missed, scratch } = self;
         ring.drain(RECORDS_PER_READ, |rec| {
             let Some(r) = HealthRecord::parse(rec) else {
                 return;
@@ -246,7 +253,7 @@ impl KernelRecords {
                 *missed = r.header.missed;
                 health.kernel_missed();
             }
-            health.record(&r, offset_ns, counts);
+            health.record(&r, offset_ns, scratch, counts);
         });
         !ring.is_empty()
     }

@@ -441,3 +441,58 @@ fn a_reload_that_changes_one_input_of_a_merge_does_not_disturb_its_stream() {
     assert_eq!(r.packets, count, "the rule kept its counters through both reloads");
     relay.stop().expect("stopped");
 }
+
+/// The merge's output loss against each path's, for independent random
+/// loss on both paths (each path drops the packets its own seed puts in
+/// the band `0-X%`): the output misses exactly the packets both paths
+/// lost, about X² of them. Prints the table (`--no-capture`).
+#[test]
+fn a_merges_output_loses_exactly_what_both_paths_lose() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("merge-table").expect("topology");
+    let relay = relay_with(&p, "merge");
+    let count = 5000;
+    let (seed_a, seed_b) = (7u64, 1_000_003u64);
+    let mut table =
+        vec!["| loss on each path | path a lost | path b lost | both lost (X² expected) | output lost |".to_string()];
+    table.push("|---|---|---|---|---|".into());
+    for (row, pct) in [1u32, 5, 10, 20, 30].into_iter().enumerate() {
+        let band = format!("0-{pct}%");
+        let start = |b: bool, seed: u64| {
+            p.impair(b, &["--loss-band", &band, "--seed", &seed.to_string()])
+                .expect("impairer")
+        };
+        let (a, b) = (start(false, seed_a), start(true, seed_b));
+        // A stream of its own for each row (a new SSRC: the merge starts
+        // afresh).
+        let got = send_stream(&p, 100 + row as u32, count, "2500", &[]);
+        let (a, b) = (a.stop().expect("path a"), b.stop().expect("path b"));
+        let s = &got.report.streams[0];
+        let stream = s.stream_id.expect("a stream id");
+        let frac = (0.0, f64::from(pct) / 100.0);
+        let lost_on = |seed: u64| -> BTreeSet<u64> { (0..count).filter(|&q| in_band(seed, stream, q, frac)).collect() };
+        let (on_a, on_b) = (lost_on(seed_a), lost_on(seed_b));
+        assert_eq!((a.band_dropped, b.band_dropped), (on_a.len() as u64, on_b.len() as u64));
+        let both: BTreeSet<u64> = on_a.intersection(&on_b).copied().collect();
+        let holes: BTreeSet<u64> = s.holes.iter().flat_map(|&(first, n)| first..first + n).collect();
+        let last = s.highest_seq.expect("some arrived");
+        let seen: BTreeSet<u64> = both.iter().copied().filter(|&q| q < last).collect();
+        assert_eq!(holes, seen, "{pct} %: exactly what both paths lost is missing");
+        assert_eq!((s.duplicated, s.reordered, s.corrupted), (0, 0, 0));
+        assert_eq!(s.unique, count - both.len() as u64);
+        let share = |n: usize| format!("{:.2} %", 100.0 * n as f64 / count as f64);
+        table.push(format!(
+            "| {pct} % | {} | {} | {} ({:.2} %) | {} |",
+            share(on_a.len()),
+            share(on_b.len()),
+            share(both.len()),
+            f64::from(pct * pct) / 100.0,
+            share((count - s.unique) as usize)
+        ));
+    }
+    println!(
+        "merge of {count} RTP packets per row, 2,500 a second, path b 20 ms behind:\n{}",
+        table.join("\n")
+    );
+    relay.stop().expect("stopped");
+}

@@ -57,7 +57,6 @@ static __u64 (*ktime_get_ns)(void) = (void *)BPF_FUNC_ktime_get_ns;
 static void *(*ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)BPF_FUNC_ringbuf_reserve;
 static void (*ringbuf_submit)(void *data, __u64 flags) = (void *)BPF_FUNC_ringbuf_submit;
 static __u64 (*ringbuf_query)(void *ringbuf, __u64 flags) = (void *)BPF_FUNC_ringbuf_query;
-static void (*ringbuf_discard)(void *data, __u64 flags) = (void *)BPF_FUNC_ringbuf_discard;
 
 // ---- maps ---------------------------------------------------------------
 
@@ -217,6 +216,8 @@ struct map_def SEC("maps") vlans = {BPF_MAP_TYPE_HASH, sizeof(struct vlan_key), 
 // quarter full.
 #define HEALTH_RING (4 << 20)
 struct map_def SEC("maps") health = {BPF_MAP_TYPE_RINGBUF, 0, 0, HEALTH_RING, 0};
+// Where a payload is read to take its pieces from (one per CPU).
+struct map_def SEC("maps") health_scratch = {BPF_MAP_TYPE_PERCPU_ARRAY, sizeof(__u32), HEALTH_PAYLOAD, 1, 0};
 
 _Static_assert(sizeof(struct rule_key) == 44, "rule_key layout");
 _Static_assert(sizeof(struct rule) == 16, "rule layout");
@@ -472,8 +473,35 @@ INLINE void follow_whole(struct __sk_buff *skb, __u32 at, __u32 len, __u32 rule)
 }
 
 // The pieces of the payload the checks read; 0 if they would read
-// elsewhere (then nothing is committed).
+// elsewhere (then nothing is committed). The payload is read once, into
+// this CPU's scratch, and the pieces are taken from there (their places
+// are constants).
 INLINE int follow_pieces(struct __sk_buff *skb, __u32 at, __u32 len, __u32 rule) {
+    __u32 zero = 0;
+    __u8 *buf = map_lookup(&health_scratch, &zero);
+    if (!buf || len == 0 || len > HEALTH_PAYLOAD || load_bytes(skb, at, buf, len) < 0)
+        return 0;
+    __u8 b0 = buf[0];
+    // RTP with CSRCs or an extension: the transport packets start
+    // elsewhere.
+    if ((b0 & 0xc0) == 0x80 && (b0 & 0x1f) != 0)
+        return 0;
+    // A PAT packet that starts a section: its table id lies after the
+    // pointer field, and after an adaptation field if there is one; past
+    // the piece, the checks need the whole datagram.
+#pragma clang loop unroll(full)
+    for (int b = 0; b < 2; b++) {
+#pragma clang loop unroll(full)
+        for (int k = 0; k < TS_IN_DATAGRAM; k++) {
+            const __u32 off = b * 12 + k * TS_PACKET;
+            if (off + PIECE > len)
+                break;
+            const __u8 *piece = buf + off;
+            if (piece[0] == 0x47 && (piece[1] & 0x5f) == 0x40 && piece[2] == 0 &&
+                ((piece[3] & 0x20) || 5 + piece[4] >= PIECE))
+                return 0;
+        }
+    }
     struct health_pieces *h = ringbuf_reserve(&health, sizeof(*h), 0);
     if (!h) {
         count(C_HEALTH_MISSED, 1);
@@ -481,38 +509,25 @@ INLINE int follow_pieces(struct __sk_buff *skb, __u32 at, __u32 len, __u32 rule)
     }
     // What is not a piece of this payload reads as zeros.
     __builtin_memset((__u8 *)h + sizeof(h->head), 0, sizeof(*h) - sizeof(h->head));
-    if (len >= PIECE) {
-        load_bytes(skb, at, h->first, PIECE);
-    } else if (len > 0 && len < PIECE) {
-        load_bytes(skb, at, h->first, len);
-    }
-    if (len > 0)
-        load_bytes(skb, at + len - 1, &h->last, 1);
-    __u8 b0 = h->first[0];
-    // RTP with CSRCs or an extension: the transport packets start
-    // elsewhere.
-    int whole = len > 0 && (b0 & 0xc0) == 0x80 && (b0 & 0x1f) != 0;
+#pragma clang loop unroll(full)
+    for (__u32 i = 0; i < PIECE; i++)
+        if (i < len)
+            h->first[i] = buf[i];
+    __u32 last = len - 1;
+    // Keep the compiler from checking a copy of `last` other than the one
+    // it indexes with (the verifier bounds the register it checks).
+    asm volatile("" : "+r"(last));
+    if (last < HEALTH_PAYLOAD)
+        h->last = buf[last];
 #pragma clang loop unroll(full)
     for (int b = 0; b < 2; b++) {
 #pragma clang loop unroll(full)
         for (int k = 0; k < TS_IN_DATAGRAM; k++) {
-            __u32 off = b * 12 + k * TS_PACKET;
+            const __u32 off = b * 12 + k * TS_PACKET;
             if (off + PIECE > len)
                 break;
-            __u8 *piece = h->at[b][k];
-            if (load_bytes(skb, at + off, piece, PIECE) < 0)
-                break;
-            // A PAT packet that starts a section: its table id lies after
-            // the pointer field, and after an adaptation field if there is
-            // one; past the piece, the checks need the whole datagram.
-            if (piece[0] == 0x47 && (piece[1] & 0x5f) == 0x40 && piece[2] == 0 &&
-                ((piece[3] & 0x20) || 5 + piece[4] >= PIECE))
-                whole = 1;
+            __builtin_memcpy(h->at[b][k], buf + off, PIECE);
         }
-    }
-    if (whole) {
-        ringbuf_discard(h, BPF_RB_NO_WAKEUP);
-        return 0;
     }
     health_head(&h->head, rule, len, HEALTH_PIECES);
     health_submit(h);

@@ -255,7 +255,7 @@ fn piece_offsets(len: usize) -> impl Iterator<Item = (usize, usize)> {
 /// health checks exactly like the payload).
 pub fn health_pieces(payload: &[u8]) -> Option<Vec<u8>> {
     let len = payload.len();
-    if len > HEALTH_PAYLOAD {
+    if len == 0 || len > HEALTH_PAYLOAD {
         return None;
     }
     let mut out = vec![0u8; PIECES_LEN];
@@ -908,7 +908,7 @@ mod tests {
         let mut scratch = Vec::new();
         // Short and odd payloads go as pieces too (these short enough
         // that the first 16 bytes and the last are all of them).
-        for payload in [&b"hello"[..], &[], &[0x80; 17][..]] {
+        for payload in [&b"hello"[..], &[0x80; 17][..]] {
             let b = record_of(payload);
             let r = HealthRecord::parse(&b).expect("record");
             assert_eq!((r.header.rule, r.header.missed, r.header.form), (40, 2, HEALTH_PIECES));
@@ -923,6 +923,11 @@ mod tests {
             assert!(health_pieces(&ts_payload(rtp, &[], (false, 11))).is_none());
             assert!(health_pieces(&ts_payload(rtp, &[], (true, 0))).is_none());
         }
+        // An empty payload: whole (there is nothing to take pieces of).
+        let b = record_of(&[]);
+        let r = HealthRecord::parse(&b).expect("record");
+        assert_eq!(r.header.form, HEALTH_WHOLE);
+        assert_eq!(r.payload(&mut scratch), Some(&[][..]));
         // RTP with a CSRC: whole.
         let mut rtp = vec![0x81; 300];
         rtp[0] = 0x81;

@@ -40,6 +40,8 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     scenario: Vec<String>,
     /// Relays, each `LABEL=KIND [ARGS]`: `mcr=mcr`, `v3=mcr --ring v3`,
+    /// `merge=mcr --merge` (each rule merges two copies of its stream,
+    /// which the generator sends it twice; needs --wrap rtp or rtp-ts),
     /// `socat=socat`, `kernel=kernel`, or `NAME=cmd TEMPLATE` (placeholders
     /// {in_if} {in_addr} {in_group} {in_port} {out_if} {out_addr}
     /// {out_group} {out_port}). Default: mcr, socat and kernel.
@@ -173,17 +175,26 @@ fn interrupted() -> bool {
     STOP.get().is_some_and(|s| s.load(Ordering::Relaxed))
 }
 
-fn measure(topo: &topo::Topology, relay: &dyn Relay, p: &Point, a: &Args, layout: &Layout) -> anyhow::Result<Vec<Run>> {
+/// `rtp_next`: see [`run::once`].
+fn measure(
+    topo: &topo::Topology,
+    relay: &dyn Relay,
+    p: &Point,
+    a: &Args,
+    layout: &Layout,
+    rtp_next: &mut u16,
+) -> anyhow::Result<Vec<Run>> {
     // The warm-up also lets a relay finish what it does on a stream's first
     // packets (the kernel installs a (*,G) route through an upcall to
-    // smcrouted and drops what arrives meanwhile).
-    let _ = run::once(topo, relay, p, (p.count / 10).max(10), layout);
+    // smcrouted and drops what arrives meanwhile; a merge holds a stream's
+    // first packets for one path differential).
+    let _ = run::once(topo, relay, p, (p.count / 10).max(10), layout, rtp_next);
     let wanted = if a.quick { 1 } else { a.runs.max(1) };
     let mut runs = Vec::new();
     let mut repeats = 0;
     while runs.len() < wanted {
         anyhow::ensure!(!interrupted(), "interrupted");
-        let r = run::once(topo, relay, p, p.count, layout)?;
+        let r = run::once(topo, relay, p, p.count, layout, rtp_next)?;
         if r.others_cores > 0.1 && repeats < a.runs && !a.quick {
             eprintln!(
                 "mcrbench: {} {}: other processes used {:.2} cores; repeating the run",
@@ -238,6 +249,14 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|s| relays::from_spec(s))
         .collect::<anyhow::Result<_>>()?;
+    for (label, relay) in &relays {
+        anyhow::ensure!(
+            relay.copies().is_none() || carries_rtp(&a.wrap),
+            "--relay {label}: --merge needs RTP (a merge takes each RTP sequence number once): \
+             add --wrap rtp or --wrap rtp-ts (--wrap {} carries no RTP header)",
+            a.wrap
+        );
+    }
     let layout = Layout {
         load_cpu: a.load_cpu,
         relay_cpu: a.relay_cpu,
@@ -280,6 +299,13 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
                         "cannot: {} outputs and the input need more than the kernel's {} interfaces (MAXVIFS)",
                         shape.outputs(),
                         m + 1
+                    );
+                    skip(relay.as_ref(), why)
+                } else if relay.copies().is_some() && !shape.has_second_path() {
+                    let why = format!(
+                        "cannot: --merge needs a second path for each stream, which only the chain has \
+                         (scenarios chain-rate and streams), not the {}",
+                        shape.describe()
                     );
                     skip(relay.as_ref(), why)
                 } else {
@@ -364,8 +390,11 @@ fn run_shape(
         }
     });
     let mut outcomes = Vec::new();
+    // The rules stay for every point on this topology: a merged stream
+    // goes on from one run to the next.
+    let mut rtp_next = 0;
     for p in points {
-        let o = match measure(&topo, relay, p, a, layout) {
+        let o = match measure(&topo, relay, p, a, layout, &mut rtp_next) {
             Ok(runs) => Outcome::new(p, label, relay, "ok".into(), runs),
             Err(e) => Outcome::new(p, label, relay, format!("failed: {e:#}"), Vec::new()),
         };
@@ -373,6 +402,11 @@ fn run_shape(
     }
     relay.stop();
     Ok((outcomes, idle))
+}
+
+/// Whether `mcrgen --wrap` carries an RTP header.
+fn carries_rtp(wrap: &str) -> bool {
+    matches!(wrap, "rtp" | "rtp-ts")
 }
 
 /// `word` as a shell would need it to read it back as one argument: as it
@@ -383,6 +417,19 @@ fn shell_word(word: &str) -> String {
         word.to_string()
     } else {
         format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::carries_rtp;
+
+    #[test]
+    fn only_the_rtp_wraps_can_be_merged() {
+        assert!(carries_rtp("rtp"));
+        assert!(carries_rtp("rtp-ts"));
+        assert!(!carries_rtp("plain"));
+        assert!(!carries_rtp("ts"));
     }
 }
 

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::cpu;
 use super::losses::Losses;
-use super::relays::Relay;
+use super::relays::{MergeCounts, Relay};
 use super::scenario::{Point, Rate};
 use super::topo::Topology;
 
@@ -27,6 +27,9 @@ pub struct Layout {
 pub struct Run {
     /// Packets the generator sent.
     pub sent: u64,
+    /// Copies of them it sent on the streams' second paths (to a relay
+    /// that merges: it receives two packets per packet it forwards).
+    pub copies: u64,
     /// The rate it achieved.
     pub achieved_pps: f64,
     /// Packets each sink should have had, summed.
@@ -55,6 +58,9 @@ pub struct Run {
     /// CPU other user-space processes took, in cores.
     pub others_cores: f64,
     pub losses: Losses,
+    /// A merging relay: what its merges did with both paths' packets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge: Option<MergeCounts>,
 }
 
 /// Waits (up to 10 s) until both CPUs are mostly idle.
@@ -97,14 +103,70 @@ fn rss_mb(pid: u32) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// Half the time between two packets of all streams together at `rate`:
+/// by default each copy of a merged stream goes that much after its
+/// original, so that the relay receives originals and copies evenly
+/// spaced, as from two paths, not in pairs. Zero at `max`.
+pub fn half_interval(rate: &Rate, streams: usize) -> Duration {
+    let pps = match rate {
+        Rate::Total(r) => mcrgen::units::parse_rate(r).ok().flatten(),
+        Rate::PerStream(r) => mcrgen::units::parse_rate(r)
+            .ok()
+            .flatten()
+            .map(|r| r * streams.max(1) as f64),
+    };
+    pps.map_or(Duration::ZERO, |pps| Duration::from_secs_f64(0.5 / pps))
+}
+
+/// The `mcrgen send` arguments that make every packet go twice, for a
+/// relay that merges; `rtp_start` is the RTP sequence number the streams
+/// carry next (see [`once`]).
+fn copy_args(topo: &Topology, relay: &dyn Relay, point: &Point, rtp_start: u16) -> anyhow::Result<Vec<String>> {
+    let Some(c) = relay.copies() else {
+        return Ok(Vec::new());
+    };
+    let to = topo
+        .copies
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("--merge: this topology has no second path for the copies"))?;
+    let to: Vec<String> = to.iter().map(|a| a.to_string()).collect();
+    let delay = c
+        .delay
+        .unwrap_or_else(|| half_interval(&point.rate, topo.streams.len()));
+    Ok(vec![
+        "--copy".into(),
+        to.join(","),
+        "--copy-delay".into(),
+        format!("{}ns", delay.as_nanos()),
+        "--rtp-seq-start".into(),
+        rtp_start.to_string(),
+    ])
+}
+
 /// Runs `point` once (with `count` packets per stream).
-pub fn once(topo: &Topology, relay: &dyn Relay, point: &Point, count: u64, l: &Layout) -> anyhow::Result<Run> {
+///
+/// `rtp_next` is the RTP sequence number each stream's next packet
+/// carries, for a relay that merges: its runs continue the sequence of the
+/// runs before on the same rules, as one encoder's stream would. (A merge
+/// takes a stream that starts again at the same SSRC and sequence numbers
+/// for copies of what it forwarded already, and drops them.) Other relays
+/// get every run from 0, as always.
+pub fn once(
+    topo: &Topology,
+    relay: &dyn Relay,
+    point: &Point,
+    count: u64,
+    l: &Layout,
+    rtp_next: &mut u16,
+) -> anyhow::Result<Run> {
     settle(l);
     let load = l.load_cpu.to_string();
     let count_s = count.to_string();
     let size = point.size.to_string();
     let pids = relay.pids();
+    let copies = copy_args(topo, relay, point, *rtp_next)?;
     let before = Losses::read(topo, relay);
+    let merge0 = relay.merge_counts();
     let idle0 = cpu::cpu_idle_ticks(l.relay_cpu).unwrap_or(0);
     let proc0: f64 = pids.iter().filter_map(|&p| cpu::process_cpu_s(p, true)).sum();
     let all0 = cpu::all_processes();
@@ -166,7 +228,15 @@ pub fn once(topo: &Topology, relay: &dyn Relay, point: &Point, count: u64, l: &L
         args.extend(["--size", size.as_str()]);
     }
     args.extend(point.arrivals.sender_args());
-    let sent = send(&topo.generator.0, &args, Duration::from_secs(7200))?;
+    args.extend(copies.iter().map(String::as_str));
+    let sent = send(&topo.generator.0, &args, Duration::from_secs(7200));
+    if !copies.is_empty() {
+        // Sequence numbers wrap at 2^16. (After a send that failed part
+        // way this is not where the stream is, and the merge may drop or
+        // hold the next run's first packets: the sinks would say so.)
+        *rtp_next = rtp_next.wrapping_add((count % 65_536) as u16);
+    }
+    let sent = sent?;
     let mut got = Vec::new();
     for r in receivers {
         got.push(r.finish(Duration::from_secs(7200))?);
@@ -192,6 +262,7 @@ pub fn once(topo: &Topology, relay: &dyn Relay, point: &Point, count: u64, l: &L
     let others = cpu::others_s(&all0, &cpu::all_processes(), &ours) / wall;
     let sink_socket: u64 = got.iter().map(|g| g.report.socket_drops).sum();
     let losses = Losses::read(topo, relay).minus(&before, sink_socket);
+    let merge = relay.merge_counts().zip(merge0).map(|(m1, m0)| m1.minus(&m0));
     let delivered: u64 = got.iter().map(|g| g.report.total.unique).sum();
     let expected: u64 = topo.sinks.iter().map(|k| k.streams.len() as u64).sum::<u64>() * count;
     let per = |s: f64| {
@@ -208,6 +279,7 @@ pub fn once(topo: &Topology, relay: &dyn Relay, point: &Point, count: u64, l: &L
     };
     Ok(Run {
         sent: sent.packets,
+        copies: sent.copies,
         achieved_pps: sent.achieved_pps,
         expected,
         delivered,
@@ -226,6 +298,7 @@ pub fn once(topo: &Topology, relay: &dyn Relay, point: &Point, count: u64, l: &L
         relay_rss_mb: pids.iter().map(|&p| rss_mb(p)).sum(),
         others_cores: others,
         losses,
+        merge,
     })
 }
 
@@ -240,7 +313,23 @@ fn sink_buffer_bytes(sinks: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::sink_buffer_bytes;
+    use super::{Duration, Rate, half_interval, sink_buffer_bytes};
+
+    #[test]
+    fn copies_go_half_way_between_two_packets_of_all_streams() {
+        let total = |r: &str| Rate::Total(r.into());
+        assert_eq!(half_interval(&total("50k"), 1), Duration::from_micros(10));
+        assert_eq!(half_interval(&total("10000"), 1), Duration::from_micros(50));
+        // The total rate whatever the number of streams.
+        assert_eq!(half_interval(&total("50k"), 10), Duration::from_micros(10));
+        // Per stream: the streams together.
+        assert_eq!(
+            half_interval(&Rate::PerStream("2000".into()), 10),
+            Duration::from_micros(25)
+        );
+        assert_eq!(half_interval(&total("max"), 1), Duration::ZERO);
+        assert_eq!(half_interval(&total("fast"), 1), Duration::ZERO);
+    }
 
     #[test]
     fn sink_buffers_share_a_bounded_budget() {

@@ -38,6 +38,12 @@ impl Shape {
         }
     }
 
+    /// Whether its topology has a second path for each stream, to send
+    /// the copies a merging relay (`mcr --merge`) takes (the chain).
+    pub fn has_second_path(self) -> bool {
+        matches!(self, Shape::Chain(_))
+    }
+
     /// Outputs one input has.
     pub fn outputs(self) -> usize {
         match self {
@@ -274,4 +280,31 @@ fn points_of(scenario: &str, p: &Params) -> anyhow::Result<Vec<Point>> {
         other => anyhow::bail!("unknown scenario `{other}` (known: {})", ALL.join(", ")),
     };
     Ok(pts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_chain_has_a_second_path_for_a_merge() {
+        assert!(Shape::Chain(1).has_second_path());
+        assert!(Shape::Chain(50).has_second_path());
+        assert!(!Shape::DualBridge(1).has_second_path());
+        assert!(!Shape::Star(3).has_second_path());
+        assert!(!Shape::Pipeline(3).has_second_path());
+        // chain-rate and streams run on the chain, the others do not.
+        let p = Params::quick();
+        for (sc, merges) in [
+            ("chain-rate", true),
+            ("streams", true),
+            ("dual-bridge", false),
+            ("high-density", false),
+            ("fanout", false),
+            ("pipeline", false),
+        ] {
+            let pts = points(sc, &p, &Arrivals::ALL).expect("points");
+            assert!(pts.iter().all(|pt| pt.shape.has_second_path() == merges), "{sc}");
+        }
+    }
 }

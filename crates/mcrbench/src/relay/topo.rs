@@ -16,6 +16,10 @@ pub struct Forward {
     pub in_addr: Ipv4Addr,
     /// The group and port it arrives on.
     pub input: SocketAddrV4,
+    /// The same stream's second path, where the topology has one: another
+    /// group on the same interface and port, to which the generator sends
+    /// every packet again when a relay merges the two (`mcr --merge`).
+    pub second: Option<SocketAddrV4>,
     /// Each output: interface, the interface's address, group and port.
     pub outputs: Vec<Output>,
 }
@@ -66,6 +70,11 @@ pub struct Topology {
     pub generator: (Ns, String),
     /// The streams the generator sends, stream id = position.
     pub streams: Vec<SocketAddrV4>,
+    /// Each stream's second path, in the same order, where the topology
+    /// has them: where the generator sends the copies (`mcrgen send
+    /// --copy`) for a relay that merges (the [`Forward::second`] of the
+    /// stream's input).
+    pub copies: Option<Vec<SocketAddrV4>>,
     /// Where relays run.
     pub sites: Vec<Site>,
     /// Where receivers run.
@@ -79,6 +88,15 @@ pub fn stream_addr(hop: usize, i: usize) -> SocketAddrV4 {
     let second = (1 + 9 * hop.min(1) + hop.saturating_sub(1)) as u8;
     let ip = Ipv4Addr::new(239, second, (1 + n / 250) as u8, (n % 250) as u8);
     SocketAddrV4::new(ip, (5000 + 1000 * hop as u32 + n) as u16)
+}
+
+/// The second path of stream `i` as sent (hop 0): the same port and the
+/// same group but for its second byte, 2 where the first path's is 1
+/// (239.1.X.Y:P → 239.2.X.Y:P), which no hop of [`stream_addr`] uses.
+pub fn second_path_addr(i: usize) -> SocketAddrV4 {
+    let first = stream_addr(0, i);
+    let [a, _, c, d] = first.ip().octets();
+    SocketAddrV4::new(Ipv4Addr::new(a, 2, c, d), first.port())
 }
 
 /// Stream addresses at `hop`, or at hop 0 when the relay cannot rewrite.
@@ -97,13 +115,16 @@ impl Topology {
     pub fn chain(streams: usize, rewrite: bool) -> anyhow::Result<Topology> {
         let c = Chain::new("bench-chain")?;
         let (ins, outs) = (hop_addrs(streams, 0, true), hop_addrs(streams, 1, rewrite));
+        let seconds: Vec<SocketAddrV4> = (0..streams).map(second_path_addr).collect();
         let forwards = ins
             .iter()
             .zip(&outs)
-            .map(|(i, o)| Forward {
+            .zip(&seconds)
+            .map(|((i, o), second)| Forward {
                 in_if: Chain::RELAY_IN_IF.into(),
                 in_addr: Chain::RELAY_IN_ADDR,
                 input: *i,
+                second: Some(*second),
                 outputs: vec![Output {
                     out_if: Chain::RELAY_OUT_IF.into(),
                     out_addr: Chain::RELAY_OUT_ADDR,
@@ -119,6 +140,7 @@ impl Topology {
             ],
             generator: (c.generator.clone(), Chain::GEN_IF.into()),
             streams: ins,
+            copies: Some(seconds),
             sites: vec![Site {
                 ns: c.relay.clone(),
                 ingress: vec![Chain::RELAY_IN_IF.into()],
@@ -150,6 +172,7 @@ impl Topology {
                 in_if: DualBridge::RELAY_IN_IF.into(),
                 in_addr: DualBridge::RELAY_IN_ADDR,
                 input: *i,
+                second: None,
                 outputs: vec![Output {
                     out_if: DualBridge::RELAY_OUT_IF.into(),
                     out_addr: DualBridge::RELAY_OUT_ADDR,
@@ -166,6 +189,7 @@ impl Topology {
             ],
             generator: (d.senders[0].clone(), DualBridge::HOST_IF.into()),
             streams: ins,
+            copies: None,
             sites: vec![Site {
                 ns: d.relay.clone(),
                 ingress: vec![DualBridge::RELAY_IN_IF.into()],
@@ -190,6 +214,7 @@ impl Topology {
             in_if: Star::RELAY_IN_IF.into(),
             in_addr: Star::RELAY_IN_ADDR,
             input,
+            second: None,
             outputs: (0..outputs)
                 .map(|k| Output {
                     out_if: Star::relay_out_if(k),
@@ -207,6 +232,7 @@ impl Topology {
             all,
             generator: (s.generator.clone(), Star::GEN_IF.into()),
             streams: vec![input],
+            copies: None,
             sites: vec![Site {
                 ns: s.relay.clone(),
                 ingress: vec![Star::RELAY_IN_IF.into()],
@@ -245,6 +271,7 @@ impl Topology {
                     in_if,
                     in_addr,
                     input,
+                    second: None,
                     outputs: vec![Output { out_if, out_addr, dest }],
                 }],
             });
@@ -260,6 +287,7 @@ impl Topology {
             all,
             generator: (p.generator.clone(), Pipeline::link_ifs(0).0),
             streams: vec![stream_addr(0, 0)],
+            copies: None,
             sites,
             sinks: vec![Sink {
                 ns: p.sink.clone(),
@@ -301,6 +329,24 @@ mod tests {
                 assert!(all.insert(stream_addr(hop, i)), "{hop} {i}");
                 assert!(stream_addr(hop, i).ip().is_multicast());
             }
+        }
+    }
+
+    #[test]
+    fn a_second_path_keeps_the_port_and_takes_a_group_no_stream_uses() {
+        assert_eq!(second_path_addr(0).to_string(), "239.2.1.1:5001");
+        assert_eq!(second_path_addr(249).to_string(), "239.2.2.0:5250");
+        let groups: std::collections::HashSet<Ipv4Addr> = (0..4)
+            .flat_map(|hop| (0..1000).map(move |i| *stream_addr(hop, i).ip()))
+            .collect();
+        let mut seconds = std::collections::HashSet::new();
+        for i in 0..1000 {
+            let (first, second) = (stream_addr(0, i), second_path_addr(i));
+            assert_eq!(second.port(), first.port(), "{i}");
+            assert_ne!(second.ip(), first.ip(), "{i}");
+            assert!(second.ip().is_multicast(), "{i}");
+            assert!(!groups.contains(second.ip()), "{i}: {second} is a stream's group");
+            assert!(seconds.insert(second), "{i}");
         }
     }
 }

@@ -77,6 +77,7 @@ mod tests {
             in_if: "veth1".into(),
             in_addr: "10.0.0.2".parse().expect("literal"),
             input: "239.1.1.1:5001".parse().expect("literal"),
+            second: None,
             outputs: vec![],
         };
         let o = Output {

@@ -5,7 +5,51 @@ mod kernel;
 mod mcr;
 mod socat;
 
+use std::time::Duration;
+
+use serde::Serialize;
+
 use super::topo::Site;
+
+/// How a relay that merges (`mcr --merge`) wants the generator to send:
+/// every packet twice, the second time to the stream's second path
+/// (`mcrgen send --copy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Copies {
+    /// How much later each copy goes (`--copy-delay`); `None`: half the
+    /// interval between two packets at the point's rate, so that
+    /// originals and copies alternate evenly.
+    pub delay: Option<Duration>,
+}
+
+/// What a relay's merges did with what its inputs brought, all rules
+/// together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MergeCounts {
+    /// Packets the inputs brought, every input together.
+    pub taken_in: u64,
+    /// Of those, forwarded (the first copy of each).
+    pub forwarded: u64,
+    /// Dropped as copies of what an input brought before.
+    pub duplicates: u64,
+    /// Dropped otherwise: too late, too far from the stream, not RTP.
+    pub dropped: u64,
+    /// Sequence numbers no input brought in time.
+    pub lost: u64,
+}
+
+impl MergeCounts {
+    /// What changed since `before`.
+    pub fn minus(&self, before: &MergeCounts) -> MergeCounts {
+        MergeCounts {
+            taken_in: self.taken_in.saturating_sub(before.taken_in),
+            forwarded: self.forwarded.saturating_sub(before.forwarded),
+            duplicates: self.duplicates.saturating_sub(before.duplicates),
+            dropped: self.dropped.saturating_sub(before.dropped),
+            lost: self.lost.saturating_sub(before.lost),
+        }
+    }
+}
 
 /// A relay under test.
 pub trait Relay {
@@ -29,6 +73,15 @@ pub trait Relay {
     fn own_drops(&self) -> (u64, u64) {
         (0, 0)
     }
+    /// Whether it takes every stream twice, from two paths, and merges
+    /// them (`mcr --merge`): then how the generator sends the copies.
+    fn copies(&self) -> Option<Copies> {
+        None
+    }
+    /// With [`Relay::copies`]: what its merges did since it started.
+    fn merge_counts(&self) -> Option<MergeCounts> {
+        None
+    }
     /// Stops it.
     fn stop(&mut self);
 }
@@ -39,7 +92,10 @@ pub fn from_spec(spec: &str) -> anyhow::Result<(String, Box<dyn Relay>)> {
     let rest = rest.trim();
     let (kind, args) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
     let relay: Box<dyn Relay> = match kind {
-        "mcr" => Box::new(mcr::Mcr::new(args.split_whitespace().map(String::from).collect())),
+        "mcr" => Box::new(
+            mcr::Mcr::new(args.split_whitespace().map(String::from).collect())
+                .map_err(|e| anyhow::anyhow!("--relay {spec}: {e}"))?,
+        ),
         "socat" => Box::new(socat::Socat::default()),
         "kernel" => Box::new(kernel::Kernel::default()),
         "cmd" => {

@@ -193,6 +193,7 @@ struct health_pieces {
 #define C_HEALTH_MISSED 18
 #define C_RULE_PACKETS 0
 #define C_RULE_BYTES 1
+#define C_RULE_HEALTH_SAMPLED 5
 #define C_OUT_PACKETS 0
 #define C_OUT_BYTES 1
 #define C_OUT_QUEUE_FULL 2
@@ -534,11 +535,29 @@ INLINE int follow_pieces(struct __sk_buff *skb, __u32 at, __u32 len, __u32 rule)
     return 1;
 }
 
+// Of a stream that is neither RTP nor MPEG-TS, the checks learn only that
+// it flows: one datagram in this long goes to the ring.
+#define HEALTH_SAMPLE_NS 25000000
+
 // Hands what the health checks need of the datagram's payload to the
 // `health` ring (its rule's health is followed). A full ring counts the
-// record missed.
+// record missed. Every datagram that may be RTP (version 2) or MPEG-TS (a
+// sync byte first, or a whole number of transport packets) goes; of the
+// others, one per HEALTH_SAMPLE_NS per rule (the time of the last is kept
+// in the rule's counter line).
 INLINE void follow(struct __sk_buff *skb, const struct pkt *p, __u32 rule) {
     __u32 len = p->udp_len - UDP_LEN, at = p->l4 + UDP_LEN;
+    __u8 b0 = 0;
+    if (len > 0)
+        load_bytes(skb, at, &b0, 1);
+    if (!((b0 & 0xc0) == 0x80 || b0 == 0x47 || (len > 0 && len % TS_PACKET == 0))) {
+        __u32 i = rule + C_RULE_HEALTH_SAMPLED;
+        __u64 *last = map_lookup(&counters, &i);
+        __u64 now = ktime_get_ns();
+        if (!last || now - *last < HEALTH_SAMPLE_NS)
+            return;
+        *last = now;
+    }
     if (len > HEALTH_PAYLOAD || !follow_pieces(skb, at, len, rule))
         follow_whole(skb, at, len, rule);
 }

@@ -156,6 +156,12 @@ mod tests {
         assert_eq!(d("C_HEALTH_MISSED") as usize, l.worker(0, WorkerCounter::HealthMissed));
         assert_eq!(d("C_RULE_PACKETS"), RuleCounter::Packets as u64);
         assert_eq!(d("C_RULE_BYTES"), RuleCounter::Bytes as u64);
+        assert_eq!(d("C_RULE_HEALTH_SAMPLED"), RuleCounter::HealthSampled as u64);
+        assert_eq!(
+            d("HEALTH_SAMPLE_NS"),
+            datapath::HEALTH_SAMPLE_NS,
+            "one datagram in this long of a stream that is neither RTP nor MPEG-TS"
+        );
         for (name, c) in [
             ("C_OUT_PACKETS", OutputCounter::Packets),
             ("C_OUT_BYTES", OutputCounter::Bytes),

@@ -249,6 +249,21 @@ fn piece_offsets(len: usize) -> impl Iterator<Item = (usize, usize)> {
     })
 }
 
+/// Of a stream that is neither RTP nor MPEG-TS, the program hands the
+/// health ring one datagram in this long (`HEALTH_SAMPLE_NS`).
+pub const HEALTH_SAMPLE_NS: u64 = 25_000_000;
+
+/// Whether the program hands every datagram like `payload` to the health
+/// ring (the mirror of `follow`'s test): one the checks may take for RTP
+/// (version 2) or MPEG-TS (a sync byte first, or a whole number of
+/// transport packets). Of the others it hands on one in
+/// [`HEALTH_SAMPLE_NS`] per rule: the checks learn from them only that the
+/// stream flows.
+pub fn health_looks_into(payload: &[u8]) -> bool {
+    let b0 = payload.first().copied().unwrap_or(0);
+    b0 & 0xc0 == 0x80 || b0 == ts::SYNC || (!payload.is_empty() && payload.len().is_multiple_of(ts::PACKET))
+}
+
 /// The pieces part of a record as the program makes it for `payload`, or
 /// None where it sends the payload whole (the mirror of
 /// `follow_pieces`, for tests: a record rebuilt from it must look to the
@@ -984,6 +999,31 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// A payload the program does not hand on every time changes
+        /// nothing the checks hold, whatever came before: only that the
+        /// stream flows is learnt from it.
+        #[test]
+        fn what_the_program_samples_the_checks_would_not_count(
+            before in proptest::collection::vec(proptest::num::u8::ANY, 0..400),
+            payload in proptest::collection::vec(proptest::num::u8::ANY, 0..1500),
+            kind in 0u8..3,
+        ) {
+            let mut h = crate::health::InputHealth::default();
+            // Something first: noise, or a stream of each kind.
+            let first = match kind {
+                0 => before,
+                1 => ts_payload(false, &[], (false, 0)),
+                _ => ts_payload(true, &[], (false, 0)),
+            };
+            h.observe(&first, 0);
+            proptest::prop_assume!(!health_looks_into(&payload));
+            let was = h.clone();
+            proptest::prop_assert_eq!(h.observe(&payload, 1), None);
+            proptest::prop_assert_eq!(h.carries, was.carries);
+            proptest::prop_assert_eq!(h.rtp.counts(), was.rtp.counts());
+            proptest::prop_assert_eq!(h.ts.counts(), was.ts.counts());
+        }
+
         /// What the health checks make of a payload rebuilt from the
         /// program's pieces is what they make of the payload itself: every
         /// count, datagram after datagram.

@@ -99,6 +99,10 @@ pub enum RuleCounter {
     /// With several inputs, failing over: the input forwarded from, from
     /// 1 (0: none yet). A value, not a count.
     Active,
+    /// The eBPF data path's block only: when (CLOCK_MONOTONIC, ns) it last
+    /// handed the health ring a datagram of the rule that is neither RTP
+    /// nor MPEG-TS (it hands on one such in 25 ms). A value, not a count.
+    HealthSampled,
 }
 
 /// The health of one input of a rule (`mcr_core::health`), in two cache
@@ -361,7 +365,7 @@ mod tests {
         assert_eq!(l.rule_slot_at(l.rule(0, 1, RuleCounter::Bytes)), None);
         assert_eq!(l.rule_slot_at(3), None);
         assert_eq!(l.rule_slot_at(l.output(0, 0, OutputCounter::Packets)), None);
-        assert!((InputCounter::NotRtp as usize) < LINE && (RuleCounter::Active as usize) < LINE);
+        assert!((InputCounter::NotRtp as usize) < LINE && (RuleCounter::HealthSampled as usize) < LINE);
         // Rule and output lines start on cache-line boundaries.
         assert_eq!(l.rule(1, 2, RuleCounter::Packets) % LINE, 0);
         assert_eq!(l.output(1, 3, OutputCounter::Packets) % LINE, 0);

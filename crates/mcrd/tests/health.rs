@@ -250,3 +250,41 @@ fn a_full_health_ring_is_counted_and_no_error_is_made_of_it() {
     );
     relay.stop().expect("stopped");
 }
+
+/// A stream that is neither RTP nor MPEG-TS, on the eBPF path: the program
+/// hands the health ring one of its datagrams in 25 ms, so its input shows
+/// what it carries and its signal, and loses the signal when it ends.
+#[test]
+fn a_stream_of_neither_rtp_nor_mpeg_ts_has_its_signal_on_the_ebpf_path() {
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("health-plain-ebpf").expect("topology");
+    let a = p.impair(false, &[]).expect("path a");
+    let relay = relay(&p, "ebpf", &[]);
+    let count = 4000;
+    let rx = Mcrgen::streams("239.10.1.1:6001", TwoPaths::SINK_IF)
+        .expect(count)
+        .arg("--idle-timeout")
+        .arg("2s")
+        .recv(&p.sink)
+        .expect("receiver ready");
+    let sent = Mcrgen::streams("239.1.1.1:5001", TwoPaths::GEN_A_IF)
+        .count(count)
+        .rate("2000")
+        .send(&p.generator, MINUTES)
+        .expect("sent");
+    assert_eq!(sent.packets, count);
+    let got = rx.finish(MINUTES).expect("receiver finished");
+    a.stop().expect("path a");
+    let s = &got.report.streams[0];
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert_eq!((s.unique, s.lost), (count, 0));
+    let (r, h) = feed(&relay);
+    assert_eq!(r.packets, count);
+    assert_eq!(h.carries, "other", "{h:?}");
+    assert!(h.rtp.is_none() && h.ts.is_none(), "{h:?}");
+    assert!(h.since_last_ms.is_some(), "it had a signal: {h:?}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_, h) = feed(&relay);
+    assert!(!h.signal && h.since_last_ms.is_some_and(|ms| ms >= 1000), "{h:?}");
+    relay.stop().expect("stopped");
+}

@@ -57,6 +57,7 @@ static __u64 (*ktime_get_ns)(void) = (void *)BPF_FUNC_ktime_get_ns;
 static void *(*ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)BPF_FUNC_ringbuf_reserve;
 static void (*ringbuf_submit)(void *data, __u64 flags) = (void *)BPF_FUNC_ringbuf_submit;
 static __u64 (*ringbuf_query)(void *ringbuf, __u64 flags) = (void *)BPF_FUNC_ringbuf_query;
+static void (*ringbuf_discard)(void *data, __u64 flags) = (void *)BPF_FUNC_ringbuf_discard;
 
 // ---- maps ---------------------------------------------------------------
 
@@ -487,22 +488,6 @@ INLINE int follow_pieces(struct __sk_buff *skb, __u32 at, __u32 len, __u32 rule)
     // elsewhere.
     if ((b0 & 0xc0) == 0x80 && (b0 & 0x1f) != 0)
         return 0;
-    // A PAT packet that starts a section: its table id lies after the
-    // pointer field, and after an adaptation field if there is one; past
-    // the piece, the checks need the whole datagram.
-#pragma clang loop unroll(full)
-    for (int b = 0; b < 2; b++) {
-#pragma clang loop unroll(full)
-        for (int k = 0; k < TS_IN_DATAGRAM; k++) {
-            const __u32 off = b * 12 + k * TS_PACKET;
-            if (off + PIECE > len)
-                break;
-            const __u8 *piece = buf + off;
-            if (piece[0] == 0x47 && (piece[1] & 0x5f) == 0x40 && piece[2] == 0 &&
-                ((piece[3] & 0x20) || 5 + piece[4] >= PIECE))
-                return 0;
-        }
-    }
     struct health_pieces *h = ringbuf_reserve(&health, sizeof(*h), 0);
     if (!h) {
         count(C_HEALTH_MISSED, 1);
@@ -527,7 +512,17 @@ INLINE int follow_pieces(struct __sk_buff *skb, __u32 at, __u32 len, __u32 rule)
             const __u32 off = b * 12 + k * TS_PACKET;
             if (off + PIECE > len)
                 break;
-            __builtin_memcpy(h->at[b][k], buf + off, PIECE);
+            const __u8 *piece = buf + off;
+            // A PAT packet that starts a section: its table id lies after
+            // the pointer field, and after an adaptation field if there is
+            // one; past the piece, the checks need the whole datagram
+            // (rare: the record is given back).
+            if (piece[0] == 0x47 && (piece[1] & 0x5f) == 0x40 && piece[2] == 0 &&
+                ((piece[3] & 0x20) || 5 + piece[4] >= PIECE)) {
+                ringbuf_discard(h, BPF_RB_NO_WAKEUP);
+                return 0;
+            }
+            __builtin_memcpy(h->at[b][k], piece, PIECE);
         }
     }
     health_head(&h->head, rule, len, HEALTH_PIECES);

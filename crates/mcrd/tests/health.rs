@@ -74,6 +74,14 @@ fn feed(relay: &Relay) -> (RuleStats, InputHealthStats) {
     (r, h)
 }
 
+/// The stream of rule `feed` has ended: a second and a half later its
+/// input has no signal, and had one.
+fn signal_goes(relay: &Relay) {
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_, h) = feed(relay);
+    assert!(!h.signal && h.since_last_ms.is_some_and(|ms| ms >= 1000), "{h:?}");
+}
+
 #[test]
 fn a_clean_stream_shows_every_health_count_at_zero_and_its_signal_going() {
     clean_stream("packet");
@@ -133,9 +141,7 @@ fn clean_stream(datapath: &str) {
     let list = relay.ctl_ok(&["list"]).expect("list");
     assert!(list.contains("health not followed (health = false)"), "{list}");
     // The stream has ended: its signal goes after a second.
-    std::thread::sleep(Duration::from_millis(1500));
-    let (_, h) = feed(&relay);
-    assert!(!h.signal && h.since_last_ms.is_some_and(|ms| ms >= 1000), "{h:?}");
+    signal_goes(&relay);
     assert!(relay.ctl_ok(&["stats"]).expect("stats").contains("NO SIGNAL for"));
     relay.stop().expect("stopped");
 }
@@ -283,8 +289,6 @@ fn a_stream_of_neither_rtp_nor_mpeg_ts_has_its_signal_on_the_ebpf_path() {
     assert_eq!(h.carries, "other", "{h:?}");
     assert!(h.rtp.is_none() && h.ts.is_none(), "{h:?}");
     assert!(h.since_last_ms.is_some(), "it had a signal: {h:?}");
-    std::thread::sleep(Duration::from_millis(1500));
-    let (_, h) = feed(&relay);
-    assert!(!h.signal && h.since_last_ms.is_some_and(|ms| ms >= 1000), "{h:?}");
+    signal_goes(&relay);
     relay.stop().expect("stopped");
 }

@@ -130,17 +130,26 @@ impl Health {
     /// `input` of the rule in slot `slot` at `arrived_ns` (realtime).
     #[inline]
     pub fn packet(&mut self, slot: u32, input: usize, payload: &[u8], arrived_ns: u64, counts: &Counts<'_>) {
-        self.arrived(slot, input, Some(payload), arrived_ns, counts);
+        self.arrived(slot, input, Some(payload), arrived_ns, false, counts);
     }
 
     /// A datagram came: its payload looked at if there is one (the eBPF
     /// data path's records hold at most a 1500-byte MTU's), only counted
     /// if not.
     #[inline]
-    fn arrived(&mut self, slot: u32, input: usize, payload: Option<&[u8]>, arrived_ns: u64, counts: &Counts<'_>) {
+    fn arrived(
+        &mut self,
+        slot: u32,
+        input: usize,
+        payload: Option<&[u8]>,
+        arrived_ns: u64,
+        from_kernel: bool,
+        counts: &Counts<'_>,
+    ) {
         let Some(t) = self.inputs.get_mut(&(slot, input)) else {
             return;
         };
+        t.from_kernel |= from_kernel;
         if let Some(p) = payload {
             t.state.observe(p, arrived_ns);
         }
@@ -160,11 +169,8 @@ impl Health {
         let Some(slot) = counts.layout.rule_slot_at(r.header.rule as usize) else {
             return;
         };
-        if let Some(t) = self.inputs.get_mut(&(slot, 0)) {
-            t.from_kernel = true;
-        }
         let at = r.header.arrived_ns.saturating_add_signed(offset_ns);
-        self.arrived(slot, 0, r.payload(scratch), at, counts);
+        self.arrived(slot, 0, r.payload(scratch), at, true, counts);
     }
 
     /// The data path lost records: what the inputs it feeds expect next

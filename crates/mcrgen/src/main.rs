@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::ValueEnum as _;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use mcrgen::impair::{Faults, ImpairConfig};
 use mcrgen::recv::{IdPolicy, RecvConfig, RecvVia};
 use mcrgen::send::{Pace, Rate, SendConfig, Via};
@@ -37,6 +38,19 @@ enum Command {
     /// Send malformed frames of the given kinds to one group and port, for
     /// checking that a relay counts each and forwards none.
     Hostile(HostileArgs),
+    /// Print a completion script for a shell (bash, zsh, fish, elvish,
+    /// powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (mcrgen.1 and one per command) into a
+    /// directory.
+    Man {
+        /// The directory.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -509,6 +523,13 @@ fn main() -> ExitCode {
         Command::Recv(a) => recv(a),
         Command::Impair(a) => impair(a),
         Command::Hostile(a) => hostile(a),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "mcrgen", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir } => clap_mangen::generate_to(Cli::command(), &dir)
+            .map(|()| ExitCode::SUCCESS)
+            .with_context(|| format!("write the manual pages into {}", dir.display())),
     };
     match result {
         Ok(code) => code,

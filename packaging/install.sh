@@ -2,11 +2,13 @@
 # Installs MCR from a release build: run `cargo build --release` first, then
 # this script (as root) from anywhere in the repository.
 #
-# Installs mcrd and mcrctl, the systemd unit, the sysusers.d and tmpfiles.d
-# files, the example configuration (only if there is none), man pages and
-# mcrctl's shell completions. With DESTDIR set, installs into that staging
-# directory and touches nothing else; without it, on a system running
-# systemd, also creates the user mcr and /etc/mcr and reloads systemd.
+# Installs mcrd, mcrctl and mcrgen, the systemd unit, the sysusers.d and
+# tmpfiles.d files, the example configuration (only if there is none), man
+# pages, mcrctl's and mcrgen's shell completions and the documentation. With
+# DESTDIR set, installs into that staging directory and touches nothing else
+# (packaging/deb/build stages the Debian package this way); without it, on a
+# system running systemd, also creates the user mcr and /etc/mcr and reloads
+# systemd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +19,8 @@ if [ -z "$DESTDIR" ] && [ "$(id -u)" -ne 0 ]; then
   echo "install.sh: installing into / needs root (or set DESTDIR=/staging/dir)" >&2
   exit 1
 fi
-for b in mcrd mcrctl; do
+programs=(mcrd mcrctl mcrgen)
+for b in "${programs[@]}"; do
   if [ ! -x "$bin/$b" ]; then
     echo "install.sh: $bin/$b is missing: run \`cargo build --release\` first" >&2
     exit 1
@@ -28,8 +31,9 @@ tmp="$(mktemp -d)"
 trap 'rm -rf -- "$tmp"' EXIT
 
 # Binaries, unit, sysusers.d and tmpfiles.d.
-install -D -m 0755 "$bin/mcrd" "$DESTDIR/usr/bin/mcrd"
-install -D -m 0755 "$bin/mcrctl" "$DESTDIR/usr/bin/mcrctl"
+for b in "${programs[@]}"; do
+  install -D -m 0755 "$bin/$b" "$DESTDIR/usr/bin/$b"
+done
 install -D -m 0644 packaging/mcrd.service "$DESTDIR/usr/lib/systemd/system/mcrd.service"
 install -D -m 0644 packaging/sysusers.d/mcr.conf "$DESTDIR/usr/lib/sysusers.d/mcr.conf"
 install -D -m 0644 packaging/tmpfiles.d/mcr.conf "$DESTDIR/usr/lib/tmpfiles.d/mcr.conf"
@@ -44,35 +48,39 @@ else
   install -m 0644 packaging/mcrd.toml "$DESTDIR/etc/mcr/mcrd.toml"
 fi
 
-# Man pages: mcrd writes mcrd.8, mcrctl writes mcrctl.1 and one
-# mcrctl-SUBCOMMAND.1 per subcommand.
+# Man pages: mcrd writes mcrd.8; mcrctl and mcrgen write NAME.1 and one
+# NAME-SUBCOMMAND.1 per subcommand.
 mkdir "$tmp/man"
-"$bin/mcrd" man --dir "$tmp/man"
+"$bin/mcrd" man --dir "$tmp/man" >/dev/null
 "$bin/mcrctl" man --dir "$tmp/man"
+"$bin/mcrgen" man --dir "$tmp/man"
 shopt -s nullglob
 pages8=("$tmp"/man/*.8)
 pages1=("$tmp"/man/*.1)
 shopt -u nullglob
 if [ ${#pages8[@]} -eq 0 ] || [ ${#pages1[@]} -eq 0 ]; then
-  echo "install.sh: \`mcrd man\` / \`mcrctl man\` wrote no man pages into $tmp/man" >&2
+  echo "install.sh: \`mcrd man\` / \`mcrctl man\` / \`mcrgen man\` wrote no man pages into $tmp/man" >&2
   exit 1
 fi
 install -d -m 0755 "$DESTDIR/usr/share/man/man8" "$DESTDIR/usr/share/man/man1"
 install -m 0644 "${pages8[@]}" "$DESTDIR/usr/share/man/man8/"
 install -m 0644 "${pages1[@]}" "$DESTDIR/usr/share/man/man1/"
 
-# Shell completions for mcrctl.
-"$bin/mcrctl" completions bash >"$tmp/mcrctl.bash"
-"$bin/mcrctl" completions zsh >"$tmp/mcrctl.zsh"
-"$bin/mcrctl" completions fish >"$tmp/mcrctl.fish"
-install -D -m 0644 "$tmp/mcrctl.bash" "$DESTDIR/usr/share/bash-completion/completions/mcrctl"
-install -D -m 0644 "$tmp/mcrctl.zsh" "$DESTDIR/usr/share/zsh/vendor-completions/_mcrctl"
-install -D -m 0644 "$tmp/mcrctl.fish" "$DESTDIR/usr/share/fish/vendor_completions.d/mcrctl.fish"
+# Shell completions for mcrctl and mcrgen.
+for b in mcrctl mcrgen; do
+  "$bin/$b" completions bash >"$tmp/$b.bash"
+  "$bin/$b" completions zsh >"$tmp/$b.zsh"
+  "$bin/$b" completions fish >"$tmp/$b.fish"
+  install -D -m 0644 "$tmp/$b.bash" "$DESTDIR/usr/share/bash-completion/completions/$b"
+  install -D -m 0644 "$tmp/$b.zsh" "$DESTDIR/usr/share/zsh/vendor-completions/_$b"
+  install -D -m 0644 "$tmp/$b.fish" "$DESTDIR/usr/share/fish/vendor_completions.d/$b.fish"
+done
 
-# The operations guide the unit's Documentation= points at.
-if [ -f docs/OPERATIONS.md ]; then
-  install -D -m 0644 docs/OPERATIONS.md "$DESTDIR/usr/share/doc/mcr/OPERATIONS.md"
-fi
+# The documentation, side by side in one directory (the unit's
+# Documentation= points at OPERATIONS.md there; the guides link to each
+# other by file name).
+install -d -m 0755 "$DESTDIR/usr/share/doc/mcr"
+install -m 0644 README.md docs/*.md "$DESTDIR/usr/share/doc/mcr/"
 
 if [ -n "$DESTDIR" ]; then
   echo "installed into $DESTDIR"

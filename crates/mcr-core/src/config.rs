@@ -4,7 +4,7 @@
 //! ```toml
 //! [daemon]
 //! workers = 2
-//! metrics_listen = "127.0.0.1:9808"
+//! http_listen = "127.0.0.1:9808"
 //!
 //! [[rule]]
 //! name = "feed-a"
@@ -73,14 +73,28 @@ pub struct Settings {
         deserialize_with = "control_timeout_s"
     )]
     pub control_timeout_s: Option<u32>,
-    /// Where `/metrics` is served (ADDRESS:PORT).
+    /// Where the HTTP server (web page, API, `/metrics`) listens
+    /// (ADDRESS:PORT, or `none`); `metrics_listen` is its old name.
     #[serde(
         default,
+        alias = "metrics_listen",
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "socket_addr",
+        deserialize_with = "http_listen",
         serialize_with = "as_text"
     )]
-    pub metrics_listen: Option<SocketAddr>,
+    pub http_listen: Option<HttpListen>,
+    /// The file holding the bearer token that changes over HTTP need.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_token_file: Option<PathBuf>,
+    /// The HTTP server's TLS certificate chain (PEM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_tls_key: Option<PathBuf>,
+    /// Serve plain HTTP beyond loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_insecure: Option<bool>,
     /// How much is logged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_level: Option<LogLevel>,
@@ -225,13 +239,40 @@ fn ring_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     bounded(d, "ring_mb", 1, MAX_RING_MB)
 }
 
-fn socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+fn http_listen<'de, D: Deserializer<'de>>(d: D) -> Result<Option<HttpListen>, D::Error> {
     let s = String::deserialize(d)?;
-    s.parse().map(Some).map_err(|_| {
-        serde::de::Error::custom(format!(
-            "`{s}` is not an address and port: write e.g. 127.0.0.1:9808 or [::1]:9808"
-        ))
-    })
+    s.parse().map(Some).map_err(serde::de::Error::custom)
+}
+
+/// Where the HTTP server listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpListen {
+    /// Nowhere: no HTTP server.
+    Off,
+    /// At this address and port.
+    At(SocketAddr),
+}
+
+impl std::str::FromStr for HttpListen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "none" {
+            return Ok(HttpListen::Off);
+        }
+        s.parse().map(HttpListen::At).map_err(|_| {
+            format!("`{s}` is not an address and port: write e.g. 127.0.0.1:9808 or [::1]:9808, or `none`")
+        })
+    }
+}
+
+impl fmt::Display for HttpListen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HttpListen::Off => f.write_str("none"),
+            HttpListen::At(a) => write!(f, "{a}"),
+        }
+    }
 }
 
 fn as_text<S: serde::Serializer, T: fmt::Display>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
@@ -607,7 +648,10 @@ outputs = ["eth1:239.10.1.2:6001,source=keep"]
         assert_eq!(s.cpus, Some(vec![0, 1]));
         assert_eq!(s.control_socket, Some(PathBuf::from("/run/mcr/test.sock")));
         assert_eq!(s.control_timeout_s, Some(30));
-        assert_eq!(s.metrics_listen, Some("127.0.0.1:9808".parse().expect("addr")));
+        assert_eq!(
+            s.http_listen,
+            Some(HttpListen::At("127.0.0.1:9808".parse().expect("addr")))
+        );
         assert_eq!(
             (s.log_level, s.log_format, s.ring),
             (Some(LogLevel::Debug), Some(LogFormat::Json), Some(RingFormat::V3))
@@ -833,8 +877,8 @@ outputs = ["eth1:239.10.1.1:6001,vlan=200,ttl=4,dscp=ef", "eth1:[ff3e::10]:6001,
         let mut b = a.clone();
         assert!(a.changed_keys(&b).is_empty());
         b.workers = Some(3);
-        b.metrics_listen = None;
-        assert_eq!(a.changed_keys(&b), vec!["metrics_listen", "workers"]);
+        b.http_listen = None;
+        assert_eq!(a.changed_keys(&b), vec!["http_listen", "workers"]);
     }
 
     #[test]

@@ -70,6 +70,12 @@ pub enum Request {
     },
     /// The text `save` would write, written nowhere.
     Config {},
+    /// What the daemon did lately: rules changed, interfaces came and
+    /// went, workers restarted, reloads (the newest [`EVENTS_KEPT`]).
+    Events {},
+    /// Each rule's packet and bit rate over the last [`HISTORY_SAMPLES`]
+    /// samples (one a second).
+    History {},
     /// A `stats` reply every `interval_ms` (default 1000) until the client
     /// sends anything or closes.
     Watch {
@@ -78,6 +84,11 @@ pub enum Request {
         interval_ms: Option<u64>,
     },
 }
+
+/// How many recent events the daemon keeps for `events`.
+pub const EVENTS_KEPT: usize = 200;
+/// How many rate samples per rule the daemon keeps for `history`.
+pub const HISTORY_SAMPLES: usize = 60;
 
 /// The shortest and longest `watch` interval, in ms.
 pub const WATCH_INTERVAL_MS: std::ops::RangeInclusive<u64> = 100..=60_000;
@@ -195,6 +206,13 @@ pub enum Reply {
         /// Every worker.
         workers: Vec<WorkerStatus>,
     },
+    /// To `events`.
+    Events {
+        /// Oldest first.
+        events: Vec<EventRecord>,
+    },
+    /// To `history`.
+    History(RateHistory),
     /// To anything that failed.
     Error {
         /// What failed.
@@ -553,6 +571,35 @@ pub struct WorkerStatus {
     /// say).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
+}
+
+/// Something the daemon did or saw, as it was logged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// When, in ms since the Unix epoch.
+    pub at_ms: u64,
+    /// `info`, `warn` or `error`.
+    pub level: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// Recent rates of every rule, sampled once a second.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RateHistory {
+    /// Between samples, in seconds.
+    pub interval_s: f64,
+    /// Per rule name.
+    pub rules: BTreeMap<String, RuleHistory>,
+}
+
+/// One rule's recent rates, oldest first (at most [`HISTORY_SAMPLES`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RuleHistory {
+    /// Packets per second matched.
+    pub pps: Vec<f64>,
+    /// Payload bits per second matched.
+    pub bps: Vec<f64>,
 }
 
 #[cfg(test)]

@@ -91,6 +91,10 @@ enum Command {
     Stats,
     /// The worker processes.
     Workers,
+    /// What the daemon did lately, oldest first: rules added, changed and
+    /// removed, reloads, interfaces that came and went, workers that
+    /// started, ended or were restarted.
+    Events,
     /// Read the daemon's config file again and apply what changed: rules
     /// that did not change are not touched. A file with a mistake changes
     /// nothing (the mistake is printed with its line and column).
@@ -200,6 +204,7 @@ fn main() -> ExitCode {
         Command::List => Request::List {},
         Command::Stats => Request::Stats {},
         Command::Workers => Request::Workers {},
+        Command::Events => Request::Events {},
     };
     let response = match client::ask(&cli.socket, &request) {
         Ok(r) => r,

@@ -145,6 +145,28 @@ pub fn render(r: &Reply) -> String {
                 }
             }
         }
+        Reply::Events { events } => {
+            for e in events {
+                let _ = writeln!(o, "{}  {:<5}  {}", utc(e.at_ms), e.level, e.message);
+            }
+        }
+        Reply::History(h) => {
+            let _ = writeln!(
+                o,
+                "{:<20} {:>10} {:>12}  (last of {} samples)",
+                "rule", "pps", "bit/s", "n"
+            );
+            for (name, r) in &h.rules {
+                let _ = writeln!(
+                    o,
+                    "{:<20} {:>10.0} {:>12.0}  ({})",
+                    name,
+                    r.pps.last().copied().unwrap_or(0.0),
+                    r.bps.last().copied().unwrap_or(0.0),
+                    r.pps.len()
+                );
+            }
+        }
         Reply::Reloaded {
             path,
             added,
@@ -386,4 +408,36 @@ fn stats(o: &mut String, s: &StatsReport) {
         (None, None) => {}
     }
     let _ = writeln!(o, "(rates over the last {:.1} s; up {:.0} s)", s.interval_s, s.uptime_s);
+}
+
+/// `YYYY-MM-DD HH:MM:SS.mmm` (UTC) of a time in ms since the Unix epoch.
+fn utc(at_ms: u64) -> String {
+    let (days, ms) = (at_ms / 86_400_000, at_ms % 86_400_000);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:03}",
+        ms / 3_600_000,
+        ms / 60_000 % 60,
+        ms / 1000 % 60,
+        ms % 1000
+    )
+}
+
+#[cfg(test)]
+mod utc_tests {
+    #[test]
+    fn times_read_as_utc_dates() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00:00.000");
+        assert_eq!(super::utc(951_782_400_000), "2000-02-29 00:00:00.000");
+        assert_eq!(super::utc(1_795_689_045_123), "2026-11-26 10:30:45.123");
+    }
 }

@@ -8,13 +8,12 @@ mod logging;
 mod supervisor;
 mod worker;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
-use mcr_core::config::{self, Config, Datapath, LogFormat, LogLevel, RingFormat};
+use mcr_core::config::{self, Config, Datapath, HttpListen, LogFormat, LogLevel, RingFormat};
 use mcr_core::named::Named;
 
 #[derive(Parser, Debug)]
@@ -78,9 +77,26 @@ struct RunArgs {
     /// daemon's group].
     #[arg(long, value_name = "GROUP")]
     control_group: Option<String>,
-    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9808).
-    #[arg(long, value_name = "ADDR")]
-    metrics_listen: Option<SocketAddr>,
+    /// Serve the web page, the JSON API (/api/) and Prometheus metrics
+    /// (/metrics) at ADDRESS:PORT, or `none` [default: 127.0.0.1:9808,
+    /// skipped with a warning when in use]. Beyond loopback it needs TLS
+    /// or --http-insecure.
+    #[arg(long, value_name = "ADDR", alias = "metrics-listen")]
+    http_listen: Option<HttpListen>,
+    /// The file holding the bearer token that changes over HTTP (and any
+    /// request from beyond loopback) need; others may not read it.
+    #[arg(long, value_name = "PATH")]
+    http_token_file: Option<PathBuf>,
+    /// Serve HTTPS with this certificate chain (PEM).
+    #[arg(long, value_name = "PATH", requires = "http_tls_key")]
+    http_tls_cert: Option<PathBuf>,
+    /// The private key of --http-tls-cert (PEM).
+    #[arg(long, value_name = "PATH", requires = "http_tls_cert")]
+    http_tls_key: Option<PathBuf>,
+    /// Serve plain HTTP beyond loopback (without it, such an address needs
+    /// TLS).
+    #[arg(long)]
+    http_insecure: bool,
     /// Receive ring format: v2 (frame by frame) or v3 (block by block)
     /// [default: v2].
     #[arg(long, value_parser = named_arg::<RingFormat>())]
@@ -236,7 +252,13 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
             .or_else(|| f.control_socket.clone())
             .unwrap_or_else(|| PathBuf::from("/run/mcr/mcrd.sock")),
         worker_args,
-        metrics_listen: a.metrics_listen.or(f.metrics_listen),
+        http: supervisor::HttpOptions {
+            listen: a.http_listen.or(f.http_listen),
+            token_file: a.http_token_file.or_else(|| f.http_token_file.clone()),
+            tls_cert: a.http_tls_cert.or_else(|| f.http_tls_cert.clone()),
+            tls_key: a.http_tls_key.or_else(|| f.http_tls_key.clone()),
+            insecure: a.http_insecure || f.http_insecure.unwrap_or(false),
+        },
         user: a.user.or_else(|| f.user.clone()),
         control_group: a.control_group.or_else(|| f.control_group.clone()),
         control_timeout: std::time::Duration::from_secs(u64::from(

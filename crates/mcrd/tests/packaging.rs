@@ -223,7 +223,7 @@ fn the_example_config_parses_as_is_and_with_every_example_turned_on() {
     assert_eq!(config.rules.len(), 1, "the example rule:\n{all}");
     let s = &config.settings;
     assert!(
-        s.cpus.is_some() && s.metrics_listen.is_some() && s.log_format.is_some(),
+        s.cpus.is_some() && s.http_listen.is_some() && s.log_format.is_some(),
         "{s:?}"
     );
 }

@@ -170,7 +170,7 @@ fn decode(line: &[u8]) -> Line {
         Err(e) => Line::Bad(error(
             ErrorKind::BadRequest,
             format!(
-                "not a request: {e}; send one JSON object per line, e.g. {{\"cmd\":\"list\"}} (commands: version, add, remove, list, stats, workers, reload, save, watch)"
+                "not a request: {e}; send one JSON object per line, e.g. {{\"cmd\":\"list\"}} (commands: version, add, remove, switch, list, stats, workers, events, history, reload, save, config, watch)"
             ),
         )),
     }

@@ -5,23 +5,23 @@
 //! interface changes, the timer) and its effects are carried out: groups
 //! joined and left, ports held, the table sent to every worker and written
 //! to the eBPF data path's maps, answers, worker processes started. The
-//! supervisor also sums the statistics and serves the control socket and
-//! `/metrics`.
+//! supervisor also sums the statistics, keeps the recent events, and
+//! serves the control socket and HTTP (the web page, the API, `/metrics`).
 
 mod config_file;
 mod control;
 mod datapath;
 mod fanout;
+mod http;
+mod journal;
 mod links;
 mod membership;
-mod metrics;
 mod notify;
 mod ports;
 mod privilege;
 mod stats;
 mod workers;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,8 +60,8 @@ pub struct Options {
     pub file_settings: Settings,
     /// The rules to start with (the config file's, already checked).
     pub rules: Vec<Rule>,
-    /// Where to serve `/metrics`.
-    pub metrics_listen: Option<SocketAddr>,
+    /// The HTTP server.
+    pub http: HttpOptions,
     /// How long a control client may stay silent or not read.
     pub control_timeout: Duration,
     /// The user to run as once everything privileged is open.
@@ -75,6 +75,7 @@ pub struct Options {
 }
 
 pub use config_file::load as load_config;
+pub use http::Options as HttpOptions;
 use links::interfaces;
 
 /// Where the answer to a request goes.
@@ -103,6 +104,8 @@ struct Supervisor {
     fanout: Option<fanout::FanoutGroups>,
     /// The shape of the workers' rings.
     ring: mcr_sys::ring::RingConfig,
+    /// What happened lately.
+    journal: journal::Journal,
 }
 
 /// How long a start waits for every worker to run the initial table
@@ -161,6 +164,7 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
         events: events_tx,
         fanout: (opts.workers > 1).then(|| fanout::FanoutGroups::new(std::process::id() as u16)),
         ring: opts.ring,
+        journal: journal::Journal::default(),
     };
     // The config file's rules before any worker starts, so that every
     // worker starts with them.
@@ -169,10 +173,7 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
         .start(std::mem::take(&mut opts.rules), interfaces())
         .map_err(anyhow::Error::msg)?;
     sup.carry_out(start);
-    let metrics = match opts.metrics_listen {
-        Some(addr) => Some(metrics::listen(addr).await?),
-        None => None,
-    };
+    let http = http::open(&opts.http).await?;
     let access = privilege::settle(
         &opts.control_socket,
         opts.user.as_deref(),
@@ -188,8 +189,8 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
     // that connect meanwhile wait in the socket's backlog.
     sup.wait_for_workers(&mut events_rx).await;
     let (calls_tx, mut calls_rx) = mpsc::channel::<control::Call>(64);
-    if let Some(l) = metrics {
-        tokio::spawn(metrics::serve(l, calls_tx.clone()));
+    if let Some(server) = http {
+        tokio::spawn(server.serve(calls_tx.clone()));
     }
     tokio::spawn(control::serve(listener, calls_tx, opts.control_timeout, access));
     tracing::info!(
@@ -278,6 +279,7 @@ impl Supervisor {
                 Effect::Publish(_) => self.publish(),
                 Effect::Answer { to, mut reply, .. } => {
                     self.complete(&mut reply);
+                    self.journal_answer(&reply);
                     let _ = to.send(reply.into());
                 }
                 Effect::Refuse { to, error } => {
@@ -285,9 +287,7 @@ impl Supervisor {
                 }
                 Effect::Start(i) => self.start_worker(i),
                 Effect::RestartAfter { index, delay } => self.restart_later(index, delay),
-                Effect::Log(Level::Info, m) => tracing::info!("{m}"),
-                Effect::Log(Level::Warn, m) => tracing::warn!("{m}"),
-                Effect::Log(Level::Error, m) => tracing::error!("{m}"),
+                Effect::Log(level, m) => self.journal.note(level, m),
             }
         }
     }
@@ -300,19 +300,20 @@ impl Supervisor {
             Action::Join { key, interface } => {
                 let j = self.members.ensure(key, &interface);
                 if !j.joined {
-                    tracing::warn!(
+                    let m = format!(
                         "rule `{}`: joining {} on {}: {}",
                         rule.unwrap_or("?"),
                         j.group,
                         j.interface,
                         j.error.as_deref().unwrap_or("?")
                     );
+                    self.journal.note(Level::Warn, m);
                 }
             }
             Action::Leave(key) => self.members.leave(key),
             Action::HoldPort(a) => {
                 if let Some(p) = self.ports.ensure(a) {
-                    tracing::warn!("{p}");
+                    self.journal.note(Level::Warn, p);
                 }
             }
             Action::FreePort(a) => self.ports.free(a),
@@ -357,7 +358,8 @@ impl Supervisor {
         });
         match w.spawn(&self.recipe, &self.counters, kernel, &self.table_line, &self.events) {
             Ok(()) => {
-                tracing::info!("worker {i} started (pid {:?}, CPU {})", w.pid, w.cpu);
+                let m = format!("worker {i} started (pid {:?}, CPU {})", w.pid, w.cpu);
+                self.journal.note(Level::Info, m);
                 self.step(Event::WorkerStarted(i));
             }
             Err(e) => self.step(Event::WorkerFailedToStart {
@@ -385,7 +387,8 @@ impl Supervisor {
                     FromWorker::Ready { pid } => tracing::debug!("worker {index} (pid {pid}) ready"),
                     FromWorker::Applied { version, problems } => {
                         for p in problems.iter().filter(|p| !w.problems.contains(p)) {
-                            tracing::warn!("worker {index}, table {version}: {}", p.error);
+                            self.journal
+                                .note(Level::Warn, format!("worker {index}, table {version}: {}", p.error));
                         }
                         w.problems = problems;
                         self.step(Event::WorkerApplied { index, version });
@@ -509,6 +512,10 @@ impl Supervisor {
             Request::Reload {} => return self.reload(reply_to),
             Request::Save { to } => config_file::save(&self.plane, to),
             Request::Config {} => config_file::text(&self.plane),
+            Request::Events {} => Reply::Events {
+                events: self.journal.events(),
+            },
+            Request::History {} => Reply::History(self.stats.history()),
             // The connection serves `watch` itself with `stats` requests.
             Request::Watch { .. } => Reply::Error {
                 error: ControlError::new(ErrorKind::BadRequest, "watch is answered by the connection"),
@@ -523,6 +530,19 @@ impl Supervisor {
             },
         };
         let _ = reply_to.send(reply.into());
+    }
+
+    /// Keeps a change the daemon answered in the journal (the plane logs
+    /// reloads, switches and workers itself).
+    fn journal_answer(&mut self, reply: &Reply) {
+        let m = match reply {
+            Reply::Added { rule, replaced, .. } => {
+                format!("rule `{rule}` {}", if *replaced { "changed" } else { "added" })
+            }
+            Reply::Removed { rule, .. } => format!("rule `{rule}` removed"),
+            _ => return,
+        };
+        self.journal.note(Level::Info, m);
     }
 
     /// Reads the config file again and has the plane apply what changed

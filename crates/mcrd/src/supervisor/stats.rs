@@ -1,12 +1,12 @@
 //! Statistics: the supervisor sums what workers count in shared memory,
 //! samples the sums once a second for rates, and answers `stats`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
 
 use mcr_core::control::{
-    DatapathStats, InputHealthStats, InputStats, OutputStats, RedundancyStats, RtpHealthStats, RuleStats, StatsReport,
-    TsHealthStats, WorkerStats,
+    DatapathStats, HISTORY_SAMPLES, InputHealthStats, InputStats, OutputStats, RateHistory, RedundancyStats,
+    RtpHealthStats, RuleHistory, RuleStats, StatsReport, TsHealthStats, WorkerStats,
 };
 use mcr_core::snapshot::SlottedRule;
 use mcr_core::stats::{
@@ -56,6 +56,9 @@ pub struct Stats {
     last: Option<(Instant, Sample)>,
     rates: HashMap<Key, (f64, f64)>,
     interval_s: f64,
+    /// Each rule's recent rates (by name: a changed rule keeps its
+    /// history), oldest first.
+    history: HashMap<String, VecDeque<(f64, f64)>>,
 }
 
 impl Stats {
@@ -67,6 +70,7 @@ impl Stats {
             last: None,
             rates: HashMap::new(),
             interval_s: 0.0,
+            history: HashMap::new(),
         }
     }
 
@@ -254,6 +258,33 @@ impl Stats {
                 .collect();
         }
         self.last = Some((now, cur));
+        self.history
+            .retain(|name, _| rules.iter().any(|r| r.rule.name == *name));
+        for r in rules {
+            let h = self.history.entry(r.rule.name.clone()).or_default();
+            if h.len() == HISTORY_SAMPLES {
+                h.pop_front();
+            }
+            h.push_back(self.rates.get(&Key::Rule(r.slot)).copied().unwrap_or((0.0, 0.0)));
+        }
+    }
+
+    /// Each rule's recent rates (`history`).
+    pub fn history(&self) -> RateHistory {
+        RateHistory {
+            interval_s: 1.0,
+            rules: self
+                .history
+                .iter()
+                .map(|(name, h)| {
+                    let rule = RuleHistory {
+                        pps: h.iter().map(|&(p, _)| p).collect(),
+                        bps: h.iter().map(|&(_, b)| b).collect(),
+                    };
+                    (name.clone(), rule)
+                })
+                .collect(),
+        }
     }
 
     /// The answer to `stats` (the data path's interfaces and which rules it

@@ -1,0 +1,214 @@
+//! Who may do what over HTTP: a loopback client may read; a change, or
+//! any request from beyond loopback, needs the bearer token from
+//! `--http-token-file`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use axum::http::{HeaderMap, StatusCode, header};
+
+use super::problem::Problem;
+
+/// The shortest token accepted, in characters.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
+/// The client's address, put on each request by the connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub SocketAddr);
+
+/// What a request does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// Reads.
+    Read,
+    /// Changes the rules or writes a file.
+    Change,
+}
+
+/// The token, if there is one.
+#[derive(Debug)]
+pub struct Access {
+    token: Option<String>,
+}
+
+/// Reads the token from `path`: refused when others may read the file, or
+/// when it is empty or short.
+pub fn read_token(path: &Path) -> anyhow::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("--http-token-file {shown}: {e}"))?;
+    let mode = meta.permissions().mode() & 0o777;
+    anyhow::ensure!(
+        mode & 0o007 == 0,
+        "--http-token-file {shown} is readable or writable by others (mode {mode:04o}): anyone on this host could \
+         change the rules; `chmod 600 {shown}` (or 640 with the daemon's group)"
+    );
+    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("--http-token-file {shown}: {e}"))?;
+    let token = text.trim();
+    anyhow::ensure!(
+        token.chars().count() >= MIN_TOKEN_CHARS && !token.chars().any(char::is_whitespace),
+        "--http-token-file {shown}: the token must be one word of at least {MIN_TOKEN_CHARS} characters \
+         (e.g. `openssl rand -hex 32 > {shown}`)"
+    );
+    Ok(token.to_string())
+}
+
+impl Access {
+    /// With `token` for changes (none: no changes over HTTP).
+    pub fn new(token: Option<String>) -> Self {
+        Access { token }
+    }
+
+    /// Whether the request from `peer` with `headers` may do what it `needs`.
+    pub fn check(&self, peer: SocketAddr, headers: &HeaderMap, needs: Needs) -> Result<(), Problem> {
+        let loopback = peer.ip().is_loopback() || peer.ip().to_canonical().is_loopback();
+        if needs == Needs::Read && loopback {
+            return match headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
+                Some(host) if !local_host(host) => Err(Problem::new(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    format!(
+                        "Host `{host}` is not a loopback name or an address: reading without a token is for \
+                         clients on this host (a proxy in front of mcrd should pass `Host: localhost`, or send the token)"
+                    ),
+                )),
+                _ => Ok(()),
+            };
+        }
+        let Some(token) = &self.token else {
+            let what = match needs {
+                Needs::Change => "changes over HTTP are off".to_string(),
+                Needs::Read => format!("{} may not read: only loopback clients may without a token", peer.ip()),
+            };
+            return Err(Problem::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("{what}; start mcrd with --http-token-file FILE and send `Authorization: Bearer TOKEN`"),
+            ));
+        };
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+        match given {
+            None => Err(Problem::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                match needs {
+                    Needs::Change => "a change needs `Authorization: Bearer TOKEN` (the token in --http-token-file)",
+                    Needs::Read => "reading from beyond loopback needs `Authorization: Bearer TOKEN`",
+                },
+            )),
+            Some(g) if same(g.trim().as_bytes(), token.as_bytes()) => Ok(()),
+            Some(_) => Err(Problem::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "the bearer token is not the one in mcrd's --http-token-file",
+            )),
+        }
+    }
+}
+
+/// Whether a `Host` header names this host by address or as `localhost`:
+/// a web page elsewhere that makes a browser here ask mcrd (by a name
+/// of its own that points at 127.0.0.1) is not let read.
+fn local_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => {
+            return v6
+                .split(']')
+                .next()
+                .is_some_and(|a| a.parse::<std::net::Ipv6Addr>().is_ok());
+        }
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost" || name.ends_with(".localhost") || name.parse::<std::net::IpAddr>().is_ok()
+}
+
+/// Compares in time that depends on the length only.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(auth: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(a) = auth {
+            h.insert(header::AUTHORIZATION, a.parse().expect("header"));
+        }
+        h
+    }
+
+    #[test]
+    fn loopback_reads_and_only_the_token_changes() {
+        let lo: SocketAddr = "127.0.0.1:4000".parse().expect("addr");
+        let lo6: SocketAddr = "[::ffff:127.0.0.1]:4000".parse().expect("addr");
+        let far: SocketAddr = "192.0.2.7:4000".parse().expect("addr");
+        let a = Access::new(Some("0123456789abcdef".into()));
+        assert!(a.check(lo, &headers(None), Needs::Read).is_ok());
+        assert!(a.check(lo6, &headers(None), Needs::Read).is_ok());
+        let e = a.check(far, &headers(None), Needs::Read).expect_err("far read");
+        assert_eq!(e.status, StatusCode::UNAUTHORIZED);
+        let e = a.check(lo, &headers(None), Needs::Change).expect_err("no token");
+        assert_eq!(e.status, StatusCode::UNAUTHORIZED);
+        let e = a
+            .check(lo, &headers(Some("Bearer 0123456789abcdeX")), Needs::Change)
+            .expect_err("wrong token");
+        assert!(e.detail.contains("not the one"), "{}", e.detail);
+        assert!(
+            a.check(lo, &headers(Some("Bearer 0123456789abcdef")), Needs::Change)
+                .is_ok()
+        );
+        assert!(
+            a.check(far, &headers(Some("Bearer 0123456789abcdef")), Needs::Read)
+                .is_ok()
+        );
+        let mut h = headers(None);
+        h.insert(header::HOST, "evil.example:9808".parse().expect("host"));
+        let e = a.check(lo, &h, Needs::Read).expect_err("rebinding");
+        assert!(e.detail.contains("evil.example"), "{}", e.detail);
+        for ok in [
+            "localhost:9808",
+            "127.0.0.1:9808",
+            "[::1]:9808",
+            "10.0.0.1",
+            "relay.localhost",
+        ] {
+            h.insert(header::HOST, ok.parse().expect("host"));
+            assert!(a.check(lo, &h, Needs::Read).is_ok(), "{ok}");
+        }
+        let none = Access::new(None);
+        let e = none
+            .check(lo, &headers(Some("Bearer 0123456789abcdef")), Needs::Change)
+            .expect_err("no changes");
+        assert_eq!(e.status, StatusCode::FORBIDDEN);
+        assert!(e.detail.contains("--http-token-file"), "{}", e.detail);
+    }
+
+    #[test]
+    fn a_token_file_others_may_read_or_a_short_token_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("mcrd-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let p = dir.join("token");
+        std::fs::write(&p, "0123456789abcdef\n").expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let e = read_token(&p).expect_err("world-readable").to_string();
+        assert!(
+            e.contains("readable or writable by others") && e.contains("chmod 600"),
+            "{e}"
+        );
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        assert_eq!(read_token(&p).expect("640"), "0123456789abcdef");
+        std::fs::write(&p, "short\n").expect("write");
+        let e = read_token(&p).expect_err("short").to_string();
+        assert!(e.contains("at least 16"), "{e}");
+        let e = read_token(&dir.join("absent")).expect_err("absent").to_string();
+        assert!(e.contains("No such file"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,229 @@
+//! mcrd's HTTP server (hyper, with axum's router, on the supervisor's
+//! tokio): Prometheus' `/metrics`, the JSON API under `/api/` (the control
+//! socket's operations, answered by the same supervisor loop with the same
+//! checks and messages) and the live web page at `/`.
+//!
+//! Who may do what ([`access`]): a loopback client may read; every change,
+//! and any request from beyond loopback, needs the bearer token of
+//! `--http-token-file`. Serving beyond loopback needs TLS
+//! (`--http-tls-cert`, `--http-tls-key`) or `--http-insecure`.
+//!
+//! Limits, as the control socket has them: at most [`MAX_CLIENTS`]
+//! connections are served at once (one more gets `503`), a client has
+//! [`HEAD_TIMEOUT`] for its TLS handshake and for each request head, a
+//! connection lasts at most [`CONNECTION_LIFETIME`] (then it is closed
+//! after the request in hand, and a browser simply opens another), and a
+//! request body is at most [`MAX_REQUEST_BYTES`].
+
+mod access;
+mod api;
+mod problem;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use mcr_core::config::HttpListen;
+use mcr_core::control::MAX_REQUEST_BYTES;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
+
+use super::control::Call;
+pub use access::Access;
+
+/// The most connections served at once.
+pub const MAX_CLIENTS: usize = 64;
+/// How long a client has for its TLS handshake, and for each request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one connection is kept, at most.
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
+/// How long an answer may take to be written.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where the address comes from when none is given.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9808";
+
+/// How the server is set up (`--http-*`, `http_*` in `[daemon]`).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Where to listen; none: the default address, which, unlike one
+    /// given, may be in use (then the daemon runs without HTTP, saying so).
+    pub listen: Option<HttpListen>,
+    /// The file holding the bearer token for changes.
+    pub token_file: Option<PathBuf>,
+    /// The TLS certificate chain and key (PEM).
+    pub tls_cert: Option<PathBuf>,
+    /// The TLS key.
+    pub tls_key: Option<PathBuf>,
+    /// Serve plain HTTP beyond loopback.
+    pub insecure: bool,
+}
+
+/// A listening server, opened before the daemon gives up root (the token
+/// file and key may be readable by root alone).
+pub struct Server {
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    access: Arc<Access>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("listener", &self.listener)
+            .field("tls", &self.tls.is_some())
+            .field("access", &self.access)
+            .finish()
+    }
+}
+
+/// Opens the server as `opts` say: `None` when HTTP is off, or when the
+/// default address is in use (logged).
+pub async fn open(opts: &Options) -> anyhow::Result<Option<Server>> {
+    let (addr, explicit) = match opts.listen {
+        Some(HttpListen::Off) => {
+            anyhow::ensure!(
+                opts.token_file.is_none() && opts.tls_cert.is_none() && opts.tls_key.is_none() && !opts.insecure,
+                "--http-listen none turns the HTTP server off: the other --http-* settings have nothing to apply to"
+            );
+            return Ok(None);
+        }
+        Some(HttpListen::At(a)) => (a, true),
+        None => (DEFAULT_LISTEN.parse().expect("a socket address"), false),
+    };
+    let tls = match (&opts.tls_cert, &opts.tls_key) {
+        (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
+        (None, None) => None,
+        (Some(_), None) => anyhow::bail!("--http-tls-cert needs --http-tls-key (the certificate's private key, PEM)"),
+        (None, Some(_)) => anyhow::bail!("--http-tls-key needs --http-tls-cert (the certificate chain, PEM)"),
+    };
+    if !addr.ip().is_loopback() && tls.is_none() && !opts.insecure {
+        anyhow::bail!(
+            "--http-listen {addr} is beyond loopback: give --http-tls-cert and --http-tls-key to serve HTTPS, or \
+             --http-insecure to serve plain HTTP there (anyone on the path can then read what is sent, the token too)"
+        );
+    }
+    let token = match &opts.token_file {
+        Some(p) => Some(access::read_token(p)?),
+        None => None,
+    };
+    let listener = match TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) if !explicit => {
+            tracing::warn!(
+                "HTTP: cannot listen on the default address {addr} ({e}): running without the web page, API and \
+                 /metrics (give --http-listen ADDRESS:PORT, or --http-listen none to say so)"
+            );
+            return Ok(None);
+        }
+        Err(e) => anyhow::bail!("HTTP: cannot listen on {addr}: {e} (see --http-listen)"),
+    };
+    Ok(Some(Server {
+        listener,
+        tls,
+        access: Arc::new(Access::new(token)),
+    }))
+}
+
+/// The TLS settings from a PEM certificate chain and key.
+fn tls_acceptor(cert: &Path, key: &Path) -> anyhow::Result<TlsAcceptor> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .and_then(|i| i.collect::<Result<_, _>>())
+        .map_err(|e| anyhow::anyhow!("--http-tls-cert {}: {e}", cert.display()))?;
+    anyhow::ensure!(
+        !certs.is_empty(),
+        "--http-tls-cert {}: no certificate in it (PEM, `-----BEGIN CERTIFICATE-----`)",
+        cert.display()
+    );
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| anyhow::anyhow!("--http-tls-key {}: {e} (a PEM private key)", key.display()))?;
+    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
+        tokio_rustls::rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| anyhow::anyhow!("TLS: {e}"))?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| anyhow::anyhow!("--http-tls-cert and --http-tls-key do not make a TLS identity: {e}"))?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+impl Server {
+    /// Serves forever, each connection in a task of its own.
+    pub async fn serve(self, calls: mpsc::Sender<Call>) {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        if let Ok(a) = self.listener.local_addr() {
+            tracing::info!("web page, API and metrics on {scheme}://{a}/");
+        }
+        let app = api::router(calls, self.access.clone(), self.tls.is_some());
+        let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
+        loop {
+            let (stream, peer) = match self.listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("HTTP: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let permit = slots.clone().try_acquire_owned().ok();
+            let app = if permit.is_some() { app.clone() } else { api::busy() };
+            let tls = self.tls.clone();
+            tokio::spawn(async move {
+                serve_connection(stream, peer, tls, app).await;
+                drop(permit);
+            });
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, peer: SocketAddr, tls: Option<TlsAcceptor>, app: axum::Router) {
+    let app = app.map_request(move |mut r: hyper::Request<hyper::body::Incoming>| {
+        r.extensions_mut().insert(access::Peer(peer));
+        r
+    });
+    let service = TowerToHyperService::new(app);
+    match tls {
+        Some(tls) => match tokio::time::timeout(HEAD_TIMEOUT, tls.accept(stream)).await {
+            Ok(Ok(s)) => drive(TokioIo::new(s), service).await,
+            Ok(Err(e)) => tracing::debug!("HTTP: TLS handshake with {peer}: {e}"),
+            Err(_) => tracing::debug!("HTTP: TLS handshake with {peer} took longer than {HEAD_TIMEOUT:?}"),
+        },
+        None => drive(TokioIo::new(stream), service).await,
+    }
+}
+
+/// Serves HTTP/1.1 on one connection, within its limits.
+async fn drive<I, S>(io: I, service: S)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: hyper::service::HttpService<hyper::body::Incoming> + Send + 'static,
+    S::Future: Send + 'static,
+    S::ResBody: Send + 'static,
+    <S::ResBody as hyper::body::Body>::Data: Send,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_buf_size(64 * 1024);
+    let conn = http.serve_connection(io, service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        () = tokio::time::sleep(CONNECTION_LIFETIME) => conn.as_mut().graceful_shutdown(),
+    }
+    // The request in hand is answered, then the connection closes.
+    let _ = tokio::time::timeout(WRITE_TIMEOUT, conn).await;
+}
+
+/// The largest request body, from the control protocol.
+pub const MAX_BODY_BYTES: usize = MAX_REQUEST_BYTES;

@@ -1,0 +1,564 @@
+//! mcrd's HTTP server: the JSON API (every endpoint and refusal, against
+//! the control socket and the OpenAPI description), who may do what
+//! (tokens, TLS, addresses beyond loopback), its limits, and the live page
+//! in a real browser.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mcr_core::control::{Request, Response};
+use mcr_testbed::TempDir;
+use mcr_testbed::presets::Chain;
+use mcr_testbed::relay::Relay;
+use serde_json::{Value, json};
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+const MINUTES: Duration = Duration::from_secs(180);
+
+/// An HTTP answer.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// A problem document with `status` and `kind`; its JSON.
+    fn problem(&self, status: u16, kind: &str) -> Value {
+        assert_eq!(self.status, status, "{}", self.text());
+        assert_eq!(self.header("content-type"), Some("application/problem+json"));
+        let p = self.json();
+        assert_eq!(p["status"], status, "{p}");
+        assert_eq!(p["kind"], kind, "{p}");
+        assert_eq!(p["type"], format!("/api/problems#{kind}"), "{p}");
+        assert!(p["detail"].as_str().is_some_and(|d| !d.is_empty()), "{p}");
+        p
+    }
+}
+
+/// Parses a whole HTTP/1.1 answer.
+fn parse(raw: &[u8]) -> Answer {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no end of head in {:?}", String::from_utf8_lossy(raw)));
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().expect("a status line");
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
+    {
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        loop {
+            let eol = rest.windows(2).position(|w| w == b"\r\n").expect("chunk size line");
+            let size = usize::from_str_radix(String::from_utf8_lossy(&rest[..eol]).trim(), 16).expect("chunk size");
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+            rest = &rest[eol + 2 + size + 2..];
+        }
+        body = out;
+    }
+    Answer { status, headers, body }
+}
+
+/// Sends one request from inside `ns` to `addr` and reads the answer.
+fn http(ns: &str, addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str("Host: 127.0.0.1\r\n");
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body);
+    let (ns, addr) = (ns.to_string(), addr.to_string());
+    let raw = std::thread::spawn(move || {
+        mcr_sys::netns::enter(&ns).expect("enter the namespace");
+        let mut s = std::net::TcpStream::connect(&addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+        s.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+        // A refused body may be answered before it is all sent.
+        let _ = s.write_all(&bytes);
+        let mut raw = Vec::new();
+        let _ = s.read_to_end(&mut raw);
+        raw
+    })
+    .join()
+    .expect("request thread");
+    parse(&raw)
+}
+
+/// The same request on the control socket; its response.
+fn control(socket: &Path, req: &Request) -> Response {
+    let mut s = std::os::unix::net::UnixStream::connect(socket).expect("control socket");
+    let mut line = serde_json::to_vec(req).expect("json");
+    line.push(b'\n');
+    s.write_all(&line).expect("send");
+    let mut answer = String::new();
+    BufReader::new(s).read_line(&mut answer).expect("answer");
+    serde_json::from_str(&answer).expect("a response")
+}
+
+/// Checks `v` against the schema at `schema` in the OpenAPI document:
+/// types, required properties, and no property the description lacks.
+fn conforms(doc: &Value, schema: &Value, v: &Value, at: &str) {
+    if let Some(r) = schema["$ref"].as_str() {
+        let target = doc.pointer(&r[1..]).unwrap_or_else(|| panic!("{at}: no {r}"));
+        return conforms(doc, target, v, at);
+    }
+    if let Some(all) = schema["allOf"].as_array() {
+        for s in all {
+            conforms(doc, s, v, at);
+        }
+        return;
+    }
+    if let Some(any) = schema["oneOf"].as_array() {
+        let fits = |s: &Value| std::panic::catch_unwind(|| conforms(doc, s, v, at)).is_ok();
+        assert!(any.iter().any(fits), "{at}: {v} is none of {any:?}");
+        return;
+    }
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    let kind = match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    assert!(
+        types.is_empty() || types.contains(&kind) || (kind == "integer" && types.contains(&"number")),
+        "{at}: {v} is {kind}, the description says {types:?}"
+    );
+    if let Some(c) = schema.get("const") {
+        assert_eq!(c, v, "{at}");
+    }
+    match v {
+        Value::Object(o) => {
+            let props = schema["properties"].as_object();
+            for r in schema["required"].as_array().into_iter().flatten() {
+                let r = r.as_str().expect("a name");
+                assert!(o.contains_key(r), "{at}: `{r}` is required and missing from {v}");
+            }
+            for (k, x) in o {
+                match props.and_then(|p| p.get(k)) {
+                    Some(s) => conforms(doc, s, x, &format!("{at}.{k}")),
+                    None => match &schema["additionalProperties"] {
+                        Value::Bool(false) => panic!("{at}: `{k}` is not in the description"),
+                        s @ Value::Object(_) => conforms(doc, s, x, &format!("{at}.{k}")),
+                        _ => {}
+                    },
+                }
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                conforms(doc, &schema["items"], x, &format!("{at}[{i}]"));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The schema the description gives for `METHOD PATH`'s answer `status`.
+fn described<'a>(doc: &'a Value, method: &str, path: &str, status: u16, media: &str) -> &'a Value {
+    let op = &doc["paths"][path][method.to_ascii_lowercase()];
+    let r = &op["responses"][status.to_string()];
+    assert!(r.is_object(), "{method} {path}: no {status} in the description");
+    &r["content"][media]["schema"]
+}
+
+/// A relay in a chain, serving HTTP on its loopback with a token.
+struct Api {
+    chain: Chain,
+    relay: Relay,
+    dir: TempDir,
+    doc: Value,
+}
+
+const ADDR: &str = "127.0.0.1:9808";
+
+impl Api {
+    fn start(tag: &str) -> Api {
+        let chain = Chain::new(tag).expect("chain");
+        let dir = TempDir::new(tag).expect("temp dir");
+        let token = token_file(&dir, 0o600);
+        let config = dir
+            .file(
+                "mcrd.toml",
+                "[daemon]\nworkers = 1\n\n[[rule]]\nname = \"from-file\"\ninput = \"veth1:239.1.1.9:5001\"\noutputs = [\"veth2:239.10.1.9:6001\"]\n",
+            )
+            .expect("config");
+        let relay = Relay::start(
+            &chain.relay,
+            &[
+                "--config",
+                config.to_str().expect("utf-8"),
+                "--http-listen",
+                ADDR,
+                "--http-token-file",
+                token.to_str().expect("utf-8"),
+            ],
+        )
+        .expect("mcrd");
+        let doc = http(chain.relay.name(), ADDR, "GET", "/api/openapi.json", &[], b"").json();
+        Api { chain, relay, dir, doc }
+    }
+
+    /// A request with the token; the answer, checked against the
+    /// description when it is JSON.
+    fn call(&self, method: &str, path: &str, described_as: &str, body: Option<Value>) -> Answer {
+        let auth = format!("Bearer {TOKEN}");
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let a = http(
+            self.chain.relay.name(),
+            ADDR,
+            method,
+            path,
+            &[("Authorization", &auth), ("Content-Type", "application/json")],
+            body.as_bytes(),
+        );
+        let media = match a.header("content-type") {
+            Some("application/json") => "application/json",
+            Some("application/problem+json") => "application/problem+json",
+            _ => return a,
+        };
+        let schema = described(&self.doc, method, described_as, a.status, media);
+        conforms(&self.doc, schema, &a.json(), &format!("{method} {path} {}", a.status));
+        a
+    }
+
+    /// A request without a token.
+    fn anonymous(&self, method: &str, path: &str, body: &[u8]) -> Answer {
+        http(self.chain.relay.name(), ADDR, method, path, &[], body)
+    }
+}
+
+fn token_file(dir: &TempDir, mode: u32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir
+        .file(&format!("token-{mode:o}"), &format!("{TOKEN}\n"))
+        .expect("token");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    p
+}
+
+fn rule(name: &str, input: &str, output: &str) -> Value {
+    let (i_if, i_dst) = input.split_once(':').expect("IF:ADDR:PORT");
+    let (o_if, o_dst) = output.split_once(':').expect("IF:ADDR:PORT");
+    json!({
+        "name": name,
+        "input": {"interface": i_if, "destination": i_dst},
+        "outputs": [{"interface": o_if, "destination": o_dst}],
+    })
+}
+
+#[test]
+fn every_endpoint_answers_as_the_control_socket_and_the_description_say() {
+    let api = Api::start("http-api");
+    let socket = api.relay.socket().to_path_buf();
+
+    // The page, its assets and its headers.
+    let page = api.anonymous("GET", "/", b"");
+    assert_eq!(page.status, 200);
+    assert_eq!(page.header("content-type"), Some("text/html; charset=utf-8"));
+    assert!(
+        page.header("content-security-policy")
+            .is_some_and(|c| c.contains("default-src 'self'"))
+    );
+    assert_eq!(page.header("x-content-type-options"), Some("nosniff"));
+    assert!(page.text().contains("/assets/app.js"), "{}", page.text());
+    for (path, ty) in [("/assets/app.js", "text/javascript"), ("/assets/app.css", "text/css")] {
+        let a = api.anonymous("GET", path, b"");
+        assert_eq!(a.status, 200, "{path}");
+        assert!(a.header("content-type").is_some_and(|c| c.starts_with(ty)), "{path}");
+        assert!(a.body.len() > 100, "{path} is only {} bytes", a.body.len());
+    }
+
+    // Reading needs no token on loopback; every answer is as described.
+    let v = api.call("GET", "/api/version", "/api/version", None);
+    assert_eq!(v.status, 200);
+    assert_eq!(v.json()["daemon"], env!("CARGO_PKG_VERSION"));
+    let anon = api.anonymous("GET", "/api/rules", b"");
+    assert_eq!(anon.status, 200, "{}", anon.text());
+    assert_eq!(anon.json()["rules"][0]["rule"]["name"], "from-file");
+
+    // Changing needs the token.
+    let a = rule("a", "veth1:239.1.1.1:5001", "veth2:239.10.1.1:6001");
+    let body = a.to_string();
+    let p = api
+        .anonymous("POST", "/api/rules", body.as_bytes())
+        .problem(401, "unauthorized");
+    assert!(p["detail"].as_str().expect("detail").contains("Bearer"), "{p}");
+    let wrong = http(
+        api.chain.relay.name(),
+        ADDR,
+        "POST",
+        "/api/rules",
+        &[("Authorization", "Bearer 0123456789abcdef0123456789abcdeX")],
+        body.as_bytes(),
+    );
+    let p = wrong.problem(401, "unauthorized");
+    assert!(p["detail"].as_str().expect("detail").contains("not the one"), "{p}");
+    assert!(
+        wrong
+            .header("www-authenticate")
+            .is_some_and(|h| h.starts_with("Bearer"))
+    );
+
+    // Add: 201 with where the rule is; again: replaced, 200.
+    let added = api.call("POST", "/api/rules", "/api/rules", Some(a.clone()));
+    assert_eq!(added.status, 201, "{}", added.text());
+    assert_eq!(added.header("location"), Some("/api/rules/a"));
+    let j = added.json();
+    assert_eq!(
+        (j["result"].as_str(), j["rule"].as_str(), j["replaced"].as_bool()),
+        (Some("added"), Some("a"), Some(false))
+    );
+    assert_eq!(j["joins"][0]["joined"], true, "{j}");
+    let again = api.call("POST", "/api/rules", "/api/rules", Some(a.clone()));
+    assert_eq!((again.status, again.json()["replaced"].as_bool()), (200, Some(true)));
+
+    // A refused rule: the control socket's kind, field and message.
+    let mut bad = rule("bad", "veth1:239.1.1.2:0", "veth2:239.10.1.2:6001");
+    let refused = api.call("POST", "/api/rules", "/api/rules", Some(bad.clone()));
+    let p = refused.problem(422, "invalid_rule");
+    let by_socket = control(
+        &socket,
+        &Request::Add {
+            rule: serde_json::from_value(bad.clone()).expect("a rule"),
+        },
+    );
+    let mcr_core::control::Reply::Error { error } = by_socket.reply else {
+        panic!("the control socket took it: {by_socket:?}");
+    };
+    assert_eq!(p["detail"], error.message);
+    assert_eq!(p["field"].as_str(), error.field.as_deref());
+    assert_eq!(p["field"], "input.destination", "{p}");
+    // Not a rule at all, or one with a field MCR does not know.
+    let p = api
+        .call("POST", "/api/rules", "/api/rules", Some(json!([1, 2])))
+        .problem(400, "bad_request");
+    assert!(p["detail"].as_str().expect("detail").starts_with("not a rule"), "{p}");
+    bad["colour"] = json!("red");
+    let p = api
+        .call("POST", "/api/rules", "/api/rules", Some(bad))
+        .problem(400, "bad_request");
+    assert!(
+        p["detail"].as_str().expect("detail").contains("unknown field `colour`"),
+        "{p}"
+    );
+    // Too large: refused before it is read whole.
+    let huge = vec![b' '; (1 << 20) + 10];
+    let auth = format!("Bearer {TOKEN}");
+    http(
+        api.chain.relay.name(),
+        ADDR,
+        "POST",
+        "/api/rules",
+        &[("Authorization", &auth)],
+        &huge,
+    )
+    .problem(413, "too_large");
+
+    // PUT names the rule in the path; a body naming another is refused.
+    let mut b = rule("b", "veth1:239.1.1.3:5001", "veth2:239.10.1.3:6001");
+    b.as_object_mut().expect("object").remove("name");
+    let put = api.call("PUT", "/api/rules/b", "/api/rules/{name}", Some(b.clone()));
+    assert_eq!(put.status, 201, "{}", put.text());
+    b["name"] = json!("other");
+    let p = api
+        .call("PUT", "/api/rules/b", "/api/rules/{name}", Some(b))
+        .problem(422, "invalid_rule");
+    assert_eq!(p["field"], "name");
+
+    // Reading: list, show, stats, workers, events, history, config, overview.
+    let list = api.call("GET", "/api/rules", "/api/rules", None).json();
+    let names: Vec<&str> = list["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter_map(|r| r["rule"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["from-file", "a", "b"]);
+    let shown = api.call("GET", "/api/rules/a", "/api/rules/{name}", None);
+    assert_eq!(shown.status, 200);
+    let j = shown.json();
+    assert_eq!(
+        (j["rule"]["name"].as_str(), j["stats"]["name"].as_str()),
+        (Some("a"), Some("a"))
+    );
+    let p = api
+        .call("GET", "/api/rules/nope", "/api/rules/{name}", None)
+        .problem(404, "not_found");
+    assert!(p["detail"].as_str().expect("detail").contains("nope"), "{p}");
+    let stats = api.call("GET", "/api/stats", "/api/stats", None).json();
+    assert_eq!(stats["result"], "stats");
+    assert_eq!(stats["rules"].as_array().map(Vec::len), Some(3));
+    let workers = api.call("GET", "/api/workers", "/api/workers", None).json();
+    assert_eq!(workers["workers"][0]["state"], "running", "{workers}");
+    let events = api.call("GET", "/api/events", "/api/events", None).json();
+    let said: Vec<&str> = events["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    for needle in [
+        "worker 0 started",
+        "rule `a` added",
+        "rule `a` changed",
+        "rule `b` added",
+    ] {
+        assert!(said.iter().any(|m| m.contains(needle)), "no `{needle}` in {said:?}");
+    }
+    // One rate sample a second per rule.
+    let deadline = Instant::now() + MINUTES;
+    let history = loop {
+        let h = api.call("GET", "/api/history", "/api/history", None).json();
+        if h["rules"]["b"]["pps"].as_array().is_some_and(|s| s.len() >= 2) || Instant::now() > deadline {
+            break h;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        history["rules"]["b"]["pps"].as_array().is_some_and(|s| s.len() >= 2),
+        "{history}"
+    );
+    let config = api.call("GET", "/api/config", "/api/config", None).json();
+    assert!(
+        config["text"].as_str().expect("text").contains("name = \"b\""),
+        "{config}"
+    );
+    let overview = api.call("GET", "/api/overview", "/api/overview", None).json();
+    assert_eq!(overview["rules"].as_array().map(Vec::len), Some(3));
+    assert!(overview["history"]["rules"]["a"].is_object(), "{overview}");
+
+    // Switch: a rule with one input does not fail over, as the socket says.
+    let p = api
+        .call(
+            "POST",
+            "/api/rules/a/switch",
+            "/api/rules/{name}/switch",
+            Some(json!({"input": "2"})),
+        )
+        .problem(422, "invalid_request");
+    let by_socket = control(
+        &socket,
+        &Request::Switch {
+            rule: "a".into(),
+            input: Some("2".into()),
+        },
+    );
+    let mcr_core::control::Reply::Error { error } = by_socket.reply else {
+        panic!("{by_socket:?}");
+    };
+    assert_eq!(p["detail"], error.message);
+    api.call(
+        "POST",
+        "/api/rules/a/switch",
+        "/api/rules/{name}/switch",
+        Some(json!({"to": 1})),
+    )
+    .problem(400, "bad_request");
+
+    // Save (to a file beside the config) and reload (which brings back
+    // the file's rules: a and b go).
+    let to = api.dir.path().join("saved.toml");
+    let saved = api.call("POST", "/api/save", "/api/save", Some(json!({"to": to})));
+    assert_eq!(saved.status, 200, "{}", saved.text());
+    assert_eq!(saved.json()["rules"], 3);
+    let text = std::fs::read_to_string(&to).expect("saved file");
+    assert!(text.contains("name = \"a\""), "{text}");
+    let p = api
+        .call("POST", "/api/save", "/api/save", Some(json!({"to": "/nowhere/x.toml"})))
+        .problem(400, "bad_request");
+    assert!(p["detail"].as_str().expect("detail").contains("saves only in"), "{p}");
+    let reloaded = api.call("POST", "/api/reload", "/api/reload", None).json();
+    assert_eq!(reloaded["removed"], json!(["a", "b"]), "{reloaded}");
+    assert_eq!(reloaded["unchanged"], 1, "{reloaded}");
+
+    // Remove: the rule goes; again: not found.
+    api.call("POST", "/api/rules", "/api/rules", Some(a));
+    let removed = api.call("DELETE", "/api/rules/a", "/api/rules/{name}", None);
+    assert_eq!(
+        (removed.status, removed.json()["result"].as_str()),
+        (200, Some("removed"))
+    );
+    api.call("DELETE", "/api/rules/a", "/api/rules/{name}", None)
+        .problem(404, "not_found");
+    api.anonymous("DELETE", "/api/rules/from-file", b"")
+        .problem(401, "unauthorized");
+
+    // /metrics, GET and HEAD; what is not there; a method not taken; a
+    // Host that is not this one.
+    let m = api.anonymous("GET", "/metrics", b"");
+    assert_eq!(m.status, 200);
+    assert!(
+        m.header("content-type")
+            .is_some_and(|c| c.starts_with("text/plain; version=0.0.4"))
+    );
+    assert!(
+        m.text().contains("mcr_rule_packets_total{rule=\"from-file\""),
+        "{}",
+        m.text()
+    );
+    let head = api.anonymous("HEAD", "/metrics", b"");
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+    api.anonymous("GET", "/nowhere", b"").problem(404, "not_found");
+    api.anonymous("DELETE", "/api/stats", b"")
+        .problem(405, "method_not_allowed");
+    let p = http(
+        api.chain.relay.name(),
+        ADDR,
+        "GET",
+        "/api/rules",
+        &[("Host", "evil.example:9808")],
+        b"",
+    )
+    .problem(403, "forbidden");
+    assert!(p["detail"].as_str().expect("detail").contains("evil.example"), "{p}");
+    api.relay.stop().expect("stopped");
+}

@@ -47,6 +47,22 @@ pub fn send_signal(pid: u32, signal: Signal) -> io::Result<()> {
     crate::check(rc).map(|_| ())
 }
 
+/// Sends `signal` to every process of the process group `pgid` (a process
+/// started as the leader of its own group, and what it forked). The caller
+/// must know the group is its own: its leader not yet reaped, so that the
+/// id cannot have been reused.
+pub fn send_signal_to_group(pgid: u32, signal: Signal) -> io::Result<()> {
+    let pgid = libc::pid_t::try_from(pgid)
+        .ok()
+        .filter(|&p| p > 1)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a process group id"))?;
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours; a
+    // negative pid below -1 names exactly the group -pid (never -1, which
+    // would be every process: ruled out above).
+    let rc = unsafe { libc::kill(-pgid, signal.number()) };
+    crate::check(rc).map(|_| ())
+}
+
 /// A process pinned by a pidfd: signals sent through it reach that process
 /// and no other, even if its pid is reused after it exits.
 #[derive(Debug)]

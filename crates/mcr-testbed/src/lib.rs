@@ -10,7 +10,8 @@
 //! processes there ([`Proc`], killed on drop). [`presets`] builds the
 //! topologies MCR is measured on: chain, pipeline, dual-bridge and star.
 //! [`traffic`] runs `mcrgen` inside them and reads its reports; [`relay`]
-//! runs `mcrd` and `mcrctl`; [`capture`] records what crosses a link.
+//! runs `mcrd` and `mcrctl`; [`capture`] records what crosses a link;
+//! [`browser`] drives a headless Chromium at a page served in a namespace.
 //!
 //! Everything here needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and the
 //! `ip` command from iproute2.
@@ -19,6 +20,7 @@
 
 mod bed;
 mod bins;
+pub mod browser;
 pub mod capture;
 mod command;
 pub mod config_file;

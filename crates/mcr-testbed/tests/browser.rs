@@ -1,0 +1,415 @@
+//! mcrd's live page, in a headless Chromium, against a stand-in for mcrd:
+//! a small HTTP server in a test-bed namespace that serves the page's
+//! assets as mcrd does (with its Content-Security-Policy) and a fixture as
+//! `/api/overview`, which the test changes while the page runs. It checks
+//! the browser harness and the page together, and leaves screenshots of
+//! the page in target/screenshots/.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use mcr_core::control::{RuleStatus, StatsReport, WorkerStatus};
+use mcr_testbed::browser::Browser;
+use mcr_testbed::{Ns, Testbed, traffic_lock};
+use serde_json::{Value, json};
+
+/// Long enough for chromium on a busy two-core machine.
+const PATIENCE: Duration = Duration::from_secs(60);
+/// What mcrd sends with its page.
+const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'";
+
+fn assets() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../mcrd/assets")
+}
+
+fn screenshots() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/screenshots")
+}
+
+/// How the stand-in answers `/api/overview`.
+#[derive(Clone)]
+enum Answer {
+    /// This overview.
+    Overview(Value),
+    /// 503, as a daemon that cannot answer.
+    Down,
+    /// 401 unless the request carries `Authorization: Bearer TOKEN`; then
+    /// this overview.
+    Token(String, Value),
+}
+
+/// The stand-in for mcrd: a one-thread HTTP server inside a namespace.
+struct Site {
+    port: u16,
+    answer: Arc<Mutex<Answer>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Site {
+    fn start(ns: &Ns, answer: Answer) -> Site {
+        let answer = Arc::new(Mutex::new(answer));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let name = ns.name().to_string();
+        let thread = std::thread::spawn({
+            let (answer, stop) = (Arc::clone(&answer), Arc::clone(&stop));
+            move || {
+                mcr_sys::netns::enter(&name).expect("enter the namespace");
+                let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+                listener.set_nonblocking(true).expect("nonblocking");
+                tx.send(listener.local_addr().expect("address").port()).expect("port");
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((conn, _)) => serve(conn, &answer),
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            }
+        });
+        let port = rx.recv_timeout(PATIENCE).expect("the server's port");
+        Site {
+            port,
+            answer,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.port)
+    }
+
+    fn set(&self, a: Answer) {
+        *self.answer.lock().expect("answer") = a;
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Answers one request and closes the connection.
+fn serve(mut conn: TcpStream, answer: &Mutex<Answer>) {
+    let _ = conn.set_nonblocking(false);
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut req = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => req.extend_from_slice(&buf[..n]),
+        }
+    }
+    let req = String::from_utf8_lossy(&req).to_string();
+    let path = req.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let auth = req.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("authorization").then(|| v.trim().to_string())
+    });
+    let file = |name: &str| std::fs::read(assets().join(name)).expect("asset");
+    let (status, kind, body) = match path.as_str() {
+        "/" => ("200 OK", "text/html; charset=utf-8", file("index.html")),
+        "/assets/app.css" => ("200 OK", "text/css; charset=utf-8", file("app.css")),
+        "/assets/app.js" => ("200 OK", "text/javascript; charset=utf-8", file("app.js")),
+        "/api/overview" => {
+            let json = |v: &Value| v.to_string().into_bytes();
+            match &*answer.lock().expect("answer") {
+                Answer::Overview(v) => ("200 OK", "application/json", json(v)),
+                Answer::Down => ("503 Service Unavailable", "text/plain", b"stand-in is down".to_vec()),
+                Answer::Token(t, v) if auth.as_deref() == Some(&format!("Bearer {t}")) => {
+                    ("200 OK", "application/json", json(v))
+                }
+                Answer::Token(..) => ("401 Unauthorized", "text/plain", b"a bearer token is needed".to_vec()),
+            }
+        }
+        _ => ("404 Not Found", "text/plain", b"not found".to_vec()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nContent-Security-Policy: {CSP}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = conn.write_all(head.as_bytes()).and_then(|()| conn.write_all(&body));
+}
+
+/// The fixture, checked to be what mcrd sends: its rules, statistics and
+/// workers are the control protocol's types, field for field.
+fn fixture() -> Value {
+    let text = std::fs::read_to_string(assets().join("fixture-overview.json")).expect("fixture");
+    let v: Value = serde_json::from_str(&text).expect("the fixture is JSON");
+    let rules: Vec<RuleStatus> = serde_json::from_value(v["rules"].clone()).expect("rules as RuleStatus");
+    assert_eq!(
+        serde_json::to_value(&rules).expect("back"),
+        v["rules"],
+        "rules, field for field"
+    );
+    let stats: StatsReport = serde_json::from_value(v["stats"].clone()).expect("stats as StatsReport");
+    assert_eq!(
+        serde_json::to_value(&stats).expect("back"),
+        v["stats"],
+        "stats, field for field"
+    );
+    let workers: Vec<WorkerStatus> = serde_json::from_value(v["workers"].clone()).expect("workers as WorkerStatus");
+    assert_eq!(
+        serde_json::to_value(&workers).expect("back"),
+        v["workers"],
+        "workers, field for field"
+    );
+    v
+}
+
+/// `o` with one more rule, a copy of its first named `name`.
+fn with_copy_named(mut o: Value, name: &str) -> Value {
+    let mut status = o["rules"][0].clone();
+    status["rule"]["name"] = json!(name);
+    let mut stats = o["stats"]["rules"][0].clone();
+    stats["name"] = json!(name);
+    let history = o["history"]["rules"][o["rules"][0]["rule"]["name"].as_str().expect("name")].clone();
+    o["rules"].as_array_mut().expect("rules").push(status);
+    o["stats"]["rules"].as_array_mut().expect("stats").push(stats);
+    o["history"]["rules"][name] = history;
+    o
+}
+
+/// `o` without the rule `name`.
+fn without(mut o: Value, name: &str) -> Value {
+    o["rules"]
+        .as_array_mut()
+        .expect("rules")
+        .retain(|r| r["rule"]["name"] != name);
+    o["stats"]["rules"]
+        .as_array_mut()
+        .expect("stats")
+        .retain(|r| r["name"] != name);
+    o["history"]["rules"].as_object_mut().expect("history").remove(name);
+    o
+}
+
+/// The width and height of a PNG file, checking its signature.
+fn png_size(path: &Path) -> (u32, u32) {
+    let png = std::fs::read(path).expect("screenshot");
+    assert!(png.len() > 1000, "{} holds only {} bytes", path.display(), png.len());
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{} is not a PNG", path.display());
+    let be = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().expect("4 bytes"));
+    (be(16), be(20))
+}
+
+fn updates(b: &mut Browser) -> u64 {
+    b.eval("Number(document.getElementById('updated').dataset.updates)")
+        .expect("updates")
+        .as_u64()
+        .expect("a count")
+}
+
+#[test]
+fn the_page_shows_every_rule_and_follows_the_daemon() {
+    // Chromium takes both cores while it starts and draws: a test that
+    // measures traffic should not run beside it.
+    let _lock = traffic_lock().expect("traffic lock");
+    let mut tb = Testbed::new("browser-page").expect("test bed");
+    let ns = tb.ns("web").expect("namespace");
+
+    const MARKUP: &str = "feed<b>x</b>";
+    let first = with_copy_named(fixture(), MARKUP);
+    let second = without(first.clone(), "radio-mix");
+    let site = Site::start(&ns, Answer::Overview(first.clone()));
+    let mut b = Browser::open(&ns, &site.url()).expect("open the page");
+    b.wait_for(
+        "Number(document.getElementById('updated').dataset.updates) >= 2",
+        PATIENCE,
+    )
+    .expect("two updates");
+    assert!(
+        b.page_errors().is_empty(),
+        "the page reported errors: {:?}",
+        b.page_errors()
+    );
+
+    // Every rule, in order, by its name, with its rate.
+    let shown = b
+        .eval(
+            "[...document.querySelectorAll('#rules [data-rule]')].map(r => ({
+                key: r.dataset.rule,
+                name: r.querySelector('.rule-name').textContent,
+                pps: Number(r.querySelector('[data-pps]').dataset.pps),
+            }))",
+        )
+        .expect("rules shown");
+    let shown = shown.as_array().expect("a list");
+    let want = first["stats"]["rules"].as_array().expect("rules");
+    let names = |l: &[Value], key: &str| l.iter().map(|r| r[key].clone()).collect::<Vec<_>>();
+    assert_eq!(names(shown, "key"), names(want, "name"), "rules shown, in order");
+    assert_eq!(names(shown, "name"), names(want, "name"), "their names as text");
+    for (s, w) in shown.iter().zip(want) {
+        assert_eq!(s["pps"].as_f64(), w["pps"].as_f64(), "the rate of {}", w["name"]);
+        if w["name"] != "promo-loop" {
+            assert!(s["pps"].as_f64() > Some(0.0), "{s}");
+        }
+    }
+    // A rule name is text, never markup.
+    assert_eq!(
+        b.eval("document.querySelectorAll('#rules b').length").expect("markup"),
+        json!(0)
+    );
+
+    // The broken rule says why, and is marked as a problem.
+    let broken = b
+        .eval("document.querySelector('[data-rule=\"promo-loop\"]').innerText")
+        .expect("broken rule");
+    let broken = broken.as_str().expect("text");
+    for says in [
+        "problem",
+        "not joined to 239.1.1.9 on veth5: interface veth5 does not exist",
+        "input interface veth5 does not exist",
+    ] {
+        assert!(broken.contains(says), "{says:?} not in {broken:?}");
+    }
+    let state = b
+        .eval("document.querySelector('[data-rule=\"radio-mix\"]').dataset.state")
+        .expect("state");
+    assert_eq!(state, json!("degraded"), "a failover on its backup");
+
+    // Workers, newest event first, the header.
+    assert_eq!(
+        b.eval("document.querySelectorAll('#workers tbody tr').length")
+            .expect("workers"),
+        json!(2)
+    );
+    let events = b
+        .eval("[...document.querySelectorAll('#events li .message')].map(e => e.textContent)")
+        .expect("events");
+    let mut messages: Vec<Value> = first["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| e["message"].clone())
+        .collect();
+    messages.reverse();
+    assert_eq!(events, json!(messages));
+    assert_eq!(
+        b.eval("document.getElementById('version').textContent")
+            .expect("version"),
+        json!("v0.1.0")
+    );
+
+    let dir = screenshots();
+    b.screenshot(&dir.join("fixture-page.png")).expect("screenshot");
+    assert_eq!(png_size(&dir.join("fixture-page.png")).0, 1280);
+    b.prefer_color_scheme("dark").expect("dark");
+    b.screenshot(&dir.join("fixture-page-dark.png"))
+        .expect("dark screenshot");
+    png_size(&dir.join("fixture-page-dark.png"));
+    b.prefer_color_scheme("light").expect("light");
+
+    // A phone: one card per rule, no table head, nothing wider than it.
+    b.set_viewport(390, 844, true).expect("phone");
+    let layout = b
+        .eval(
+            "({head: getComputedStyle(document.querySelector('#rules thead')).display,
+               row: getComputedStyle(document.querySelector('#rules [data-rule]')).display,
+               width: document.documentElement.scrollWidth})",
+        )
+        .expect("phone layout");
+    assert_eq!(layout, json!({"head": "none", "row": "grid", "width": 390}));
+    b.screenshot(&dir.join("fixture-page-phone.png"))
+        .expect("phone screenshot");
+    assert_eq!(png_size(&dir.join("fixture-page-phone.png")).0, 390);
+    b.set_viewport(1280, 900, false).expect("desktop");
+
+    // A rule removed at the daemon leaves the page at the next update,
+    // without a reload.
+    b.eval("window.sameDocument = true").expect("mark the document");
+    let before = updates(&mut b);
+    site.set(Answer::Overview(second.clone()));
+    b.wait_for(
+        &format!(
+            "!document.querySelector('[data-rule=\"radio-mix\"]') &&
+             Number(document.getElementById('updated').dataset.updates) > {before}"
+        ),
+        PATIENCE,
+    )
+    .expect("the removed rule goes");
+    assert_eq!(
+        b.eval("window.sameDocument === true").expect("same document"),
+        json!(true)
+    );
+    let count = b
+        .eval("document.querySelectorAll('#rules [data-rule]').length")
+        .expect("rows");
+    assert_eq!(count, json!(second["rules"].as_array().expect("rules").len()));
+
+    // A daemon that does not answer is said so, and the page keeps asking.
+    site.set(Answer::Down);
+    let banner = b
+        .wait_for(
+            "!document.getElementById('banner').hidden && document.getElementById('banner').textContent",
+            PATIENCE,
+        )
+        .expect("the banner");
+    assert!(
+        banner
+            .as_str()
+            .expect("text")
+            .starts_with("mcrd not answering: HTTP 503"),
+        "{banner}"
+    );
+
+    // A daemon that wants a token: the page asks for it and sends it.
+    site.set(Answer::Token("s3cret".into(), first.clone()));
+    b.wait_for("!document.getElementById('auth').hidden", PATIENCE)
+        .expect("the token field");
+    let before = updates(&mut b);
+    b.eval(
+        "document.getElementById('token').value = 's3cret';
+         document.getElementById('auth').requestSubmit()",
+    )
+    .expect("submit the token");
+    b.wait_for(
+        &format!(
+            "document.getElementById('banner').hidden &&
+             Number(document.getElementById('updated').dataset.updates) > {before}"
+        ),
+        PATIENCE,
+    )
+    .expect("updates with the token");
+    assert_eq!(
+        b.eval("sessionStorage.getItem('mcr-token')").expect("stored"),
+        json!("s3cret")
+    );
+    b.wait_for("document.querySelector('[data-rule=\"radio-mix\"]') !== null", PATIENCE)
+        .expect("the rule is back");
+}
+
+#[test]
+fn a_script_error_and_a_timeout_say_what_happened() {
+    let _lock = traffic_lock().expect("traffic lock");
+    let mut tb = Testbed::new("browser-errors").expect("test bed");
+    let ns = tb.ns("web").expect("namespace");
+    let site = Site::start(&ns, Answer::Down);
+    let mut b = Browser::open(&ns, &site.url()).expect("open the page");
+    let e = b.eval("null.x").expect_err("a TypeError");
+    assert!(e.to_string().contains("TypeError"), "{e}");
+    assert_eq!(b.eval("Promise.resolve(6 * 7)").expect("awaited"), json!(42));
+    let e = b
+        .wait_for("document.title === 'never'", Duration::from_millis(300))
+        .expect_err("never true");
+    assert!(e.to_string().contains("was last false"), "{e}");
+    // The page said that mcrd failed to answer (and the browser logged the 503).
+    b.wait_for("!document.getElementById('banner').hidden", PATIENCE)
+        .expect("the banner");
+    assert!(
+        b.page_errors().iter().any(|e| e.contains("503")),
+        "{:?}",
+        b.page_errors()
+    );
+}

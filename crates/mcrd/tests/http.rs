@@ -562,3 +562,277 @@ fn every_endpoint_answers_as_the_control_socket_and_the_description_say() {
     assert!(p["detail"].as_str().expect("detail").contains("evil.example"), "{p}");
     api.relay.stop().expect("stopped");
 }
+
+/// `curl` from inside `ns`: the status (0 when there was no answer), the
+/// body, and curl's complaint.
+fn curl(ns: &mcr_testbed::Ns, args: &[&str]) -> (u16, String, String) {
+    let out = ns
+        .command("curl")
+        .args(["-sS", "--max-time", "60", "-o", "-", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .expect("curl (scripts/deps installs it)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (
+        code.trim().parse().unwrap_or(0),
+        body.to_string(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs mcrd in `ns`, which must refuse to start; its stderr.
+fn refused_start(ns: &mcr_testbed::Ns, args: &[&str]) -> String {
+    let out = ns
+        .command(mcr_testbed::bin("mcrd").expect("mcrd"))
+        .arg("--control-socket")
+        .arg(format!("/tmp/{}-refused.sock", ns.name()))
+        .args(args)
+        .output()
+        .expect("run mcrd");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "mcrd {args:?} should refuse to start: {err}"
+    );
+    err
+}
+
+#[test]
+fn beyond_loopback_needs_tls_or_insecure_and_every_request_the_token() {
+    let c = Chain::new("http-tls").expect("chain");
+    let dir = TempDir::new("http-tls").expect("temp dir");
+    let token = token_file(&dir, 0o600);
+    let token = token.to_str().expect("utf-8");
+    let open_token = token_file(&dir, 0o644);
+
+    // What mcrd refuses at start, and says why.
+    let err = refused_start(&c.relay, &["--http-listen", "0.0.0.0:9443"]);
+    assert!(
+        err.contains("beyond loopback") && err.contains("--http-insecure"),
+        "{err}"
+    );
+    let err = refused_start(&c.relay, &["--http-token-file", open_token.to_str().expect("utf-8")]);
+    assert!(err.contains("readable or writable by others"), "{err}");
+    let err = refused_start(&c.relay, &["--http-listen", "none", "--http-token-file", token]);
+    assert!(err.contains("turns the HTTP server off"), "{err}");
+    let garbage = dir.file("garbage.pem", "not a certificate\n").expect("file");
+    let g = garbage.to_str().expect("utf-8");
+    let err = refused_start(&c.relay, &["--http-tls-cert", g, "--http-tls-key", g]);
+    assert!(
+        err.contains("--http-tls-cert") && err.contains("no certificate"),
+        "{err}"
+    );
+
+    // A certificate for the relay's address on the generator's side.
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+        ])
+        .args(["-subj", "/CN=mcrd-test", "-addext"])
+        .arg(format!("subjectAltName=IP:{},IP:127.0.0.1", Chain::RELAY_IN_ADDR))
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let (cert_s, key_s) = (cert.to_str().expect("utf-8"), key.to_str().expect("utf-8"));
+    let relay = Relay::start(
+        &c.relay,
+        &[
+            "--http-listen",
+            "0.0.0.0:9443",
+            "--http-tls-cert",
+            cert_s,
+            "--http-tls-key",
+            key_s,
+            "--http-token-file",
+            token,
+        ],
+    )
+    .expect("mcrd with TLS");
+    let far = format!("https://{}:9443", Chain::RELAY_IN_ADDR);
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    // From the generator's host: reading needs the token too.
+    let (code, body, _) = curl(&c.generator, &["--cacert", cert_s, &format!("{far}/api/version")]);
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("beyond loopback"), "{body}");
+    let (code, body, _) = curl(
+        &c.generator,
+        &["--cacert", cert_s, "-H", &auth, &format!("{far}/api/version")],
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"daemon\""), "{body}");
+    let (code, body, _) = curl(
+        &c.generator,
+        &[
+            "--cacert",
+            cert_s,
+            "-H",
+            &auth,
+            "-H",
+            "Content-Type: application/json",
+            "--data",
+            &rule("tls", "veth1:239.1.1.1:5001", "veth2:239.10.1.1:6001").to_string(),
+            &format!("{far}/api/rules"),
+        ],
+    );
+    assert_eq!(code, 201, "{body}");
+    let (code, _, _) = curl(
+        &c.generator,
+        &["--cacert", cert_s, "-H", &auth, &format!("{far}/metrics")],
+    );
+    assert_eq!(code, 200);
+    // With HSTS, and on loopback without a token.
+    let (code, body, _) = curl(
+        &c.relay,
+        &[
+            "--cacert",
+            cert_s,
+            "-D",
+            "/dev/stderr",
+            "https://127.0.0.1:9443/api/rules",
+        ],
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"tls\""), "{body}");
+    // Plain HTTP to the TLS port gets no answer; a client that does not
+    // know the certificate refuses it.
+    let (code, _, _) = curl(
+        &c.generator,
+        &[&format!("http://{}:9443/api/version", Chain::RELAY_IN_ADDR)],
+    );
+    assert_eq!(code, 0, "plain HTTP answered on the TLS port");
+    let (code, _, err) = curl(&c.generator, &[&format!("{far}/api/version")]);
+    assert_eq!(code, 0);
+    assert!(err.contains("certificate"), "{err}");
+    relay.stop().expect("stopped");
+
+    // --http-insecure: plain HTTP beyond loopback; without a token file,
+    // a client there may do nothing, and none may change anything.
+    let relay = Relay::start(&c.relay, &["--http-listen", "0.0.0.0:9444", "--http-insecure"]).expect("mcrd");
+    let plain = format!("http://{}:9444", Chain::RELAY_IN_ADDR);
+    let (code, body, _) = curl(&c.generator, &[&format!("{plain}/api/version")]);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("--http-token-file"), "{body}");
+    let (code, body, _) = curl(&c.relay, &["-X", "DELETE", "http://127.0.0.1:9444/api/rules/x"]);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("changes over HTTP are off"), "{body}");
+    relay.stop().expect("stopped");
+
+    // none: no listener at all.
+    let relay = Relay::start(&c.relay, &["--http-listen", "none"]).expect("mcrd");
+    let (code, _, err) = curl(&c.relay, &["http://127.0.0.1:9808/api/version"]);
+    assert_eq!(code, 0);
+    assert!(err.contains("onnect"), "{err}");
+    relay.stop().expect("stopped");
+}
+
+#[test]
+fn the_default_address_serves_and_slow_or_too_many_clients_are_cut_off() {
+    let c = Chain::new("http-limits").expect("chain");
+    let ns = c.relay.name().to_string();
+    // Something else holds the default address: mcrd says so and runs.
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = {
+        let ns = ns.clone();
+        std::thread::spawn(move || {
+            mcr_sys::netns::enter(&ns).expect("enter");
+            let l = std::net::TcpListener::bind(ADDR).expect("hold the default address");
+            held_tx.send(()).expect("say so");
+            let _ = release_rx.recv();
+            drop(l);
+        })
+    };
+    held_rx.recv().expect("held");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd runs without HTTP");
+    assert!(
+        relay
+            .log()
+            .contains("cannot listen on the default address 127.0.0.1:9808"),
+        "{}",
+        relay.log()
+    );
+    relay.stop().expect("stopped");
+    release_tx.send(()).expect("release");
+    holder.join().expect("holder");
+
+    // Free: served there with no flag at all.
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    assert_eq!(http(&ns, ADDR, "GET", "/api/version", &[], b"").status, 200);
+
+    // 64 clients that say nothing hold every slot: one more is told to
+    // come back later; once they go, it is served again.
+    let answers = {
+        let ns = ns.clone();
+        std::thread::spawn(move || {
+            mcr_sys::netns::enter(&ns).expect("enter");
+            let idle: Vec<std::net::TcpStream> = (0..64)
+                .map(|_| std::net::TcpStream::connect(ADDR).expect("connect"))
+                .collect();
+            // Each is accepted (and holds its slot) before the next is
+            // read from the backlog.
+            std::thread::sleep(Duration::from_millis(500));
+            let one_more = http_here("GET", "/api/version");
+            drop(idle);
+            one_more
+        })
+        .join()
+        .expect("clients")
+    };
+    answers.problem(503, "busy");
+    assert_eq!(answers.header("retry-after"), Some("1"));
+    let deadline = Instant::now() + MINUTES;
+    while http(&ns, ADDR, "GET", "/api/version", &[], b"").status != 200 {
+        assert!(Instant::now() < deadline, "the slots were never given back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // A client that never finishes its request head is disconnected.
+    let closed = {
+        let ns = ns.clone();
+        std::thread::spawn(move || {
+            mcr_sys::netns::enter(&ns).expect("enter");
+            let mut s = std::net::TcpStream::connect(ADDR).expect("connect");
+            s.write_all(b"GET /api/version HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                .expect("half a head");
+            s.set_read_timeout(Some(MINUTES)).expect("timeout");
+            let mut rest = Vec::new();
+            // Ends (EOF, or the server's 408 and EOF) rather than waiting.
+            s.read_to_end(&mut rest).map(|_| rest)
+        })
+        .join()
+        .expect("slow client")
+    };
+    let rest = closed.expect("closed, not timed out on our side");
+    assert!(
+        rest.is_empty() || rest.starts_with(b"HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&rest)
+    );
+    relay.stop().expect("stopped");
+}
+
+/// [`http`] from a thread already in the namespace.
+fn http_here(method: &str, path: &str) -> Answer {
+    let mut s = std::net::TcpStream::connect(ADDR).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    s.write_all(format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes())
+        .expect("request");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("answer");
+    parse(&raw)
+}

@@ -836,3 +836,103 @@ fn http_here(method: &str, path: &str) -> Answer {
     s.read_to_end(&mut raw).expect("answer");
     parse(&raw)
 }
+
+/// Where the test leaves its screenshots.
+fn screenshots() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/screenshots")
+}
+
+#[test]
+fn the_page_shows_every_rule_live_in_a_real_browser() {
+    use mcr_testbed::browser::Browser;
+    use mcr_testbed::traffic::Mcrgen;
+    const N: u64 = 4000;
+    const PATIENCE: Duration = Duration::from_secs(90);
+    let _lock = mcr_testbed::traffic_lock().expect("lock");
+    let c = Chain::new("http-page").expect("chain");
+    let relay = Relay::start(&c.relay, &["--http-listen", ADDR]).expect("mcrd");
+    let names = ["feed-1", "feed-2", "feed-3", "going"];
+    for (i, name) in names.iter().enumerate() {
+        relay
+            .add_rule(
+                name,
+                &format!("veth1:239.1.1.{}:{}", i + 1, 5001 + i),
+                &[&format!("veth2:239.10.1.{}:{}", i + 1, 6001 + i)],
+            )
+            .expect("add");
+    }
+    let rx = Mcrgen::streams("239.10.1.1+4:6001+", Chain::SINK_IF)
+        .arg("--idle-timeout")
+        .arg("3s")
+        .recv(&c.sink)
+        .expect("recv");
+    // 40 s of traffic: time for chromium to start on a busy host.
+    let sender = c.send_from_generator_meanwhile("239.1.1.1+4:5001+", N, "400", MINUTES);
+
+    let mut b = Browser::open(&c.relay, &format!("http://{ADDR}/")).expect("open the page");
+    // Every rule, each with a rate, while the traffic flows.
+    let every_rule_moves = format!(
+        "(() => {{ const want = {names:?}; const rows = [...document.querySelectorAll('#rules [data-rule]')];
+           return want.every(n => rows.some(r => r.dataset.rule === n
+             && Number(r.querySelector('[data-pps]').dataset.pps) > 0)); }})()"
+    );
+    b.wait_for(&every_rule_moves, PATIENCE)
+        .unwrap_or_else(|e| panic!("not every rule shown with a rate: {e}"));
+    assert!(!sender.is_finished(), "the traffic ended before the page showed it");
+    let shown = b
+        .eval("[...document.querySelectorAll('#rules [data-rule]')].map(r => r.innerText).join('\\n---\\n')")
+        .expect("rules");
+    let shown = shown.as_str().expect("text");
+    for (i, name) in names.iter().enumerate() {
+        assert!(shown.contains(name), "{name} in {shown}");
+        // Its input and output, as `mcrctl list` writes them.
+        assert!(shown.contains(&format!("239.1.1.{}:{}", i + 1, 5001 + i)), "{shown}");
+        assert!(shown.contains(&format!("239.10.1.{}:{}", i + 1, 6001 + i)), "{shown}");
+    }
+    // A sparkline of each, once there are some seconds of history.
+    b.wait_for(
+        "[...document.querySelectorAll('#rules [data-rule] svg polyline')]
+           .filter(p => p.getAttribute('points').trim().split(/\\s+/).length >= 8).length >= 4",
+        PATIENCE,
+    )
+    .expect("sparklines");
+    let workers = b.eval("document.getElementById('workers').innerText").expect("workers");
+    assert!(workers.as_str().is_some_and(|w| w.contains("running")), "{workers}");
+    std::fs::create_dir_all(screenshots()).expect("screenshots dir");
+    b.screenshot(&screenshots().join("mcrd-page.png")).expect("screenshot");
+
+    // A removed rule leaves the page without a reload; the event says so.
+    b.eval("window.sameDocument = true").expect("mark the document");
+    relay.ctl_ok(&["remove", "going"]).expect("remove");
+    b.wait_for(
+        "document.querySelector('[data-rule=\"going\"]') === null
+         && document.getElementById('events').innerText.includes('rule `going` removed')",
+        PATIENCE,
+    )
+    .expect("the removed rule leaves the page");
+    assert_eq!(b.eval("window.sameDocument === true").expect("same"), Value::Bool(true));
+    b.wait_for(&every_rule_moves.replace(", \"going\"", ""), PATIENCE)
+        .expect("the others still move");
+    b.set_viewport(390, 844, true).expect("phone");
+    b.screenshot(&screenshots().join("mcrd-page-phone.png"))
+        .expect("phone screenshot");
+    assert!(
+        b.page_errors().is_empty(),
+        "the page reported errors: {:?}",
+        b.page_errors()
+    );
+    drop(b);
+
+    // Every packet of the rules that stayed; the removed one: a clean
+    // prefix.
+    assert_eq!(sender.join().expect("sender").expect("send").packets, 4 * N);
+    let got = rx.finish(MINUTES).expect("recv done");
+    for s in &got.report.streams[..3] {
+        assert!(s.problems(Some(N)).is_empty(), "{:?}", s.problems(Some(N)));
+        assert_eq!(s.received, N);
+    }
+    let gone = &got.report.streams[3];
+    assert!(gone.received > 0 && gone.received < N, "{gone:?}");
+    assert_eq!((gone.lost, gone.duplicated, gone.reordered), (0, 0, 0), "{gone:?}");
+    relay.stop().expect("stopped");
+}

@@ -358,7 +358,8 @@ impl Supervisor {
         });
         match w.spawn(&self.recipe, &self.counters, kernel, &self.table_line, &self.events) {
             Ok(()) => {
-                let m = format!("worker {i} started (pid {:?}, CPU {})", w.pid, w.cpu);
+                let pid = w.pid.map_or_else(|| "?".into(), |p| p.to_string());
+                let m = format!("worker {i} started (pid {pid}, CPU {})", w.cpu);
                 self.journal.note(Level::Info, m);
                 self.step(Event::WorkerStarted(i));
             }

@@ -615,10 +615,11 @@ async function fetchOverview() {
   const timeout = setTimeout(() => abort.abort(), TIMEOUT_MS);
   try {
     const res = await fetch("/api/overview", { cache: "no-store", headers, signal: abort.signal });
-    if (res.status === 401) throw new AuthNeeded(token ? "the token was refused" : "a token is needed");
+    if (res.status === 401) throw new AuthNeeded((await problem(res)) || (token ? "the token was refused" : "a token is needed"));
     if (!res.ok) {
-      const body = (await res.text()).trim().slice(0, 200);
-      throw new Error(`HTTP ${res.status} ${res.statusText}${body ? `: ${body}` : ""}`);
+      const why = await problem(res);
+      const status = `HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ""}`;
+      throw new Error(why ? `${status}: ${why}` : status);
     }
     try {
       return await res.json();
@@ -632,6 +633,19 @@ async function fetchOverview() {
   } finally {
     clearTimeout(timeout);
   }
+}
+
+// What a refusal says: the detail of a problem document (RFC 9457, as mcrd
+// answers), else the start of its text.
+async function problem(res) {
+  const text = (await res.text().catch(() => "")).trim();
+  try {
+    const p = JSON.parse(text);
+    if (p && typeof p.detail === "string") return p.detail;
+  } catch {
+    // Not JSON: the text itself.
+  }
+  return text.slice(0, 200);
 }
 
 function showBanner(text) {
@@ -653,10 +667,11 @@ async function poll() {
       const auth = e instanceof AuthNeeded;
       $("auth").hidden = !auth;
       const since = lastUpdate ? ` (last update ${fmtTime(lastUpdate)})` : "";
-      showBanner(auth ? `mcrd asks for a bearer token: ${e.message}.` : `mcrd not answering: ${e.message}${since}; retrying.`);
+      showBanner(auth ? `mcrd asks for a bearer token: ${e.message}` : `mcrd not answering: ${e.message}${since}; retrying.`);
       return;
     }
     $("auth").hidden = true;
+    const drawn = performance.now();
     try {
       renderHeader(o);
       renderRules(o);
@@ -673,6 +688,7 @@ async function poll() {
     const u = $("updated");
     u.textContent = fmtTime(lastUpdate);
     u.dataset.updates = String(updates);
+    u.dataset.renderMs = (performance.now() - drawn).toFixed(1); // how long this update took to show
   } finally {
     busy = false;
     clearTimeout(timer);

@@ -21,7 +21,8 @@ use serde_json::{Value, json};
 /// Long enough for chromium on a busy two-core machine.
 const PATIENCE: Duration = Duration::from_secs(60);
 /// What mcrd sends with its page.
-const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'";
+const CSP: &str =
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'";
 
 fn assets() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../mcrd/assets")
@@ -168,13 +169,13 @@ fn fixture() -> Value {
     v
 }
 
-/// `o` with one more rule, a copy of its first named `name`.
-fn with_copy_named(mut o: Value, name: &str) -> Value {
-    let mut status = o["rules"][0].clone();
+/// `o` with one more rule, a copy of its rule `i` named `name`.
+fn with_copy(mut o: Value, i: usize, name: &str) -> Value {
+    let mut status = o["rules"][i].clone();
     status["rule"]["name"] = json!(name);
-    let mut stats = o["stats"]["rules"][0].clone();
+    let mut stats = o["stats"]["rules"][i].clone();
     stats["name"] = json!(name);
-    let history = o["history"]["rules"][o["rules"][0]["rule"]["name"].as_str().expect("name")].clone();
+    let history = o["history"]["rules"][o["rules"][i]["rule"]["name"].as_str().expect("name")].clone();
     o["rules"].as_array_mut().expect("rules").push(status);
     o["stats"]["rules"].as_array_mut().expect("stats").push(stats);
     o["history"]["rules"][name] = history;
@@ -220,7 +221,7 @@ fn the_page_shows_every_rule_and_follows_the_daemon() {
     let ns = tb.ns("web").expect("namespace");
 
     const MARKUP: &str = "feed<b>x</b>";
-    let first = with_copy_named(fixture(), MARKUP);
+    let first = with_copy(fixture(), 0, MARKUP);
     let second = without(first.clone(), "radio-mix");
     let site = Site::start(&ns, Answer::Overview(first.clone()));
     let mut b = Browser::open(&ns, &site.url()).expect("open the page");
@@ -404,6 +405,21 @@ fn a_script_error_and_a_timeout_say_what_happened() {
         .wait_for("document.title === 'never'", Duration::from_millis(300))
         .expect_err("never true");
     assert!(e.to_string().contains("was last false"), "{e}");
+    // What the Content-Security-Policy refuses is refused, and counted as an
+    // error of the page (so a page without errors broke no rule of it).
+    b.eval("document.head.append(Object.assign(document.createElement('script'), {textContent: 'window.inline = 1'}))")
+        .expect("an inline script");
+    let start = std::time::Instant::now();
+    while !b.page_errors().iter().any(|e| e.contains("Content Security Policy")) {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "no violation reported: {:?}",
+            b.page_errors()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        b.eval("0").expect("poll");
+    }
+    assert_eq!(b.eval("window.inline === undefined").expect("refused"), json!(true));
     // The page said that mcrd failed to answer (and the browser logged the 503).
     b.wait_for("!document.getElementById('banner').hidden", PATIENCE)
         .expect("the banner");
@@ -412,4 +428,79 @@ fn a_script_error_and_a_timeout_say_what_happened() {
         "{:?}",
         b.page_errors()
     );
+}
+
+#[test]
+fn a_thousand_rules_are_shown_and_filtered() {
+    let _lock = traffic_lock().expect("traffic lock");
+    let mut tb = Testbed::new("browser-many").expect("test bed");
+    let ns = tb.ns("web").expect("namespace");
+    let base = fixture();
+    let kinds = base["rules"].as_array().expect("rules").len();
+    let many = copies(&base, 1000);
+    let site = Site::start(&ns, Answer::Overview(many.clone()));
+    let mut b = Browser::open(&ns, &site.url()).expect("open the page");
+    b.wait_for(
+        "Number(document.getElementById('updated').dataset.updates) >= 3",
+        PATIENCE,
+    )
+    .expect("three updates");
+    assert_eq!(
+        b.eval("document.querySelectorAll('#rules [data-rule]').length")
+            .expect("rows"),
+        json!(1000)
+    );
+    // How long an update of a thousand rules takes to show, for the record
+    // (not a pass mark).
+    let ms = b
+        .eval("document.getElementById('updated').dataset.renderMs")
+        .expect("time");
+    eprintln!("an update of 1000 rules took {} ms to show", ms.as_str().unwrap_or("?"));
+
+    let visible = |b: &mut Browser, filter: &str| {
+        b.eval(&format!(
+            "(() => {{
+                const f = document.getElementById('filter');
+                f.value = {filter:?};
+                f.dispatchEvent(new Event('input'));
+                return [...document.querySelectorAll('#rules [data-rule]')]
+                    .filter(r => !r.hidden)
+                    .map(r => r.dataset.rule);
+            }})()"
+        ))
+        .expect("filter")
+    };
+    assert_eq!(visible(&mut b, "feed-0042"), json!(["feed-0042"]));
+    // Every copy of the broken rule (the fifth) by its problem's text.
+    let broken: Vec<String> = (0..1000)
+        .filter(|i| i % kinds == 4)
+        .map(|i| format!("feed-{i:04}"))
+        .collect();
+    assert_eq!(visible(&mut b, "VETH5 does not"), json!(broken));
+    assert_eq!(visible(&mut b, "").as_array().expect("all").len(), 1000);
+    assert!(b.page_errors().is_empty(), "{:?}", b.page_errors());
+}
+
+/// `base` with its rules replaced by `n` copies of them in turn, named
+/// feed-0000 on.
+fn copies(base: &Value, n: usize) -> Value {
+    let rules = base["rules"].as_array().expect("rules");
+    let stats = base["stats"]["rules"].as_array().expect("stats");
+    let (mut r_out, mut s_out, mut h_out) = (Vec::new(), Vec::new(), serde_json::Map::new());
+    for i in 0..n {
+        let (k, name) = (i % rules.len(), format!("feed-{i:04}"));
+        let mut r = rules[k].clone();
+        r["rule"]["name"] = json!(name);
+        let mut st = stats[k].clone();
+        st["name"] = json!(name);
+        let history = &base["history"]["rules"][rules[k]["rule"]["name"].as_str().expect("name")];
+        h_out.insert(name, history.clone());
+        r_out.push(r);
+        s_out.push(st);
+    }
+    let mut o = base.clone();
+    o["rules"] = Value::Array(r_out);
+    o["stats"]["rules"] = Value::Array(s_out);
+    o["history"]["rules"] = Value::Object(h_out);
+    o
 }

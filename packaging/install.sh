@@ -13,7 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DESTDIR="${DESTDIR:-}"
-bin=target/release
+# Where cargo put the release build (CARGO_TARGET_DIR moves it).
+bin="${CARGO_TARGET_DIR:-target}/release"
 
 if [ -z "$DESTDIR" ] && [ "$(id -u)" -ne 0 ]; then
   echo "install.sh: installing into / needs root (or set DESTDIR=/staging/dir)" >&2

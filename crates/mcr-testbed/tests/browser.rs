@@ -428,6 +428,41 @@ fn a_script_error_and_a_timeout_say_what_happened() {
         "{:?}",
         b.page_errors()
     );
+
+    // Dropped, it leaves nothing of chromium running (its helpers too),
+    // while the namespace is still there.
+    let group = b.pid();
+    assert!(running_in_group(group).len() > 1, "chromium and its helpers");
+    drop(b);
+    let start = std::time::Instant::now();
+    while !running_in_group(group).is_empty() {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "left running: {:?}",
+            running_in_group(group)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The processes of group `pgid` that still run (zombies do not count).
+fn running_in_group(pgid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // After the command name: state, ppid, pgrp.
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                return false;
+            };
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            f.first() != Some(&"Z") && f.get(2).and_then(|g| g.parse::<u32>().ok()) == Some(pgid)
+        })
+        .collect()
 }
 
 #[test]

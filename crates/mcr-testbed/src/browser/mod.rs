@@ -310,6 +310,11 @@ impl Browser {
         &self.session.page_errors
     }
 
+    /// Chromium's process id, which is also its process group's.
+    pub fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
+
     /// What chromium has written to stderr so far.
     pub fn stderr(&self) -> String {
         self.proc.stderr_so_far()

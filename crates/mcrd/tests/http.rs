@@ -936,3 +936,95 @@ fn the_page_shows_every_rule_live_in_a_real_browser() {
     assert_eq!((gone.lost, gone.duplicated, gone.reordered), (0, 0, 0), "{gone:?}");
     relay.stop().expect("stopped");
 }
+
+/// The CPU time (user and system) process `pid` has used, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // After the command's name in parentheses: state is field 3, utime 14.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime");
+    ticks as f64 / 100.0
+}
+
+/// What the page costs the supervisor: its CPU over `PHASE` without the
+/// page, with the page open (polling once a second), and without again,
+/// at 100 rules with traffic on each. A measurement, not a check: run it
+/// with `cargo nextest run --cargo-profile ci -p mcrd --test http
+/// --run-ignored only --no-capture page_cost` (docs/OPERATIONS.md).
+#[test]
+#[ignore = "a measurement; run by hand"]
+fn page_cost_at_100_rules() {
+    use mcr_testbed::browser::Browser;
+    const PHASE: Duration = Duration::from_secs(30);
+    let _lock = mcr_testbed::traffic_lock().expect("lock");
+    let c = Chain::new("http-cost").expect("chain");
+    let dir = TempDir::new("http-cost").expect("temp dir");
+    let rules: Vec<_> = (1..=100).map(mcr_testbed::config_file::stream_rule).collect();
+    let text = format!(
+        "{}{}",
+        mcr_testbed::config_file::HEAD,
+        mcr_testbed::config_file::rules_toml(&rules)
+    );
+    let config = dir.file("mcrd.toml", &text).expect("config");
+    let relay = Relay::start(
+        &c.relay,
+        &["--config", config.to_str().expect("utf-8"), "--http-listen", ADDR],
+    )
+    .expect("mcrd");
+    let phases = 3 * PHASE.as_secs() + 30;
+    let sender = c.send_from_generator_meanwhile("239.1.1.1+100:5001+", 50 * phases, "5k", MINUTES * 2);
+    std::thread::sleep(Duration::from_secs(5));
+    let pid = relay.pid();
+    let measure = |what: &str| {
+        let (c0, t0) = (cpu_seconds(pid), Instant::now());
+        std::thread::sleep(PHASE);
+        let (dc, dt) = (cpu_seconds(pid) - c0, t0.elapsed().as_secs_f64());
+        println!(
+            "{what:<28} supervisor CPU {:.2} s in {dt:.0} s: {:.2} % of a core",
+            dc,
+            100.0 * dc / dt
+        );
+        dc / dt
+    };
+    let before = measure("no page");
+    let mut b = Browser::open(&c.relay, &format!("http://{ADDR}/")).expect("page");
+    b.wait_for(
+        "document.querySelectorAll('#rules [data-rule]').length === 100",
+        MINUTES,
+    )
+    .expect("100 rules on the page");
+    let open = measure("page open (1 poll/s)");
+    drop(b);
+    let after = measure("no page again");
+    let overview = http(c.relay.name(), ADDR, "GET", "/api/overview", &[], b"");
+    let gzipped = http(
+        c.relay.name(),
+        ADDR,
+        "GET",
+        "/api/overview",
+        &[("Accept-Encoding", "gzip")],
+        b"",
+    );
+    assert_eq!(gzipped.header("content-encoding"), Some("gzip"));
+    println!(
+        "/api/overview gzipped (as a browser takes it): {} bytes",
+        gzipped.body.len()
+    );
+    let t0 = Instant::now();
+    for _ in 0..20 {
+        http(c.relay.name(), ADDR, "GET", "/api/overview", &[], b"");
+    }
+    println!(
+        "/api/overview at 100 rules: {} bytes, {:.1} ms per request end to end (20 in a row)",
+        overview.body.len(),
+        t0.elapsed().as_secs_f64() * 1000.0 / 20.0
+    );
+    println!(
+        "the page costs {:.2} % of a core ({:.1} ms of supervisor CPU per update)",
+        100.0 * (open - (before + after) / 2.0),
+        1000.0 * (open - (before + after) / 2.0)
+    );
+    sender.join().expect("sender").expect("send");
+    relay.stop().expect("stopped");
+}

@@ -69,6 +69,13 @@ pub fn router(calls: mpsc::Sender<Call>, access: Arc<Access>, tls: bool) -> Rout
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(move |req, next| headers(req, next, tls)))
+        // What the page polls is JSON of a few KB per rule: gzip (when the
+        // client takes it) makes it about a tenth.
+        .layer(
+            tower_http::compression::CompressionLayer::new()
+                .gzip(true)
+                .quality(tower_http::CompressionLevel::Fastest),
+        )
         .with_state(app)
 }
 

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use mcr_core::control::{RuleStatus, StatsReport, WorkerStatus};
+use mcr_core::control::{EventRecord, RateHistory, RuleStatus, StatsReport, WorkerStatus};
 use mcr_testbed::browser::Browser;
 use mcr_testbed::{Ns, Testbed, traffic_lock};
 use serde_json::{Value, json};
@@ -143,8 +143,9 @@ fn serve(mut conn: TcpStream, answer: &Mutex<Answer>) {
     let _ = conn.write_all(head.as_bytes()).and_then(|()| conn.write_all(&body));
 }
 
-/// The fixture, checked to be what mcrd sends: its rules, statistics and
-/// workers are the control protocol's types, field for field.
+/// The fixture, checked to be what mcrd sends: its rules, statistics,
+/// workers, history and events are the control protocol's types, field for
+/// field.
 fn fixture() -> Value {
     let text = std::fs::read_to_string(assets().join("fixture-overview.json")).expect("fixture");
     let v: Value = serde_json::from_str(&text).expect("the fixture is JSON");
@@ -165,6 +166,18 @@ fn fixture() -> Value {
         serde_json::to_value(&workers).expect("back"),
         v["workers"],
         "workers, field for field"
+    );
+    let history: RateHistory = serde_json::from_value(v["history"].clone()).expect("history as RateHistory");
+    assert_eq!(
+        serde_json::to_value(&history).expect("back"),
+        v["history"],
+        "history, field for field"
+    );
+    let events: Vec<EventRecord> = serde_json::from_value(v["events"].clone()).expect("events as EventRecord");
+    assert_eq!(
+        serde_json::to_value(&events).expect("back"),
+        v["events"],
+        "events, field for field"
     );
     v
 }

@@ -82,6 +82,9 @@ done
 # other by file name).
 install -d -m 0755 "$DESTDIR/usr/share/doc/mcr"
 install -m 0644 README.md docs/*.md "$DESTDIR/usr/share/doc/mcr/"
+# The screenshots the guides show (OPERATIONS.md links images/…).
+install -d -m 0755 "$DESTDIR/usr/share/doc/mcr/images"
+install -m 0644 docs/images/*.png "$DESTDIR/usr/share/doc/mcr/images/"
 
 if [ -n "$DESTDIR" ]; then
   echo "installed into $DESTDIR"

@@ -151,15 +151,11 @@ pub fn render(r: &Reply) -> String {
             }
         }
         Reply::History(h) => {
-            let _ = writeln!(
-                o,
-                "{:<20} {:>10} {:>12}  (last of {} samples)",
-                "rule", "pps", "bit/s", "n"
-            );
+            let _ = writeln!(o, "{:<20} {:>10} {:>12}  samples", "rule", "pps", "bit/s");
             for (name, r) in &h.rules {
                 let _ = writeln!(
                     o,
-                    "{:<20} {:>10.0} {:>12.0}  ({})",
+                    "{:<20} {:>10.0} {:>12.0}  {}",
                     name,
                     r.pps.last().copied().unwrap_or(0.0),
                     r.bps.last().copied().unwrap_or(0.0),

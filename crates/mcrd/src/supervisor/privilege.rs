@@ -1,5 +1,5 @@
-//! Least privilege: once the control socket, the metrics listener and the
-//! statistics memory are open, the daemon can become an unprivileged user
+//! Least privilege: once the control socket, the HTTP listener (with its
+//! token and TLS key read) and the statistics memory are open, the daemon can become an unprivileged user
 //! (`--user`) keeping only CAP_NET_RAW (AF_PACKET sockets) and
 //! CAP_NET_ADMIN (forced socket buffers, multicast options); the workers
 //! it starts inherit just those. The control socket is made 0660, owned by

@@ -7,41 +7,56 @@ use axum::response::{IntoResponse, Response};
 use mcr_core::control::{ControlError, ErrorKind};
 use serde::Serialize;
 
-/// A refused request.
-#[derive(Debug, Clone, Serialize)]
+/// A refused request; written as `{type, title, status, detail, kind,
+/// field}`.
+#[derive(Debug, Clone)]
 pub struct Problem {
-    /// `/api/problems#KIND`.
-    #[serde(rename = "type")]
-    pub kind_uri: String,
-    /// A short summary of the kind.
-    pub title: String,
     /// The HTTP status.
-    #[serde(serialize_with = "status_code")]
     pub status: StatusCode,
+    /// The kind, as the control protocol names it (`type` is
+    /// `/api/problems#KIND`).
+    pub kind: String,
     /// What is wrong and what to change (the control socket's message).
     pub detail: String,
-    /// The kind, as the control protocol names it.
-    pub kind: String,
     /// The field at fault (`outputs[0].interface`), when there is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
 }
 
-fn status_code<S: serde::Serializer>(s: &StatusCode, ser: S) -> Result<S::Ok, S::Error> {
-    ser.serialize_u16(s.as_u16())
+/// The document as it is written.
+#[derive(Serialize)]
+struct Document<'a> {
+    #[serde(rename = "type")]
+    kind_uri: String,
+    title: &'a str,
+    status: u16,
+    detail: &'a str,
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'a str>,
 }
 
 impl Problem {
     /// A problem of `kind` (a word) with `status`.
     pub fn new(status: StatusCode, kind: &str, detail: impl Into<String>) -> Self {
         Problem {
-            kind_uri: format!("/api/problems#{kind}"),
-            title: status.canonical_reason().unwrap_or("error").to_string(),
             status,
-            detail: detail.into(),
             kind: kind.to_string(),
+            detail: detail.into(),
             field: None,
         }
+    }
+
+    /// The JSON document.
+    pub fn document(&self) -> serde_json::Value {
+        serde_json::to_value(Document {
+            kind_uri: format!("/api/problems#{}", self.kind),
+            title: self.status.canonical_reason().unwrap_or("Error"),
+            status: self.status.as_u16(),
+            detail: &self.detail,
+            kind: &self.kind,
+            field: self.field.as_deref(),
+        })
+        .unwrap_or_default()
     }
 
     /// The same with the field at fault.
@@ -83,7 +98,7 @@ impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let status = self.status;
         let unauthorized = status == StatusCode::UNAUTHORIZED;
-        let body = serde_json::to_vec(&self).unwrap_or_default();
+        let body = self.document().to_string();
         let mut r = (status, body).into_response();
         let h = r.headers_mut();
         h.insert(
@@ -113,7 +128,7 @@ mod tests {
         e.field = Some("outputs[0].interface".into());
         let p = Problem::from(e);
         assert_eq!(p.status, StatusCode::UNPROCESSABLE_ENTITY);
-        let v = serde_json::to_value(&p).expect("json");
+        let v = p.document();
         assert_eq!(v["type"], "/api/problems#invalid_rule");
         assert_eq!(v["kind"], "invalid_rule");
         assert_eq!(v["status"], 422);

@@ -82,11 +82,16 @@ pub fn router(calls: mpsc::Sender<Call>, access: Arc<Access>, tls: bool) -> Rout
 /// The router for a connection beyond [`super::MAX_CLIENTS`].
 pub fn busy() -> Router {
     Router::new().fallback(|| async {
-        Problem::new(
+        let mut r = Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "busy",
             format!("{} clients are connected already; try again later", super::MAX_CLIENTS),
         )
+        .into_response();
+        // Answered, then closed: it keeps nothing open.
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        r
     })
 }
 

@@ -95,6 +95,9 @@ pub struct Settings {
     /// Serve plain HTTP beyond loopback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_insecure: Option<bool>,
+    /// Every HTTP request needs the token, from loopback too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_reads_need_token: Option<bool>,
     /// How much is logged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_level: Option<LogLevel>,

@@ -3,8 +3,8 @@
 //! connection.
 //!
 //! ```text
-//! → {"cmd":"version","protocol":3}
-//! ← {"ok":true,"result":"version","daemon":"0.1.0","protocol":3}
+//! → {"cmd":"version","protocol":4}
+//! ← {"ok":true,"result":"version","daemon":"0.1.0","protocol":4}
 //! → {"cmd":"add","rule":{"name":"a","input":{...},"outputs":[...]}}
 //! ← {"ok":false,"result":"error","error":{"kind":"invalid_rule","field":"outputs[0].interface","message":"..."}}
 //! ```
@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::rule::Rule;
 
 /// The protocol version this build speaks.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 /// The longest request line accepted, in bytes.
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
 
@@ -320,6 +320,26 @@ pub struct OutputStats {
     pub drops: BTreeMap<String, u64>,
 }
 
+/// How many rule names a "no rule named" message lists.
+const NAMES_LISTED: usize = 10;
+
+/// The error for a request that names no rule there is: what it named and
+/// the rules there are (the first [`NAMES_LISTED`], then how many more).
+pub fn no_such_rule<'a>(name: &str, known: impl ExactSizeIterator<Item = &'a str>) -> ControlError {
+    let count = known.len();
+    let mut listed: Vec<&str> = known.take(NAMES_LISTED).collect();
+    let more = count.saturating_sub(listed.len());
+    let rules = if listed.is_empty() {
+        "none".to_string()
+    } else if more > 0 {
+        listed.push("");
+        format!("{}and {more} more", listed.join(", "))
+    } else {
+        listed.join(", ")
+    };
+    ControlError::new(ErrorKind::NotFound, format!("no rule named `{name}` (rules: {rules})"))
+}
+
 /// The non-zero drop reasons of `drops`, each as "reason count", in the
 /// order of the map, comma separated (none when nothing was dropped): what
 /// `mcrctl stats` and the final totals show beside a drop total.
@@ -618,6 +638,25 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_missing_rule_is_named_with_at_most_ten_others() {
+        let e = no_such_rule("x", ["a", "b"].into_iter());
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (ErrorKind::NotFound, "no rule named `x` (rules: a, b)")
+        );
+        assert_eq!(
+            no_such_rule("x", [].into_iter()).message,
+            "no rule named `x` (rules: none)"
+        );
+        let names: Vec<String> = (0..25).map(|i| format!("r{i}")).collect();
+        let e = no_such_rule("x", names.iter().map(String::as_str));
+        assert_eq!(
+            e.message,
+            "no rule named `x` (rules: r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, and 15 more)"
+        );
+    }
 
     #[test]
     fn requests_are_strict() {

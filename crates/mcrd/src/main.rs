@@ -87,16 +87,20 @@ struct RunArgs {
     /// request from beyond loopback) need; others may not read it.
     #[arg(long, value_name = "PATH")]
     http_token_file: Option<PathBuf>,
-    /// Serve HTTPS with this certificate chain (PEM).
-    #[arg(long, value_name = "PATH", requires = "http_tls_key")]
+    /// Serve HTTPS with this certificate chain (PEM); with --http-tls-key.
+    #[arg(long, value_name = "PATH")]
     http_tls_cert: Option<PathBuf>,
     /// The private key of --http-tls-cert (PEM).
-    #[arg(long, value_name = "PATH", requires = "http_tls_cert")]
+    #[arg(long, value_name = "PATH")]
     http_tls_key: Option<PathBuf>,
     /// Serve plain HTTP beyond loopback (without it, such an address needs
     /// TLS).
     #[arg(long)]
     http_insecure: bool,
+    /// Every HTTP request needs the token, from loopback too (without it,
+    /// clients on this host may read without one).
+    #[arg(long)]
+    http_reads_need_token: bool,
     /// Receive ring format: v2 (frame by frame) or v3 (block by block)
     /// [default: v2].
     #[arg(long, value_parser = named_arg::<RingFormat>())]
@@ -258,6 +262,7 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
             tls_cert: a.http_tls_cert.or_else(|| f.http_tls_cert.clone()),
             tls_key: a.http_tls_key.or_else(|| f.http_tls_key.clone()),
             insecure: a.http_insecure || f.http_insecure.unwrap_or(false),
+            reads_need_token: a.http_reads_need_token || f.http_reads_need_token.unwrap_or(false),
         },
         user: a.user.or_else(|| f.user.clone()),
         control_group: a.control_group.or_else(|| f.control_group.clone()),

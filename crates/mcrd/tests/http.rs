@@ -273,6 +273,11 @@ impl Api {
     fn anonymous(&self, method: &str, path: &str, body: &[u8]) -> Answer {
         http(self.chain.relay.name(), ADDR, method, path, &[], body)
     }
+
+    /// The same with some headers.
+    fn anonymous_with(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
+        http(self.chain.relay.name(), ADDR, method, path, headers, b"")
+    }
 }
 
 fn token_file(dir: &TempDir, mode: u32) -> PathBuf {
@@ -515,6 +520,21 @@ fn every_endpoint_answers_as_the_control_socket_and_the_description_say() {
         .call("POST", "/api/save", "/api/save", Some(json!({"to": "/nowhere/x.toml"})))
         .problem(400, "bad_request");
     assert!(p["detail"].as_str().expect("detail").contains("saves only in"), "{p}");
+    // A config file with a mistake changes nothing and says where it is.
+    let config = api.dir.path().join("mcrd.toml");
+    let good = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, format!("{good}wrokers = 3\n")).expect("break it");
+    let p = api
+        .call("POST", "/api/reload", "/api/reload", None)
+        .problem(422, "invalid_config");
+    let detail = p["detail"].as_str().expect("detail");
+    assert!(
+        detail.starts_with(&format!("{}:", config.display())) && detail.contains("wrokers"),
+        "{p}"
+    );
+    std::fs::write(&config, good).expect("mend it");
+    api.call("POST", "/api/reload", "/api/reload", Some(json!({"now": true})))
+        .problem(400, "bad_request");
     let reloaded = api.call("POST", "/api/reload", "/api/reload", None).json();
     assert_eq!(reloaded["removed"], json!(["a", "b"]), "{reloaded}");
     assert_eq!(reloaded["unchanged"], 1, "{reloaded}");
@@ -550,16 +570,27 @@ fn every_endpoint_answers_as_the_control_socket_and_the_description_say() {
     api.anonymous("GET", "/nowhere", b"").problem(404, "not_found");
     api.anonymous("DELETE", "/api/stats", b"")
         .problem(405, "method_not_allowed");
-    let p = http(
-        api.chain.relay.name(),
-        ADDR,
+    // A Host that is not this host's (a page elsewhere using a name of its
+    // own for 127.0.0.1), or a request through a proxy, needs the token.
+    let p = api
+        .anonymous_with("GET", "/api/rules", &[("Host", "evil.example:9808")])
+        .problem(401, "unauthorized");
+    assert!(p["detail"].as_str().expect("detail").contains("evil.example"), "{p}");
+    let p = api
+        .anonymous_with("GET", "/api/rules", &[("X-Forwarded-For", "192.0.2.1")])
+        .problem(401, "unauthorized");
+    assert!(p["detail"].as_str().expect("detail").contains("proxy"), "{p}");
+    let auth = format!("Bearer {TOKEN}");
+    let with_token = api.anonymous_with(
         "GET",
         "/api/rules",
-        &[("Host", "evil.example:9808")],
-        b"",
-    )
-    .problem(403, "forbidden");
-    assert!(p["detail"].as_str().expect("detail").contains("evil.example"), "{p}");
+        &[("Host", "evil.example:9808"), ("Authorization", &auth)],
+    );
+    assert_eq!(with_token.status, 200, "{}", with_token.text());
+    // A rule's name that is not one: refused as a problem too.
+    api.anonymous("GET", "/api/rules/%FF", b"").problem(400, "bad_request");
+    let kinds = api.anonymous("GET", "/api/problems", b"").json();
+    assert!(kinds["invalid_rule"].is_string(), "{kinds}");
     api.relay.stop().expect("stopped");
 }
 
@@ -615,8 +646,8 @@ fn beyond_loopback_needs_tls_or_insecure_and_every_request_the_token() {
     );
     let err = refused_start(&c.relay, &["--http-token-file", open_token.to_str().expect("utf-8")]);
     assert!(err.contains("readable or writable by others"), "{err}");
-    let err = refused_start(&c.relay, &["--http-listen", "none", "--http-token-file", token]);
-    assert!(err.contains("turns the HTTP server off"), "{err}");
+    let err = refused_start(&c.relay, &["--http-reads-need-token"]);
+    assert!(err.contains("needs --http-token-file"), "{err}");
     let garbage = dir.file("garbage.pem", "not a certificate\n").expect("file");
     let g = garbage.to_str().expect("utf-8");
     let err = refused_start(&c.relay, &["--http-tls-cert", g, "--http-tls-key", g]);
@@ -730,6 +761,24 @@ fn beyond_loopback_needs_tls_or_insecure_and_every_request_the_token() {
     let (code, body, _) = curl(&c.relay, &["-X", "DELETE", "http://127.0.0.1:9444/api/rules/x"]);
     assert_eq!(code, 403, "{body}");
     assert!(body.contains("changes over HTTP are off"), "{body}");
+    relay.stop().expect("stopped");
+
+    // Reads that need the token, on loopback too.
+    let relay = Relay::start(
+        &c.relay,
+        &[
+            "--http-listen",
+            ADDR,
+            "--http-token-file",
+            token,
+            "--http-reads-need-token",
+        ],
+    )
+    .expect("mcrd");
+    let (code, body, _) = curl(&c.relay, &["http://127.0.0.1:9808/api/version"]);
+    assert_eq!(code, 401, "{body}");
+    let (code, body, _) = curl(&c.relay, &["-H", &auth, "http://127.0.0.1:9808/api/version"]);
+    assert_eq!(code, 200, "{body}");
     relay.stop().expect("stopped");
 
     // none: no listener at all.
@@ -847,7 +896,7 @@ fn screenshots() -> PathBuf {
 fn the_page_shows_every_rule_live_in_a_real_browser() {
     use mcr_testbed::browser::Browser;
     use mcr_testbed::traffic::Mcrgen;
-    const N: u64 = 4000;
+    const N: u64 = 6000;
     const PATIENCE: Duration = Duration::from_secs(90);
     let _lock = mcr_testbed::traffic_lock().expect("lock");
     let c = Chain::new("http-page").expect("chain");
@@ -867,7 +916,7 @@ fn the_page_shows_every_rule_live_in_a_real_browser() {
         .arg("3s")
         .recv(&c.sink)
         .expect("recv");
-    // 40 s of traffic: time for chromium to start on a busy host.
+    // 60 s of traffic: time for chromium to start on a busy host.
     let sender = c.send_from_generator_meanwhile("239.1.1.1+4:5001+", N, "400", MINUTES);
 
     let mut b = Browser::open(&c.relay, &format!("http://{ADDR}/")).expect("open the page");

@@ -544,18 +544,7 @@ impl<R> Plane<R> {
 
     /// The refusal of a request that names no rule of the table.
     fn no_such_rule(&self, name: &str) -> ControlError {
-        let known: Vec<&str> = self.rules().iter().map(|r| r.rule.name.as_str()).collect();
-        ControlError::new(
-            ErrorKind::NotFound,
-            format!(
-                "no rule named `{name}` (rules: {})",
-                if known.is_empty() {
-                    "none".to_string()
-                } else {
-                    known.join(", ")
-                }
-            ),
-        )
+        crate::control::no_such_rule(name, self.rules().iter().map(|r| r.rule.name.as_str()))
     }
 
     fn reload(

@@ -190,7 +190,7 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
     sup.wait_for_workers(&mut events_rx).await;
     let (calls_tx, mut calls_rx) = mpsc::channel::<control::Call>(64);
     if let Some(server) = http {
-        tokio::spawn(server.serve(calls_tx.clone()));
+        server.spawn(calls_tx.clone()).context("start the HTTP server")?;
     }
     tokio::spawn(control::serve(listener, calls_tx, opts.control_timeout, access));
     tracing::info!(

@@ -258,8 +258,8 @@ impl Stats {
                 .collect();
         }
         self.last = Some((now, cur));
-        self.history
-            .retain(|name, _| rules.iter().any(|r| r.rule.name == *name));
+        let live: std::collections::HashSet<&str> = rules.iter().map(|r| r.rule.name.as_str()).collect();
+        self.history.retain(|name, _| live.contains(name.as_str()));
         for r in rules {
             let h = self.history.entry(r.rule.name.clone()).or_default();
             if h.len() == HISTORY_SAMPLES {
@@ -272,7 +272,8 @@ impl Stats {
     /// Each rule's recent rates (`history`).
     pub fn history(&self) -> RateHistory {
         RateHistory {
-            interval_s: 1.0,
+            // Sampled once a second (the last interval as measured).
+            interval_s: if self.interval_s > 0.0 { self.interval_s } else { 1.0 },
             rules: self
                 .history
                 .iter()

@@ -25,25 +25,30 @@ pub enum Needs {
     Change,
 }
 
-/// The token, if there is one.
+/// The token, if there is one, and whether reading needs it too.
 #[derive(Debug)]
 pub struct Access {
     token: Option<String>,
+    reads_need_token: bool,
 }
 
 /// Reads the token from `path`: refused when others may read the file, or
 /// when it is empty or short.
 pub fn read_token(path: &Path) -> anyhow::Result<String> {
+    use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
     let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("--http-token-file {shown}: {e}"))?;
-    let mode = meta.permissions().mode() & 0o777;
+    let failed = |e: std::io::Error| anyhow::anyhow!("--http-token-file {shown}: {e}");
+    // The mode of the file read, not of whatever the path names later.
+    let mut file = std::fs::File::open(path).map_err(failed)?;
+    let mode = file.metadata().map_err(failed)?.permissions().mode() & 0o777;
     anyhow::ensure!(
         mode & 0o007 == 0,
         "--http-token-file {shown} is readable or writable by others (mode {mode:04o}): anyone on this host could \
          change the rules; `chmod 600 {shown}` (or 640 with the daemon's group)"
     );
-    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("--http-token-file {shown}: {e}"))?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(failed)?;
     let token = text.trim();
     anyhow::ensure!(
         token.chars().count() >= MIN_TOKEN_CHARS && !token.chars().any(char::is_whitespace),
@@ -54,31 +59,29 @@ pub fn read_token(path: &Path) -> anyhow::Result<String> {
 }
 
 impl Access {
-    /// With `token` for changes (none: no changes over HTTP).
-    pub fn new(token: Option<String>) -> Self {
-        Access { token }
+    /// With `token` for changes (none: no changes over HTTP); with
+    /// `reads_need_token`, every request needs it, loopback or not.
+    pub fn new(token: Option<String>, reads_need_token: bool) -> Self {
+        Access {
+            token,
+            reads_need_token,
+        }
     }
 
     /// Whether the request from `peer` with `headers` may do what it `needs`.
     pub fn check(&self, peer: SocketAddr, headers: &HeaderMap, needs: Needs) -> Result<(), Problem> {
-        let loopback = peer.ip().is_loopback() || peer.ip().to_canonical().is_loopback();
-        if needs == Needs::Read && loopback {
-            return match headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
-                Some(host) if !local_host(host) => Err(Problem::new(
-                    StatusCode::FORBIDDEN,
-                    "forbidden",
-                    format!(
-                        "Host `{host}` is not a loopback name or an address: reading without a token is for \
-                         clients on this host (a proxy in front of mcrd should pass `Host: localhost`, or send the token)"
-                    ),
-                )),
-                _ => Ok(()),
-            };
-        }
+        let far = match (needs, self.reads_need_token) {
+            (Needs::Read, false) => match not_local(peer, headers) {
+                None => return Ok(()),
+                Some(why) => Some(why),
+            },
+            (Needs::Read, true) => None,
+            (Needs::Change, _) => None,
+        };
         let Some(token) = &self.token else {
-            let what = match needs {
-                Needs::Change => "changes over HTTP are off".to_string(),
-                Needs::Read => format!("{} may not read: only loopback clients may without a token", peer.ip()),
+            let what = match &far {
+                None => "changes over HTTP are off".to_string(),
+                Some(why) => format!("{why}: only clients on this host may read without a token"),
             };
             return Err(Problem::new(
                 StatusCode::FORBIDDEN,
@@ -89,23 +92,51 @@ impl Access {
         let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+            .and_then(|v| v.trim().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim());
         match given {
             None => Err(Problem::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
-                match needs {
-                    Needs::Change => "a change needs `Authorization: Bearer TOKEN` (the token in --http-token-file)",
-                    Needs::Read => "reading from beyond loopback needs `Authorization: Bearer TOKEN`",
+                match (&far, needs) {
+                    (_, Needs::Change) => {
+                        "a change needs `Authorization: Bearer TOKEN` (the token in --http-token-file)".to_string()
+                    }
+                    (Some(why), Needs::Read) => format!("{why}: reading needs `Authorization: Bearer TOKEN`"),
+                    (None, Needs::Read) => {
+                        "reading needs `Authorization: Bearer TOKEN` (--http-reads-need-token)".to_string()
+                    }
                 },
             )),
-            Some(g) if same(g.trim().as_bytes(), token.as_bytes()) => Ok(()),
+            Some(g) if same(g.as_bytes(), token.as_bytes()) => Ok(()),
             Some(_) => Err(Problem::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
                 "the bearer token is not the one in mcrd's --http-token-file",
             )),
         }
+    }
+}
+
+/// Why a request is not from a client on this host, if it is not: a peer
+/// beyond loopback; a request a proxy passed on (it says whom for); or a
+/// `Host` that is not this host's, as when a web page elsewhere makes a
+/// browser here ask mcrd by a name of its own that points at 127.0.0.1.
+fn not_local(peer: SocketAddr, headers: &HeaderMap) -> Option<String> {
+    if !(peer.ip().is_loopback() || peer.ip().to_canonical().is_loopback()) {
+        return Some(format!("{} is beyond loopback", peer.ip()));
+    }
+    if let Some(h) = ["forwarded", "x-forwarded-for", "x-real-ip"]
+        .into_iter()
+        .find(|h| headers.contains_key(*h))
+    {
+        return Some(format!("the request came through a proxy (it has `{h}`)"));
+    }
+    match headers.get(header::HOST).map(|h| h.to_str()) {
+        Some(Ok(host)) if local_host(host) => None,
+        Some(Ok(host)) => Some(format!("Host `{host}` is not a loopback name or an address")),
+        _ => Some("the request names no Host".to_string()),
     }
 }
 
@@ -137,6 +168,7 @@ mod tests {
 
     fn headers(auth: Option<&str>) -> HeaderMap {
         let mut h = HeaderMap::new();
+        h.insert(header::HOST, "127.0.0.1:9808".parse().expect("host"));
         if let Some(a) = auth {
             h.insert(header::AUTHORIZATION, a.parse().expect("header"));
         }
@@ -148,7 +180,7 @@ mod tests {
         let lo: SocketAddr = "127.0.0.1:4000".parse().expect("addr");
         let lo6: SocketAddr = "[::ffff:127.0.0.1]:4000".parse().expect("addr");
         let far: SocketAddr = "192.0.2.7:4000".parse().expect("addr");
-        let a = Access::new(Some("0123456789abcdef".into()));
+        let a = Access::new(Some("0123456789abcdef".into()), false);
         assert!(a.check(lo, &headers(None), Needs::Read).is_ok());
         assert!(a.check(lo6, &headers(None), Needs::Read).is_ok());
         let e = a.check(far, &headers(None), Needs::Read).expect_err("far read");
@@ -170,7 +202,15 @@ mod tests {
         let mut h = headers(None);
         h.insert(header::HOST, "evil.example:9808".parse().expect("host"));
         let e = a.check(lo, &h, Needs::Read).expect_err("rebinding");
+        assert_eq!(e.status, StatusCode::UNAUTHORIZED);
         assert!(e.detail.contains("evil.example"), "{}", e.detail);
+        h.insert(header::AUTHORIZATION, "bearer 0123456789abcdef".parse().expect("auth"));
+        assert!(a.check(lo, &h, Needs::Read).is_ok(), "the token admits a foreign Host");
+        let mut proxied = headers(None);
+        proxied.insert(header::HOST, "127.0.0.1:9808".parse().expect("host"));
+        proxied.insert("x-forwarded-for", "192.0.2.9".parse().expect("xff"));
+        let e = a.check(lo, &proxied, Needs::Read).expect_err("proxied");
+        assert!(e.detail.contains("proxy"), "{}", e.detail);
         for ok in [
             "localhost:9808",
             "127.0.0.1:9808",
@@ -181,7 +221,17 @@ mod tests {
             h.insert(header::HOST, ok.parse().expect("host"));
             assert!(a.check(lo, &h, Needs::Read).is_ok(), "{ok}");
         }
-        let none = Access::new(None);
+        let strict = Access::new(Some("0123456789abcdef".into()), true);
+        let e = strict
+            .check(lo, &headers(None), Needs::Read)
+            .expect_err("reads need it");
+        assert_eq!(e.status, StatusCode::UNAUTHORIZED);
+        assert!(
+            strict
+                .check(lo, &headers(Some("Bearer 0123456789abcdef")), Needs::Read)
+                .is_ok()
+        );
+        let none = Access::new(None, false);
         let e = none
             .check(lo, &headers(Some("Bearer 0123456789abcdef")), Needs::Change)
             .expect_err("no changes");

@@ -54,6 +54,7 @@ pub fn router(calls: mpsc::Sender<Call>, access: Arc<Access>, tls: bool) -> Rout
         .route("/assets/app.css", get(app_css))
         .route("/metrics", get(metrics))
         .route("/api/openapi.json", get(openapi))
+        .route("/api/problems", get(problems))
         .route("/api/version", get(version))
         .route("/api/overview", get(overview))
         .route("/api/rules", get(list).post(add))
@@ -143,6 +144,28 @@ async fn openapi() -> Response {
     with_type(OPENAPI, "application/json")
 }
 
+/// What each kind of problem means (`type` in a problem document is
+/// `/api/problems#KIND`).
+async fn problems() -> Response {
+    json(
+        StatusCode::OK,
+        &serde_json::json!({
+            "bad_request": "The request is not JSON, not of the right shape, or names a field MCR does not know; the detail says which.",
+            "too_large": "The request body is longer than 1 MiB.",
+            "unauthorized": "No bearer token, or not the one in mcrd's --http-token-file.",
+            "forbidden": "Changes over HTTP are off (no --http-token-file), or a client beyond this host asked without a token file to check it by.",
+            "not_found": "No such rule, or no such path.",
+            "method_not_allowed": "The path does not take that method.",
+            "invalid_rule": "The rule was refused; `field` names the part at fault.",
+            "invalid_request": "The request names something the rule does not have or cannot do.",
+            "invalid_config": "The config file could not be read or is not valid (PATH:LINE:COLUMN: what); nothing changed.",
+            "internal": "mcrd could not carry out a valid request (a file it could not write, say).",
+            "busy": "Too many clients are connected; try again after Retry-After.",
+            "shutting_down": "mcrd is stopping.",
+        }),
+    )
+}
+
 async fn not_found(method: Method, uri: axum::http::Uri) -> Problem {
     Problem::new(
         StatusCode::NOT_FOUND,
@@ -225,13 +248,42 @@ fn ok(reply: &Reply) -> Answer {
 
 /// A request body, read whole up to [`MAX_BODY_BYTES`].
 async fn body_of(body: Body) -> Result<Bytes, Problem> {
-    axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| {
-        Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("the request body is longer than {MAX_BODY_BYTES} bytes, or was cut off"),
-        )
+    axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|e| {
+        let e = e.into_inner();
+        if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("the request body is longer than {MAX_BODY_BYTES} bytes"),
+            )
+        } else {
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("the request body could not be read: {e}"),
+            )
+        }
     })
+}
+
+/// A rule's name from the path; a path that is not one (bad
+/// percent-encoding, say) is refused as a problem, like every refusal.
+#[derive(Debug)]
+struct RuleName(String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for RuleName {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Problem> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(name)) => Ok(RuleName(name)),
+            Err(e) => Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("the rule's name in the path: {}", e.body_text()),
+            )),
+        }
+    }
 }
 
 /// A JSON body of type `T`; an empty body is `T`'s default when `empty`
@@ -335,14 +387,16 @@ struct Shown {
     stats: Option<RuleStats>,
 }
 
-async fn show(State(app): State<App>, who: Asker, Path(name): Path<String>) -> Answer {
+async fn show(State(app): State<App>, who: Asker, RuleName(name): RuleName) -> Answer {
     app.may(&who, Needs::Read)?;
-    let Reply::Rules { rules } = app.ask(Request::List {}).await? else {
+    let Reply::Rules { mut rules } = app.ask(Request::List {}).await? else {
         return Err(unexpected());
     };
-    let Some(status) = rules.into_iter().find(|r| r.rule.name == name) else {
-        return Err(no_such_rule(&name));
+    let Some(i) = rules.iter().position(|r| r.rule.name == name) else {
+        let known = rules.iter().map(|r| r.rule.name.as_str());
+        return Err(mcr_core::control::no_such_rule(&name, known).into());
     };
+    let status = rules.swap_remove(i);
     let Reply::Stats(stats) = app.ask(Request::Stats {}).await? else {
         return Err(unexpected());
     };
@@ -355,14 +409,6 @@ async fn show(State(app): State<App>, who: Asker, Path(name): Path<String>) -> A
             stats,
         },
     ))
-}
-
-fn no_such_rule(name: &str) -> Problem {
-    ControlError::new(
-        ErrorKind::NotFound,
-        format!("no rule named `{name}` (see GET /api/rules)"),
-    )
-    .into()
 }
 
 async fn add_rule(app: &App, rule: Rule) -> Answer {
@@ -398,7 +444,7 @@ async fn add(State(app): State<App>, who: Asker, body: Body) -> Answer {
     add_rule(&app, rule).await
 }
 
-async fn put(State(app): State<App>, who: Asker, Path(name): Path<String>, body: Body) -> Answer {
+async fn put(State(app): State<App>, who: Asker, RuleName(name): RuleName, body: Body) -> Answer {
     app.may(&who, Needs::Change)?;
     let mut v = decode::<serde_json::Value>(&body_of(body).await?, "a rule", None)?;
     if let Some(o) = v.as_object_mut() {
@@ -431,7 +477,7 @@ impl AtField for ControlError {
     }
 }
 
-async fn remove(State(app): State<App>, who: Asker, Path(name): Path<String>) -> Answer {
+async fn remove(State(app): State<App>, who: Asker, RuleName(name): RuleName) -> Answer {
     app.may(&who, Needs::Change)?;
     ok(&app.ask(Request::Remove { name }).await?)
 }
@@ -445,7 +491,7 @@ struct SwitchBody {
     input: Option<String>,
 }
 
-async fn switch(State(app): State<App>, who: Asker, Path(rule): Path<String>, body: Body) -> Answer {
+async fn switch(State(app): State<App>, who: Asker, RuleName(rule): RuleName, body: Body) -> Answer {
     app.may(&who, Needs::Change)?;
     let b = decode::<SwitchBody>(
         &body_of(body).await?,
@@ -519,6 +565,7 @@ pub const ROUTES: &[&str] = &[
     "GET /assets/app.css",
     "GET /metrics",
     "GET /api/openapi.json",
+    "GET /api/problems",
     "GET /api/version",
     "GET /api/overview",
     "GET /api/rules",

@@ -62,6 +62,8 @@ pub struct Options {
     pub tls_key: Option<PathBuf>,
     /// Serve plain HTTP beyond loopback.
     pub insecure: bool,
+    /// Every request needs the token, loopback or not.
+    pub reads_need_token: bool,
 }
 
 /// A listening server, opened before the daemon gives up root (the token
@@ -87,10 +89,9 @@ impl std::fmt::Debug for Server {
 pub async fn open(opts: &Options) -> anyhow::Result<Option<Server>> {
     let (addr, explicit) = match opts.listen {
         Some(HttpListen::Off) => {
-            anyhow::ensure!(
-                opts.token_file.is_none() && opts.tls_cert.is_none() && opts.tls_key.is_none() && !opts.insecure,
-                "--http-listen none turns the HTTP server off: the other --http-* settings have nothing to apply to"
-            );
+            if opts.token_file.is_some() || opts.tls_cert.is_some() || opts.tls_key.is_some() || opts.insecure {
+                tracing::warn!("HTTP is off (http_listen none): its other settings are not used");
+            }
             return Ok(None);
         }
         Some(HttpListen::At(a)) => (a, true),
@@ -104,10 +105,15 @@ pub async fn open(opts: &Options) -> anyhow::Result<Option<Server>> {
     };
     if !addr.ip().is_loopback() && tls.is_none() && !opts.insecure {
         anyhow::bail!(
-            "--http-listen {addr} is beyond loopback: give --http-tls-cert and --http-tls-key to serve HTTPS, or \
-             --http-insecure to serve plain HTTP there (anyone on the path can then read what is sent, the token too)"
+            "--http-listen {addr} (http_listen, or metrics_listen in older config files) is beyond loopback: give \
+             --http-tls-cert and --http-tls-key to serve HTTPS, or --http-insecure to serve plain HTTP there (anyone \
+             on the path can then read what is sent, the token too)"
         );
     }
+    anyhow::ensure!(
+        !opts.reads_need_token || opts.token_file.is_some(),
+        "--http-reads-need-token needs --http-token-file (the token every request must then carry)"
+    );
     let token = match &opts.token_file {
         Some(p) => Some(access::read_token(p)?),
         None => None,
@@ -126,7 +132,7 @@ pub async fn open(opts: &Options) -> anyhow::Result<Option<Server>> {
     Ok(Some(Server {
         listener,
         tls,
-        access: Arc::new(Access::new(token)),
+        access: Arc::new(Access::new(token, opts.reads_need_token)),
     }))
 }
 
@@ -155,37 +161,77 @@ fn tls_acceptor(cert: &Path, key: &Path) -> anyhow::Result<TlsAcceptor> {
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
+/// How many connections beyond [`MAX_CLIENTS`] are told they are one too
+/// many at once; others are closed at once.
+const MAX_REFUSING: usize = 16;
+/// How long such a connection has for its request head.
+const REFUSING_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+
 impl Server {
-    /// Serves forever, each connection in a task of its own.
-    pub async fn serve(self, calls: mpsc::Sender<Call>) {
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        if let Ok(a) = self.listener.local_addr() {
-            tracing::info!("web page, API and metrics on {scheme}://{a}/");
-        }
-        let app = api::router(calls, self.access.clone(), self.tls.is_some());
-        let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
-        loop {
-            let (stream, peer) = match self.listener.accept().await {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!("HTTP: accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
+    /// Serves forever on a thread and runtime of its own: TLS, JSON and
+    /// gzip never hold up the supervisor's loop, which answers each request
+    /// over `calls`.
+    pub fn spawn(self, calls: mpsc::Sender<Call>) -> anyhow::Result<()> {
+        let listener = self.listener.into_std()?;
+        let (tls, access) = (self.tls, self.access);
+        std::thread::Builder::new().name("mcrd-http".into()).spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => return tracing::error!("HTTP: cannot start its runtime: {e}"),
             };
-            let _ = stream.set_nodelay(true);
-            let permit = slots.clone().try_acquire_owned().ok();
-            let app = if permit.is_some() { app.clone() } else { api::busy() };
-            let tls = self.tls.clone();
-            tokio::spawn(async move {
-                serve_connection(stream, peer, tls, app).await;
-                drop(permit);
+            rt.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => serve(listener, tls, access, calls).await,
+                    Err(e) => tracing::error!("HTTP: {e}"),
+                }
             });
-        }
+        })?;
+        Ok(())
     }
 }
 
-async fn serve_connection(stream: TcpStream, peer: SocketAddr, tls: Option<TlsAcceptor>, app: axum::Router) {
+async fn serve(listener: TcpListener, tls: Option<TlsAcceptor>, access: Arc<Access>, calls: mpsc::Sender<Call>) {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    if let Ok(a) = listener.local_addr() {
+        tracing::info!("web page, API and metrics on {scheme}://{a}/");
+    }
+    let app = api::router(calls, access, tls.is_some());
+    let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
+    let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("HTTP: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (app, permit, head_timeout) = match slots.clone().try_acquire_owned() {
+            Ok(p) => (app.clone(), p, HEAD_TIMEOUT),
+            // One too many: told so over plain HTTP, a few at a time;
+            // over TLS (no handshake for it) and beyond those, closed.
+            Err(_) => match refusing.clone().try_acquire_owned() {
+                Ok(p) if tls.is_none() => (api::busy(), p, REFUSING_HEAD_TIMEOUT),
+                _ => continue,
+            },
+        };
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            serve_connection(stream, peer, tls, app, head_timeout).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    tls: Option<TlsAcceptor>,
+    app: axum::Router,
+    head_timeout: Duration,
+) {
     let app = app.map_request(move |mut r: hyper::Request<hyper::body::Incoming>| {
         r.extensions_mut().insert(access::Peer(peer));
         r
@@ -193,16 +239,16 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, tls: Option<TlsAc
     let service = TowerToHyperService::new(app);
     match tls {
         Some(tls) => match tokio::time::timeout(HEAD_TIMEOUT, tls.accept(stream)).await {
-            Ok(Ok(s)) => drive(TokioIo::new(s), service).await,
+            Ok(Ok(s)) => drive(TokioIo::new(s), service, head_timeout).await,
             Ok(Err(e)) => tracing::debug!("HTTP: TLS handshake with {peer}: {e}"),
             Err(_) => tracing::debug!("HTTP: TLS handshake with {peer} took longer than {HEAD_TIMEOUT:?}"),
         },
-        None => drive(TokioIo::new(stream), service).await,
+        None => drive(TokioIo::new(stream), service, head_timeout).await,
     }
 }
 
 /// Serves HTTP/1.1 on one connection, within its limits.
-async fn drive<I, S>(io: I, service: S)
+async fn drive<I, S>(io: I, service: S, head_timeout: Duration)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     S: hyper::service::HttpService<hyper::body::Incoming> + Send + 'static,
@@ -213,7 +259,7 @@ where
 {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(HEAD_TIMEOUT)
+        .header_read_timeout(head_timeout)
         .max_buf_size(64 * 1024);
     let conn = http.serve_connection(io, service);
     tokio::pin!(conn);

@@ -19,7 +19,7 @@ fn scrape(ns: &str, addr: &str) -> String {
         mcr_sys::netns::enter(&ns).expect("enter the namespace");
         let mut s = std::net::TcpStream::connect(&addr).expect("connect to /metrics");
         s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9808\r\nConnection: close\r\n\r\n")
             .expect("request");
         let mut answer = String::new();
         s.read_to_string(&mut answer).expect("response");
@@ -66,7 +66,11 @@ fn metrics_pass_promtool_and_match_stats_and_what_was_received() {
     let answer = scrape(c.relay.name(), "127.0.0.1:9808");
     let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP response");
     assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
-    assert!(head.contains("Content-Type: text/plain; version=0.0.4"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4"),
+        "{head}"
+    );
     // Prometheus' own linter.
     let mut promtool = std::process::Command::new("promtool")
         .args(["check", "metrics"])

@@ -118,7 +118,13 @@ fn completions_and_manual_pages_come_from_the_command_line_definitions() {
         .expect("mcrd man");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let page = std::fs::read_to_string(dir.path().join("mcrd.8")).expect("mcrd.8");
-    for flag in ["config", "check\\-config", "metrics\\-listen", "log\\-format"] {
+    for flag in [
+        "config",
+        "check\\-config",
+        "http\\-listen",
+        "http\\-token\\-file",
+        "log\\-format",
+    ] {
         assert!(page.contains(flag), "mcrd.8 documents --{flag}");
     }
 }

@@ -150,8 +150,8 @@ fn main() -> ExitCode {
                 .map(|p| println!("{}", p.display()))
                 .with_context(|| format!("write the manual page into {}", dir.display())),
         ),
-        None => match cli.run.check_config {
-            Some(path) => check_config(&path),
+        None => match cli.run.check_config.clone() {
+            Some(path) => check_config(&path, &cli.run),
             None => finish(run(cli.run)),
         },
     }
@@ -176,16 +176,36 @@ fn raise_fd_limit() {
 }
 
 /// `--check-config`: what is wrong, or how many rules the file holds.
-fn check_config(path: &Path) -> ExitCode {
+/// The HTTP settings are checked as a start would, with their files (the
+/// token, the TLS certificate and key) read.
+fn check_config(path: &Path, a: &RunArgs) -> ExitCode {
     match supervisor::load_config(path) {
-        Ok(c) => {
-            println!("{}: valid, {} rule(s)", path.display(), c.rules.len());
-            ExitCode::SUCCESS
-        }
+        Ok(c) => match supervisor::check_http(&http_options(a, &c.settings)) {
+            Ok(()) => {
+                println!("{}: valid, {} rule(s)", path.display(), c.rules.len());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("mcrd: {}: {e:#}", path.display());
+                ExitCode::from(1)
+            }
+        },
         Err(e) => {
             eprintln!("mcrd: {}", e.message);
             ExitCode::from(1)
         }
+    }
+}
+
+/// The HTTP settings: the command line's, then the file's.
+fn http_options(a: &RunArgs, f: &config::Settings) -> supervisor::HttpOptions {
+    supervisor::HttpOptions {
+        listen: a.http_listen.or(f.http_listen),
+        token_file: a.http_token_file.clone().or_else(|| f.http_token_file.clone()),
+        tls_cert: a.http_tls_cert.clone().or_else(|| f.http_tls_cert.clone()),
+        tls_key: a.http_tls_key.clone().or_else(|| f.http_tls_key.clone()),
+        insecure: a.http_insecure || f.http_insecure.unwrap_or(false),
+        reads_need_token: a.http_reads_need_token || f.http_reads_need_token.unwrap_or(false),
     }
 }
 
@@ -248,6 +268,7 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
     if let Some(p) = &config_path {
         tracing::info!("config {}: {} rule(s)", p.display(), config.rules.len());
     }
+    let http = http_options(&a, f);
     supervisor::run(supervisor::Options {
         workers,
         cpus,
@@ -256,14 +277,7 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
             .or_else(|| f.control_socket.clone())
             .unwrap_or_else(|| PathBuf::from("/run/mcr/mcrd.sock")),
         worker_args,
-        http: supervisor::HttpOptions {
-            listen: a.http_listen.or(f.http_listen),
-            token_file: a.http_token_file.or_else(|| f.http_token_file.clone()),
-            tls_cert: a.http_tls_cert.or_else(|| f.http_tls_cert.clone()),
-            tls_key: a.http_tls_key.or_else(|| f.http_tls_key.clone()),
-            insecure: a.http_insecure || f.http_insecure.unwrap_or(false),
-            reads_need_token: a.http_reads_need_token || f.http_reads_need_token.unwrap_or(false),
-        },
+        http,
         user: a.user.or_else(|| f.user.clone()),
         control_group: a.control_group.or_else(|| f.control_group.clone()),
         control_timeout: std::time::Duration::from_secs(u64::from(

@@ -1088,3 +1088,47 @@ fn page_cost_at_100_rules() {
     sender.join().expect("sender").expect("send");
     relay.stop().expect("stopped");
 }
+
+#[test]
+fn check_config_checks_the_http_settings_as_a_start_would() {
+    let dir = TempDir::new("http-check").expect("temp dir");
+    let check = |settings: &str| {
+        let file = dir
+            .file("mcrd.toml", &format!("[daemon]\n{settings}\n"))
+            .expect("config");
+        let out = std::process::Command::new(mcr_testbed::bin("mcrd").expect("mcrd"))
+            .arg("--check-config")
+            .arg(&file)
+            .output()
+            .expect("run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let good = token_file(&dir, 0o600);
+    let open = token_file(&dir, 0o604);
+    let (code, said) = check(&format!("http_token_file = \"{}\"", good.display()));
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("valid, 0 rule(s)"), "{said}");
+    for (settings, says) in [
+        (
+            format!("http_token_file = \"{}\"", open.display()),
+            "readable or writable by others",
+        ),
+        ("http_listen = \"0.0.0.0:9808\"".to_string(), "beyond loopback"),
+        (
+            "metrics_listen = \"0.0.0.0:9808\"".to_string(),
+            "metrics_listen in older config files",
+        ),
+        (
+            format!("http_tls_cert = \"{}\"", good.display()),
+            "needs --http-tls-key",
+        ),
+        ("http_reads_need_token = true".to_string(), "needs --http-token-file"),
+    ] {
+        let (code, said) = check(&settings);
+        assert_eq!(code, Some(1), "{settings}: {said}");
+        assert!(said.contains(says) && said.contains("mcrd.toml"), "{settings}: {said}");
+    }
+}

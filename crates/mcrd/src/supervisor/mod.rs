@@ -75,7 +75,7 @@ pub struct Options {
 }
 
 pub use config_file::load as load_config;
-pub use http::Options as HttpOptions;
+pub use http::{Options as HttpOptions, check as check_http};
 use links::interfaces;
 
 /// Where the answer to a request goes.

@@ -84,9 +84,20 @@ impl std::fmt::Debug for Server {
     }
 }
 
-/// Opens the server as `opts` say: `None` when HTTP is off, or when the
-/// default address is in use (logged).
-pub async fn open(opts: &Options) -> anyhow::Result<Option<Server>> {
+/// What the settings make, checked and with their files read, before
+/// anything listens.
+struct Plan {
+    addr: SocketAddr,
+    /// Given, not the default.
+    explicit: bool,
+    tls: Option<TlsAcceptor>,
+    token: Option<String>,
+}
+
+/// Checks the settings and reads their files (the token, the TLS
+/// certificate and key): `None` when HTTP is off. What `--check-config`
+/// checks, and the first half of [`open`].
+fn plan(opts: &Options) -> anyhow::Result<Option<Plan>> {
     let (addr, explicit) = match opts.listen {
         Some(HttpListen::Off) => {
             if opts.token_file.is_some() || opts.tls_cert.is_some() || opts.tls_key.is_some() || opts.insecure {
@@ -117,6 +128,32 @@ pub async fn open(opts: &Options) -> anyhow::Result<Option<Server>> {
     let token = match &opts.token_file {
         Some(p) => Some(access::read_token(p)?),
         None => None,
+    };
+    Ok(Some(Plan {
+        addr,
+        explicit,
+        tls,
+        token,
+    }))
+}
+
+/// Checks the settings as a start would (`--check-config`), listening
+/// nowhere.
+pub fn check(opts: &Options) -> anyhow::Result<()> {
+    plan(opts).map(drop)
+}
+
+/// Opens the server as `opts` say: `None` when HTTP is off, or when the
+/// default address is in use (logged).
+pub async fn open(opts: &Options) -> anyhow::Result<Option<Server>> {
+    let Some(Plan {
+        addr,
+        explicit,
+        tls,
+        token,
+    }) = plan(opts)?
+    else {
+        return Ok(None);
     };
     let listener = match TcpListener::bind(addr).await {
         Ok(l) => l,

@@ -11,7 +11,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use mcr_core::control::{ControlError, ErrorKind, RateHistory, Reply, Request, RuleStats, RuleStatus, StatsReport};
 use mcr_core::control::{EventRecord, WorkerStatus};
 use mcr_core::rule::Rule;
@@ -55,16 +55,16 @@ pub fn router(calls: mpsc::Sender<Call>, access: Arc<Access>, tls: bool) -> Rout
         .route("/metrics", get(metrics))
         .route("/api/openapi.json", get(openapi))
         .route("/api/problems", get(problems))
-        .route("/api/version", get(version))
+        .route("/api/version", reads(|| Request::Version { protocol: None }))
         .route("/api/overview", get(overview))
-        .route("/api/rules", get(list).post(add))
+        .route("/api/rules", reads(|| Request::List {}).post(add))
         .route("/api/rules/{name}", get(show).put(put).delete(remove))
         .route("/api/rules/{name}/switch", post(switch))
-        .route("/api/stats", get(stats))
-        .route("/api/workers", get(workers))
-        .route("/api/events", get(events))
-        .route("/api/history", get(history))
-        .route("/api/config", get(config))
+        .route("/api/stats", reads(|| Request::Stats {}))
+        .route("/api/workers", reads(|| Request::Workers {}))
+        .route("/api/events", reads(|| Request::Events {}))
+        .route("/api/history", reads(|| Request::History {}))
+        .route("/api/config", reads(|| Request::Config {}))
         .route("/api/reload", post(reload))
         .route("/api/save", post(save))
         .fallback(not_found)
@@ -326,9 +326,12 @@ fn unexpected() -> Problem {
     )
 }
 
-async fn version(State(app): State<App>, who: Asker) -> Answer {
-    app.may(&who, Needs::Read)?;
-    ok(&app.ask(Request::Version { protocol: None }).await?)
+/// A route that reads: one request to the supervisor, its reply as JSON.
+fn reads(request: fn() -> Request) -> MethodRouter<App> {
+    get(move |State(app): State<App>, who: Asker| async move {
+        app.may(&who, Needs::Read)?;
+        ok(&app.ask(request()).await?)
+    })
 }
 
 /// Everything the page shows, in one answer.
@@ -371,11 +374,6 @@ async fn overview(State(app): State<App>, who: Asker) -> Answer {
             events,
         },
     ))
-}
-
-async fn list(State(app): State<App>, who: Asker) -> Answer {
-    app.may(&who, Needs::Read)?;
-    ok(&app.ask(Request::List {}).await?)
 }
 
 /// `GET /api/rules/NAME`: the rule, how it stands and its counters.
@@ -499,31 +497,6 @@ async fn switch(State(app): State<App>, who: Asker, RuleName(rule): RuleName, bo
         Some(SwitchBody::default()),
     )?;
     ok(&app.ask(Request::Switch { rule, input: b.input }).await?)
-}
-
-async fn stats(State(app): State<App>, who: Asker) -> Answer {
-    app.may(&who, Needs::Read)?;
-    ok(&app.ask(Request::Stats {}).await?)
-}
-
-async fn workers(State(app): State<App>, who: Asker) -> Answer {
-    app.may(&who, Needs::Read)?;
-    ok(&app.ask(Request::Workers {}).await?)
-}
-
-async fn events(State(app): State<App>, who: Asker) -> Answer {
-    app.may(&who, Needs::Read)?;
-    ok(&app.ask(Request::Events {}).await?)
-}
-
-async fn history(State(app): State<App>, who: Asker) -> Answer {
-    app.may(&who, Needs::Read)?;
-    ok(&app.ask(Request::History {}).await?)
-}
-
-async fn config(State(app): State<App>, who: Asker) -> Answer {
-    app.may(&who, Needs::Read)?;
-    ok(&app.ask(Request::Config {}).await?)
 }
 
 async fn reload(State(app): State<App>, who: Asker, body: Body) -> Answer {

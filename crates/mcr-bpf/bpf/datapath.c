@@ -192,6 +192,9 @@ struct health_pieces {
 #define C_RX_BYTES 1
 #define C_TX_PACKETS 3
 #define C_HEALTH_MISSED 18
+// Written by mcrd's supervisor: 1 while the relay is standby (it counts
+// what it would send, as C_OUT_HELD, and sends nothing).
+#define C_STANDBY 19
 #define C_RULE_PACKETS 0
 #define C_RULE_BYTES 1
 #define C_RULE_HEALTH_SAMPLED 5
@@ -201,6 +204,7 @@ struct health_pieces {
 #define C_OUT_SEND_ERROR 3
 #define C_OUT_TTL_EXPIRED 4
 #define C_OUT_TOO_BIG 5
+#define C_OUT_HELD 6
 
 // The mark of the sockets MCR itself holds a port with: not a listener.
 #define MCR_SOCKET_MARK 0x4d435200
@@ -720,6 +724,9 @@ int mcr_ingress(struct __sk_buff *skb) {
         return TCX_NEXT;
     }
     __u32 ip_len = (p.family == 4 ? V4_LEN : V6_LEN) + p.udp_len;
+    __u32 standby_at = C_STANDBY;
+    __u64 *standby_word = map_lookup(&counters, &standby_at);
+    __u64 standby = standby_word ? *(volatile __u64 *)standby_word : 0;
 
     for (__u32 i = 0; i < MAX_FANOUT; i++) {
         if (i >= nout)
@@ -739,6 +746,10 @@ int mcr_ingress(struct __sk_buff *skb) {
         }
         if (ip_len > o->mtu) {
             count(oc + C_OUT_TOO_BIG, 1);
+            continue;
+        }
+        if (standby) {
+            count(oc + C_OUT_HELD, 1);
             continue;
         }
         __u8 tos = (o->flags & OUT_DSCP_SET) ? (o->dscp << 2) | (p.tos & 3) : p.tos;

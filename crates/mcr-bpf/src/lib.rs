@@ -154,6 +154,7 @@ mod tests {
         assert_eq!(d("C_RX_BYTES") as usize, l.worker(0, WorkerCounter::RxBytes));
         assert_eq!(d("C_TX_PACKETS") as usize, l.worker(0, WorkerCounter::TxPackets));
         assert_eq!(d("C_HEALTH_MISSED") as usize, l.worker(0, WorkerCounter::HealthMissed));
+        assert_eq!(d("C_STANDBY") as usize, l.worker(0, WorkerCounter::Standby));
         assert_eq!(d("C_RULE_PACKETS"), RuleCounter::Packets as u64);
         assert_eq!(d("C_RULE_BYTES"), RuleCounter::Bytes as u64);
         assert_eq!(d("C_RULE_HEALTH_SAMPLED"), RuleCounter::HealthSampled as u64);
@@ -169,6 +170,7 @@ mod tests {
             ("C_OUT_SEND_ERROR", OutputCounter::SendError),
             ("C_OUT_TTL_EXPIRED", OutputCounter::TtlExpired),
             ("C_OUT_TOO_BIG", OutputCounter::TooBig),
+            ("C_OUT_HELD", OutputCounter::Held),
         ] {
             assert_eq!(d(name), c as u64, "{name}");
         }

@@ -117,7 +117,43 @@ pub struct Settings {
     /// Which data path forwards the rules it can carry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub datapath: Option<Datapath>,
+    /// The role mcrd starts in (`active`, the default, or `standby`);
+    /// `mcrctl role` changes it while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+    /// Rules from an etcd key prefix, beside (or instead of) the file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<EtcdSettings>,
 }
+
+/// Where a relay of a fleet takes its rules from: one key per rule under
+/// `prefix`, in the config file's `[[rule]]` form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdSettings {
+    /// The etcd members' client URLs (`http://HOST:PORT`), tried in turn.
+    pub endpoints: Vec<String>,
+    /// The key prefix; a rule's key is the prefix and its name.
+    pub prefix: String,
+    /// How long one call to etcd may take, in ms (100 to 60000; 2000 if
+    /// absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u32>,
+}
+
+/// Whether the relay sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// It forwards (the default).
+    #[default]
+    Active,
+    /// It holds its memberships, rings and outputs ready and counts what it
+    /// would send, but sends nothing: the other relay of a pair is active.
+    Standby,
+}
+
+crate::named::named!(Role, "role", [(Role::Active, "active"), (Role::Standby, "standby")]);
 
 /// Log levels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::rule::Rule;
 
 /// The protocol version this build speaks.
-pub const PROTOCOL: u32 = 4;
+pub const PROTOCOL: u32 = 5;
 /// The longest request line accepted, in bytes.
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
 
@@ -76,6 +76,12 @@ pub enum Request {
     /// Each rule's packet and bit rate over the last [`HISTORY_SAMPLES`]
     /// samples (one a second).
     History {},
+    /// The relay's role (active or standby); with `set`, change it first.
+    Role {
+        /// The role to take.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        set: Option<crate::config::Role>,
+    },
     /// A `stats` reply every `interval_ms` (default 1000) until the client
     /// sends anything or closes.
     Watch {
@@ -213,6 +219,8 @@ pub enum Reply {
     },
     /// To `history`.
     History(RateHistory),
+    /// To `role`.
+    Role(RoleStatus),
     /// To anything that failed.
     Error {
         /// What failed.
@@ -318,6 +326,10 @@ pub struct OutputStats {
     pub bps: f64,
     /// Drops by reason.
     pub drops: BTreeMap<String, u64>,
+    /// Packets not sent because the relay was standby (what it would have
+    /// sent).
+    #[serde(default)]
+    pub held: u64,
 }
 
 /// How many rule names a "no rule named" message lists.
@@ -567,6 +579,29 @@ pub struct StatsReport {
     /// Why it does not, when it was chosen but could not be loaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub datapath_missing: Option<String>,
+    /// The relay's role (the daemon fills it in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<RoleStatus>,
+}
+
+/// The relay's role, and how it came to be.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoleStatus {
+    /// Active (sends) or standby (holds everything ready, sends nothing).
+    pub role: crate::config::Role,
+    /// Seconds since it took this role (or since the daemon started).
+    pub for_s: f64,
+    /// How often the role changed since the daemon started.
+    pub changes: u64,
+    /// Who set it last: `config` (the start), `mcrctl` (the control
+    /// socket, as keepalived's notify script does) or `http`.
+    pub set_by: String,
+    /// Packets held since the daemon started: what a standby would have
+    /// sent, over every output.
+    pub held: u64,
+    /// To a `role` request that set it: whether the role changed.
+    #[serde(default)]
+    pub changed: bool,
 }
 
 /// A worker process.

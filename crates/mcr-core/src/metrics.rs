@@ -51,6 +51,34 @@ fn float(v: f64) -> String {
     if v.is_finite() { format!("{v}") } else { "0".into() }
 }
 
+/// The relay's role: one sample per role, 1 for the one it has (two relays
+/// of a pair that both show `active` are in split brain).
+fn role(out: &mut String, role: &crate::control::RoleStatus) {
+    let mut f = family(
+        out,
+        "mcr_role",
+        "gauge",
+        "1 for the relay's role (active: it sends; standby: it holds everything ready and sends nothing), 0 for the other.",
+    );
+    for (r, name) in <crate::config::Role as crate::named::Named>::ALL {
+        f.sample(&[("role", name)], u8::from(*r == role.role));
+    }
+    family(
+        out,
+        "mcr_role_changes_total",
+        "counter",
+        "How often the role changed since mcrd started.",
+    )
+    .sample(&[], role.changes);
+    family(
+        out,
+        "mcr_role_seconds",
+        "gauge",
+        "Seconds since the relay took its role.",
+    )
+    .sample(&[], float(role.for_s));
+}
+
 /// The families of rules with several inputs: each input's counts and
 /// signal, each rule's losses, switches and active input.
 fn redundancy(out: &mut String, stats: &StatsReport) {
@@ -350,6 +378,20 @@ pub fn render(version: &str, stats: &StatsReport, rules: &[RuleStatus], workers:
     }
     let mut f = family(
         &mut out,
+        "mcr_output_held_total",
+        "counter",
+        "Packets not sent to the output because the relay was standby: what it would have sent.",
+    );
+    for r in &stats.rules {
+        for o in &r.outputs {
+            f.sample(&[("rule", &r.name), ("output", &o.output)], o.held);
+        }
+    }
+    if let Some(role) = &stats.role {
+        self::role(&mut out, role);
+    }
+    let mut f = family(
+        &mut out,
         "mcr_rule_datapath_ebpf",
         "gauge",
         "1 when MCR's eBPF program in the kernel forwards the rule, 0 when the workers do.",
@@ -528,6 +570,7 @@ mod tests {
                         pps: 10.0,
                         bps: 81_920.0,
                         drops: drops.clone(),
+                        held: 5,
                     }],
                     problems: Vec::new(),
                     datapath: "ebpf".into(),
@@ -614,6 +657,14 @@ mod tests {
                 health_missed: 3,
             }),
             datapath_missing: None,
+            role: Some(crate::control::RoleStatus {
+                role: crate::config::Role::Standby,
+                for_s: 2.5,
+                changes: 1,
+                set_by: "request".into(),
+                held: 5,
+                changed: false,
+            }),
         };
         let rules = vec![RuleStatus {
             rule,
@@ -697,6 +748,11 @@ mod tests {
             "mcr_datapath_tx_packets_total 97",
             "mcr_datapath_health_missed_total 3",
             "mcr_datapath_interface_attached{interface=\"eth0\"} 1",
+            "mcr_output_held_total{rule=\"feed-a\",output=\"eth1:239.10.1.1:6001\"} 5",
+            "mcr_role{role=\"active\"} 0",
+            "mcr_role{role=\"standby\"} 1",
+            "mcr_role_changes_total 1",
+            "mcr_role_seconds 2.5",
         ] {
             assert!(text.lines().any(|l| l == want), "missing `{want}` in\n{text}");
         }

@@ -83,7 +83,7 @@ mod tests {
     use std::str::FromStr;
 
     use super::*;
-    use crate::config::{Datapath, LogFormat, LogLevel, RingFormat};
+    use crate::config::{Datapath, LogFormat, LogLevel, RingFormat, Role};
 
     fn round_trip<T: Named + PartialEq + fmt::Debug + fmt::Display + FromStr<Err = UnknownName>>() {
         for (v, n) in T::ALL {
@@ -98,6 +98,7 @@ mod tests {
         round_trip::<LogFormat>();
         round_trip::<Datapath>();
         round_trip::<RingFormat>();
+        round_trip::<Role>();
     }
 
     #[test]

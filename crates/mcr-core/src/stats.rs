@@ -59,6 +59,10 @@ pub enum WorkerCounter {
     /// its health ring was full (the data path's block only; worker 0 reads
     /// the ring, and starts the inputs' sequences afresh when this grows).
     HealthMissed,
+    /// Written by the supervisor, read by the worker (and the eBPF data
+    /// path) before every send: 1 while the relay is standby, when what
+    /// would be sent is counted as [`OutputCounter::Held`] instead. A value.
+    Standby,
 }
 
 impl WorkerCounter {
@@ -222,6 +226,8 @@ pub enum OutputCounter {
     TtlExpired,
     /// Dropped: larger than the output interface's MTU.
     TooBig,
+    /// Not sent because the relay is standby: what it would have sent.
+    Held,
 }
 
 impl OutputCounter {
@@ -358,7 +364,8 @@ mod tests {
         assert!(l.output(0, 3, OutputCounter::TooBig) < l.datapath_len());
         assert_eq!(l.health(1, 2, 3, HealthCounter::Packets) % LINE, 0);
         assert!(all.iter().all(|&i| i < l.len()));
-        assert!((WorkerCounter::HealthMissed as usize) < WORKER_COUNTERS);
+        assert!((WorkerCounter::Standby as usize) < WORKER_COUNTERS);
+        assert!((OutputCounter::Held as usize) < LINE);
         for slot in [0, 1, 2] {
             assert_eq!(l.rule_slot_at(l.rule(0, slot, RuleCounter::Packets)), Some(slot));
         }

@@ -85,6 +85,18 @@ enum Command {
         /// `mcrctl list` shows it, or `auto`.
         input: String,
     },
+    /// The relay's role: active (it sends) or standby (it holds every
+    /// membership, ring and output ready, counts what it would send, and
+    /// sends nothing). With a role, take it: the next frame is sent (or
+    /// held). keepalived's notify script (packaging/keepalived) calls this.
+    #[command(
+        after_help = "Examples:\n  mcrctl role            # show it\n  mcrctl role active     # send from the next frame\n  mcrctl role standby    # stop sending; keep everything ready"
+    )]
+    Role {
+        /// active or standby.
+        #[arg(value_parser = |s: &str| s.parse::<mcr_core::config::Role>())]
+        role: Option<mcr_core::config::Role>,
+    },
     /// Every rule and its group memberships.
     List,
     /// Packets, bytes, rates and drops per rule, output and worker.
@@ -201,6 +213,7 @@ fn main() -> ExitCode {
             rule,
             input: Some(input),
         },
+        Command::Role { role } => Request::Role { set: role },
         Command::List => Request::List {},
         Command::Stats => Request::Stats {},
         Command::Workers => Request::Workers {},

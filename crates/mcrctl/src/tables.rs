@@ -150,6 +150,20 @@ pub fn render(r: &Reply) -> String {
                 let _ = writeln!(o, "{}  {:<5}  {}", utc(e.at_ms), e.level, e.message);
             }
         }
+        Reply::Role(r) => {
+            let _ = writeln!(
+                o,
+                "{}{} for {:.1}s (set by {}; {} change(s) since start)",
+                r.role,
+                if r.changed { " now" } else { "" },
+                r.for_s,
+                r.set_by,
+                r.changes
+            );
+            if r.role == mcr_core::config::Role::Standby {
+                let _ = writeln!(o, "  sending nothing; {} packet(s) held so far", r.held);
+            }
+        }
         Reply::History(h) => {
             let _ = writeln!(o, "{:<20} {:>10} {:>12}  samples", "rule", "pps", "bit/s");
             for (name, r) in &h.rules {
@@ -310,6 +324,13 @@ fn input_health(h: &InputHealthStats, named: bool) -> String {
 }
 
 fn stats(o: &mut String, s: &StatsReport) {
+    if let Some(r) = s.role.as_ref().filter(|r| r.role == mcr_core::config::Role::Standby) {
+        let _ = writeln!(
+            o,
+            "STANDBY for {:.0} s: nothing is sent; `held` is what would have been (mcrctl role active sends)\n",
+            r.for_s
+        );
+    }
     let _ = writeln!(
         o,
         "{:<20} {:<36} {:>12} {:>8} {:>11} {:>10}  state",
@@ -352,6 +373,9 @@ fn stats(o: &mut String, s: &StatsReport) {
                 dropped,
                 why.map_or_else(String::new, |w| format!("  ({w})"))
             );
+            if out.held > 0 {
+                let _ = writeln!(o, "     held while standby: {}", out.held);
+            }
         }
     }
     let _ = writeln!(o);

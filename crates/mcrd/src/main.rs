@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
-use mcr_core::config::{self, Config, Datapath, HttpListen, LogFormat, LogLevel, RingFormat};
+use mcr_core::config::{self, Config, Datapath, HttpListen, LogFormat, LogLevel, RingFormat, Role};
 use mcr_core::named::Named;
 
 #[derive(Parser, Debug)]
@@ -117,6 +117,11 @@ struct RunArgs {
     /// AF_PACKET rings, forward every rule) [default: ebpf].
     #[arg(long, value_parser = named_arg::<Datapath>())]
     datapath: Option<Datapath>,
+    /// The role to start in: active (forward) or standby (hold every
+    /// membership, ring and output ready, count what would be sent, send
+    /// nothing until `mcrctl role active`) [default: active].
+    #[arg(long, value_parser = named_arg::<Role>())]
+    role: Option<Role>,
     /// Log level [default: info].
     #[arg(long, value_parser = named_arg::<LogLevel>())]
     log_level: Option<LogLevel>,
@@ -284,6 +289,7 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
             a.control_timeout.or(f.control_timeout_s).unwrap_or(60),
         )),
         datapath: a.datapath.or(f.datapath).unwrap_or_default(),
+        role: a.role.or(f.role).unwrap_or_default(),
         // The same shape the workers give their rings (see `worker_args`).
         ring: mcr_sys::ring::RingConfig {
             version: worker::ring_version(ring_format),

@@ -508,6 +508,44 @@ fn every_endpoint_answers_as_the_control_socket_and_the_description_say() {
     )
     .problem(400, "bad_request");
 
+    // The role: read freely, set with the token; the socket sees the
+    // change, and the stats and /metrics say so.
+    let role = api.call("GET", "/api/role", "/api/role", None).json();
+    assert_eq!(
+        (role["role"].as_str(), role["changed"].as_bool()),
+        (Some("active"), Some(false))
+    );
+    api.anonymous("PUT", "/api/role", br#"{"role":"standby"}"#)
+        .problem(401, "unauthorized");
+    let set = api
+        .call("PUT", "/api/role", "/api/role", Some(json!({"role": "standby"})))
+        .json();
+    assert_eq!(
+        (set["role"].as_str(), set["changed"].as_bool()),
+        (Some("standby"), Some(true))
+    );
+    let again = api
+        .call("PUT", "/api/role", "/api/role", Some(json!({"role": "standby"})))
+        .json();
+    assert_eq!(again["changed"], false, "{again}");
+    let by_socket = control(&socket, &Request::Role { set: None });
+    let mcr_core::control::Reply::Role(r) = by_socket.reply else {
+        panic!("{by_socket:?}");
+    };
+    assert_eq!((r.role, r.changes), (mcr_core::config::Role::Standby, 1));
+    let stats = api.call("GET", "/api/stats", "/api/stats", None).json();
+    assert_eq!(stats["role"]["role"], "standby", "{stats}");
+    assert!(
+        api.anonymous("GET", "/metrics", b"")
+            .text()
+            .contains("mcr_role{role=\"standby\"} 1")
+    );
+    api.call("PUT", "/api/role", "/api/role", Some(json!({"role": "primary"})))
+        .problem(400, "bad_request");
+    api.call("PUT", "/api/role", "/api/role", None)
+        .problem(400, "bad_request");
+    api.call("PUT", "/api/role", "/api/role", Some(json!({"role": "active"})));
+
     // Save (to a file beside the config) and reload (which brings back
     // the file's rules: a and b go).
     let to = api.dir.path().join("saved.toml");

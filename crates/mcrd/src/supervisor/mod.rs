@@ -19,6 +19,7 @@ mod membership;
 mod notify;
 mod ports;
 mod privilege;
+mod role;
 mod stats;
 mod workers;
 
@@ -72,6 +73,8 @@ pub struct Options {
     pub datapath: Datapath,
     /// The workers' receive rings (`max_frame` follows each interface).
     pub ring: mcr_sys::ring::RingConfig,
+    /// The role to start in.
+    pub role: mcr_core::config::Role,
 }
 
 pub use config_file::load as load_config;
@@ -106,6 +109,8 @@ struct Supervisor {
     ring: mcr_sys::ring::RingConfig,
     /// What happened lately.
     journal: journal::Journal,
+    /// Active or standby.
+    role: role::RoleKeeper,
 }
 
 /// How long a start waits for every worker to run the initial table
@@ -165,7 +170,17 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
         fanout: (opts.workers > 1).then(|| fanout::FanoutGroups::new(std::process::id() as u16)),
         ring: opts.ring,
         journal: journal::Journal::default(),
+        role: role::RoleKeeper::new(opts.role),
     };
+    // Before any worker starts, and before the eBPF program sees a rule.
+    sup.stats
+        .set_standby(sup.counts(), opts.role == mcr_core::config::Role::Standby);
+    if opts.role == mcr_core::config::Role::Standby {
+        sup.journal.note(
+            Level::Info,
+            "starting as standby: forwarding is ready but nothing is sent until `mcrctl role active`".into(),
+        );
+    }
     // The config file's rules before any worker starts, so that every
     // worker starts with them.
     let start = sup
@@ -517,6 +532,7 @@ impl Supervisor {
                 events: self.journal.events(),
             },
             Request::History {} => Reply::History(self.stats.history()),
+            Request::Role { set } => self.role(set),
             // The connection serves `watch` itself with `stats` requests.
             Request::Watch { .. } => Reply::Error {
                 error: ControlError::new(ErrorKind::BadRequest, "watch is answered by the connection"),
@@ -544,6 +560,22 @@ impl Supervisor {
             _ => return,
         };
         self.journal.note(Level::Info, m);
+    }
+
+    /// The answer to `role`, after taking the role asked for: the word
+    /// every sender reads is written at once, so the next frame goes out
+    /// (or is held).
+    fn role(&mut self, set: Option<mcr_core::config::Role>) -> Reply {
+        let before = self.role.role();
+        let changed = set.is_some_and(|r| self.role.set(r, "request"));
+        if changed {
+            let now = self.role.role();
+            self.stats
+                .set_standby(self.counts(), now == mcr_core::config::Role::Standby);
+            self.journal.note(Level::Info, format!("role: {before} -> {now}"));
+        }
+        let held = self.stats.held(self.counts(), self.plane.rules());
+        Reply::Role(self.role.status(held, changed))
     }
 
     /// Reads the config file again and has the plane apply what changed
@@ -648,6 +680,8 @@ impl Supervisor {
             s.busy = w.busy;
         }
         self.fill_datapath(&mut report);
+        let held = report.rules.iter().flat_map(|r| &r.outputs).map(|o| o.held).sum();
+        report.role = Some(self.role.status(held, false));
         report
     }
 

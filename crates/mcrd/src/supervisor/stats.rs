@@ -320,6 +320,7 @@ impl Stats {
                                     .iter()
                                     .map(|(k, name)| (name.to_string(), self.sum_output(c, s, *k)))
                                     .collect(),
+                                held: self.sum_output(c, s, OutputCounter::Held),
                             }
                         })
                         .collect(),
@@ -406,7 +407,30 @@ impl Stats {
                 health_missed: self.kernel(c, WorkerCounter::HealthMissed),
             }),
             datapath_missing: None,
+            role: None,
         }
+    }
+
+    /// Says to every worker and the eBPF data path whether the relay is
+    /// standby: each reads the word before it sends.
+    pub fn set_standby(&self, c: Counters<'_>, standby: bool) {
+        for w in 0..self.layout.workers {
+            c.shm
+                .set(self.layout.worker(w, WorkerCounter::Standby), u64::from(standby));
+        }
+        if let Some(m) = c.kernel {
+            m.set(self.layout.worker(0, WorkerCounter::Standby), u64::from(standby));
+        }
+    }
+
+    /// Packets held over every output of `rules`: what the relay did not
+    /// send while standby.
+    pub fn held(&self, c: Counters<'_>, rules: &[SlottedRule]) -> u64 {
+        rules
+            .iter()
+            .flat_map(|r| &r.output_slots)
+            .map(|&s| self.sum_output(c, s, OutputCounter::Held))
+            .sum()
     }
 }
 

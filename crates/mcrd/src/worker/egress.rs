@@ -50,6 +50,16 @@ impl Counts<'_> {
         self.counters.add(self.layout.input(self.worker, slot, c), v);
     }
 
+    /// Whether the relay is standby (the supervisor says so in the
+    /// worker's block): then nothing is sent, and what would be is counted
+    /// as held.
+    #[inline]
+    pub fn standby(&self) -> bool {
+        self.counters
+            .get(self.layout.worker(self.worker, WorkerCounter::Standby))
+            != 0
+    }
+
     /// Sets a rule's value (not a count), such as its active input.
     pub fn set_rule(&self, slot: u32, c: RuleCounter, v: u64) {
         self.counters.set(self.layout.rule(self.worker, slot, c), v);
@@ -68,7 +78,8 @@ const QUEUE_FULL_SKIPS: usize = 8;
 /// sent; dropped because the queue was full (that message, and the rest of
 /// the batch once [`QUEUE_FULL_SKIPS`] were); or dropped because the kernel
 /// refused for another reason (the rest of the batch: such an error, a link
-/// that is down, say, does not clear message by message).
+/// that is down, say, does not clear message by message). A standby relay
+/// sends none of them and counts each as held.
 fn send_counted(
     n: usize,
     outputs: &[u32],
@@ -76,6 +87,12 @@ fn send_counted(
     counts: &Counts<'_>,
     mut attempt: impl FnMut(usize) -> io::Result<usize>,
 ) {
+    if counts.standby() {
+        for &o in &outputs[..n] {
+            counts.output(o, OutputCounter::Held, 1);
+        }
+        return;
+    }
     let mut off = 0;
     let mut skips = 0;
     let mut icmp_reports = 0;
@@ -539,6 +556,30 @@ mod tests {
         assert_eq!(total(&b, OutputCounter::Packets), 62);
         assert_eq!(b.get(1, OutputCounter::QueueFull), 1, "message 3 was output 1's");
         assert_eq!(total(&b, OutputCounter::Bytes), 6200);
+    }
+
+    #[test]
+    fn a_standby_relay_sends_nothing_and_counts_what_it_holds() {
+        let b = Bench::new();
+        let standby = b.layout.worker(0, WorkerCounter::Standby);
+        b.counters.set(standby, 1);
+        let outputs = [0u32, 1, 1];
+        let mut calls = 0;
+        send_counted(3, &outputs, &[100; 3], &b.counts(), |_| {
+            calls += 1;
+            Ok(3)
+        });
+        assert_eq!(calls, 0, "nothing reaches the kernel");
+        assert_eq!((b.get(0, OutputCounter::Held), b.get(1, OutputCounter::Held)), (1, 2));
+        assert_eq!(total(&b, OutputCounter::Packets), 0);
+        // Active again: the next batch is sent.
+        b.counters.set(standby, 0);
+        send_counted(3, &outputs, &[100; 3], &b.counts(), |_| {
+            calls += 1;
+            Ok(3)
+        });
+        assert_eq!((calls, total(&b, OutputCounter::Packets)), (1, 3));
+        assert_eq!(total(&b, OutputCounter::Held), 3);
     }
 
     #[test]

@@ -60,6 +60,7 @@ pub fn router(calls: mpsc::Sender<Call>, access: Arc<Access>, tls: bool) -> Rout
         .route("/api/rules", reads(|| Request::List {}).post(add))
         .route("/api/rules/{name}", get(show).put(put).delete(remove))
         .route("/api/rules/{name}/switch", post(switch))
+        .route("/api/role", reads(|| Request::Role { set: None }).put(role))
         .route("/api/stats", reads(|| Request::Stats {}))
         .route("/api/workers", reads(|| Request::Workers {}))
         .route("/api/events", reads(|| Request::Events {}))
@@ -499,6 +500,20 @@ async fn switch(State(app): State<App>, who: Asker, RuleName(rule): RuleName, bo
     ok(&app.ask(Request::Switch { rule, input: b.input }).await?)
 }
 
+/// `PUT /api/role`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RoleBody {
+    /// `active` or `standby`.
+    role: mcr_core::config::Role,
+}
+
+async fn role(State(app): State<App>, who: Asker, body: Body) -> Answer {
+    app.may(&who, Needs::Change)?;
+    let b = decode::<RoleBody>(&body_of(body).await?, "a role (`{\"role\": \"active\"}`)", None)?;
+    ok(&app.ask(Request::Role { set: Some(b.role) }).await?)
+}
+
 async fn reload(State(app): State<App>, who: Asker, body: Body) -> Answer {
     app.may(&who, Needs::Change)?;
     decode::<Empty>(&body_of(body).await?, "an empty object", Some(Empty {}))?;
@@ -547,6 +562,8 @@ pub const ROUTES: &[&str] = &[
     "PUT /api/rules/{name}",
     "DELETE /api/rules/{name}",
     "POST /api/rules/{name}/switch",
+    "GET /api/role",
+    "PUT /api/role",
     "GET /api/stats",
     "GET /api/workers",
     "GET /api/events",

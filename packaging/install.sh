@@ -3,12 +3,13 @@
 # this script (as root) from anywhere in the repository.
 #
 # Installs mcrd, mcrctl and mcrgen, the systemd unit, the sysusers.d and
-# tmpfiles.d files, the example configuration (only if there is none), man
-# pages, mcrctl's and mcrgen's shell completions and the documentation. With
-# DESTDIR set, installs into that staging directory and touches nothing else
-# (packaging/deb/build stages the Debian package this way); without it, on a
-# system running systemd, also creates the user mcr and /etc/mcr and reloads
-# systemd.
+# tmpfiles.d files, the example configuration (only if there is none), the
+# notify script and example configuration of keepalived for a hot-standby
+# pair, man pages, mcrctl's and mcrgen's shell completions and the
+# documentation. With DESTDIR set, installs into that staging directory and
+# touches nothing else (packaging/deb/build stages the Debian package this
+# way); without it, on a system running systemd, also creates the user mcr
+# and /etc/mcr and reloads systemd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,6 +49,13 @@ else
   install -d -m 0750 "$DESTDIR/etc/mcr"
   install -m 0644 packaging/mcrd.toml "$DESTDIR/etc/mcr/mcrd.toml"
 fi
+
+# keepalived (VRRP) for a hot-standby pair: the notify fifo script that
+# keepalived runs (from a path only root may change, as keepalived's script
+# security demands) and the example configuration to copy.
+install -D -m 0755 packaging/keepalived/mcr-vrrp-notify "$DESTDIR/usr/libexec/mcr/mcr-vrrp-notify"
+install -D -m 0644 packaging/keepalived/keepalived.conf.example \
+  "$DESTDIR/usr/share/mcr/keepalived/keepalived.conf.example"
 
 # Man pages: mcrd writes mcrd.8; mcrctl and mcrgen write NAME.1 and one
 # NAME-SUBCOMMAND.1 per subcommand.

@@ -12,6 +12,8 @@
 //! [`traffic`] runs `mcrgen` inside them and reads its reports; [`relay`]
 //! runs `mcrd` and `mcrctl`; [`capture`] records what crosses a link;
 //! [`browser`] drives a headless Chromium at a page served in a namespace.
+//! [`vrrp`] runs keepalived for a hot-standby pair of relays, with MCR's
+//! notify script, and reads the roles that script set.
 //!
 //! Everything here needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and the
 //! `ip` command from iproute2.
@@ -32,6 +34,7 @@ mod process;
 pub mod relay;
 mod temp_dir;
 pub mod traffic;
+pub mod vrrp;
 
 pub use bed::{BridgeOptions, Testbed};
 pub use bins::bin;

@@ -1,0 +1,177 @@
+//! One VRRP instance for an MCR pair, written out as keepalived.conf.
+
+use std::path::{Path, PathBuf};
+
+/// What differs between the keepalived configurations of an MCR pair (and
+/// between a test's and the packaged example): one `vrrp_instance`, its
+/// notify script and what it tracks.
+///
+/// [`VrrpConfig::render`] writes the directives of
+/// `packaging/keepalived/keepalived.conf.example` in the same order; a test
+/// holds the two together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VrrpConfig {
+    /// The `vrrp_instance` name, which the notify script follows.
+    pub instance: String,
+    /// The interface the VRRP adverts go out and come in on (it needs an
+    /// IPv4 address).
+    pub interface: String,
+    /// `virtual_router_id`, 1 to 255, the same on both relays and unique
+    /// among the VRRP routers of that link.
+    pub vrid: u8,
+    /// `priority`, 1 to 254: who wins when both start at once.
+    pub priority: u8,
+    /// `advert_int` in seconds (VRRPv3 takes hundredths).
+    pub advert_int_s: f64,
+    /// Interfaces whose link going down puts the instance in FAULT (the
+    /// relay's input and output interfaces).
+    pub track_interfaces: Vec<String>,
+    /// A process name (`/proc/PID/comm`) whose absence puts the instance in
+    /// FAULT, e.g. `mcrd`; `None` tracks none.
+    pub track_process: Option<String>,
+    /// The `virtual_ipaddress` (CIDR) that moves to the master; keepalived
+    /// requires one.
+    pub virtual_ip: String,
+    /// The notify fifo script, `mcr-vrrp-notify`.
+    pub notify_script: PathBuf,
+    /// The control socket the notify script passes to `mcrctl --socket`.
+    pub control_socket: PathBuf,
+    /// The user that keepalived runs the notify script as (and that owns
+    /// the fifo): `mcr` on a relay, `root` in a test.
+    pub script_user: String,
+}
+
+impl VrrpConfig {
+    /// The values of `packaging/keepalived/keepalived.conf.example`, with
+    /// its notify fifo at [`VrrpConfig::EXAMPLE_FIFO`].
+    pub fn example() -> VrrpConfig {
+        VrrpConfig {
+            instance: "MCR".into(),
+            interface: "eth0".into(),
+            vrid: 51,
+            priority: 150,
+            advert_int_s: 0.1,
+            track_interfaces: vec!["eth1".into(), "eth2".into()],
+            track_process: Some("mcrd".into()),
+            virtual_ip: "192.0.2.10/24".into(),
+            notify_script: "/usr/libexec/mcr/mcr-vrrp-notify".into(),
+            control_socket: "/run/mcr/mcrd.sock".into(),
+            script_user: "mcr".into(),
+        }
+    }
+
+    /// Where the example has keepalived make its notify fifo.
+    pub const EXAMPLE_FIFO: &str = "/run/mcr-vrrp.fifo";
+
+    /// The configuration file's text, with the notify fifo at `fifo`.
+    pub fn render(&self, fifo: &Path) -> String {
+        let mut s = String::new();
+        let mut line = |text: &str| {
+            s.push_str(text);
+            s.push('\n');
+        };
+        line("global_defs {");
+        line("    vrrp_version 3");
+        line(&format!("    script_user {}", self.script_user));
+        line("    enable_script_security");
+        line(&format!("    vrrp_notify_fifo {} {}", fifo.display(), self.script_user));
+        line(&format!(
+            "    vrrp_notify_fifo_script \"{} --instance {} --socket {}\"",
+            self.notify_script.display(),
+            self.instance,
+            self.control_socket.display()
+        ));
+        line("    fifo_write_vrrp_states_on_reload");
+        line("}");
+        if let Some(process) = &self.track_process {
+            line(&format!("vrrp_track_process {process} {{"));
+            line(&format!("    process {process}"));
+            line("    quorum 1");
+            line("}");
+        }
+        line(&format!("vrrp_instance {} {{", self.instance));
+        line("    state BACKUP");
+        line("    nopreempt");
+        line(&format!("    interface {}", self.interface));
+        line(&format!("    virtual_router_id {}", self.vrid));
+        line(&format!("    priority {}", self.priority));
+        line(&format!("    advert_int {}", seconds(self.advert_int_s)));
+        if !self.track_interfaces.is_empty() {
+            line("    track_interface {");
+            for i in &self.track_interfaces {
+                line(&format!("        {i}"));
+            }
+            line("    }");
+        }
+        if let Some(process) = &self.track_process {
+            line("    track_process {");
+            line(&format!("        {process}"));
+            line("    }");
+        }
+        line("    virtual_ipaddress {");
+        line(&format!("        {}", self.virtual_ip));
+        line("    }");
+        line("}");
+        s
+    }
+}
+
+/// Seconds as keepalived reads them: hundredths at most, no trailing zeros
+/// (`0.1`, `1`).
+fn seconds(s: f64) -> String {
+    let text = format!("{s:.2}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// The directives of a keepalived.conf: every line without its comment
+/// (`#` or `!` to the end of the line) and its surrounding blanks, with runs
+/// of blanks made one space, empty lines left out.
+pub fn directives(conf: &str) -> Vec<String> {
+    conf.lines()
+        .map(|l| {
+            let end = l.find(['#', '!']).unwrap_or(l.len());
+            l[..end].split_whitespace().collect::<Vec<_>>().join(" ")
+        })
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_file_holds_the_directives_render_writes() {
+        let path = super::super::example_conf();
+        let example = std::fs::read_to_string(&path).expect("read the example");
+        let rendered = VrrpConfig::example().render(Path::new(VrrpConfig::EXAMPLE_FIFO));
+        assert_eq!(directives(&example), directives(&rendered), "{}", path.display());
+    }
+
+    #[test]
+    fn advert_intervals_are_written_as_keepalived_reads_them() {
+        assert_eq!(seconds(0.1), "0.1");
+        assert_eq!(seconds(1.0), "1");
+        assert_eq!(seconds(0.25), "0.25");
+        assert_eq!(seconds(2.5), "2.5");
+    }
+
+    #[test]
+    fn a_test_config_tracks_no_process() {
+        let c = VrrpConfig {
+            track_process: None,
+            track_interfaces: vec![],
+            ..VrrpConfig::example()
+        };
+        let text = c.render(Path::new("/tmp/x.fifo"));
+        assert!(!text.contains("track_process"), "{text}");
+        assert!(!text.contains("track_interface"), "{text}");
+        assert!(
+            text.contains(
+                "vrrp_notify_fifo_script \"/usr/libexec/mcr/mcr-vrrp-notify --instance MCR --socket /run/mcr/mcrd.sock\""
+            ),
+            "{text}"
+        );
+        assert!(text.contains("vrrp_notify_fifo /tmp/x.fifo mcr"), "{text}");
+    }
+}

@@ -29,6 +29,13 @@ pub struct VrrpConfig {
     /// A process name (`/proc/PID/comm`) whose absence puts the instance in
     /// FAULT, e.g. `mcrd`; `None` tracks none.
     pub track_process: Option<String>,
+    /// A command (`vrrp_script mcr_alive`, run every second) whose failure
+    /// puts the instance in FAULT; `None` runs none. It stands in for
+    /// `track_process` where that cannot work: keepalived learns of
+    /// processes from the kernel's process connector, which answers only
+    /// in the initial network namespace, so a keepalived in a test bed's
+    /// namespace never hears that a tracked process ended.
+    pub track_script: Option<String>,
     /// The `virtual_ipaddress` (CIDR) that moves to the master; keepalived
     /// requires one.
     pub virtual_ip: String,
@@ -53,6 +60,7 @@ impl VrrpConfig {
             advert_int_s: 0.1,
             track_interfaces: vec!["eth1".into(), "eth2".into()],
             track_process: Some("mcrd".into()),
+            track_script: None,
             virtual_ip: "192.0.2.10/24".into(),
             notify_script: "/usr/libexec/mcr/mcr-vrrp-notify".into(),
             control_socket: "/run/mcr/mcrd.sock".into(),
@@ -89,6 +97,14 @@ impl VrrpConfig {
             line("    quorum 1");
             line("}");
         }
+        if let Some(script) = &self.track_script {
+            line("vrrp_script mcr_alive {");
+            line(&format!("    script \"{script}\""));
+            line("    interval 1");
+            line("    fall 1");
+            line("    rise 1");
+            line("}");
+        }
         line(&format!("vrrp_instance {} {{", self.instance));
         line("    state BACKUP");
         line("    nopreempt");
@@ -106,6 +122,11 @@ impl VrrpConfig {
         if let Some(process) = &self.track_process {
             line("    track_process {");
             line(&format!("        {process}"));
+            line("    }");
+        }
+        if self.track_script.is_some() {
+            line("    track_script {");
+            line("        mcr_alive");
             line("    }");
         }
         line("    virtual_ipaddress {");

@@ -76,6 +76,8 @@ pub enum Request {
     /// Each rule's packet and bit rate over the last [`HISTORY_SAMPLES`]
     /// samples (one a second).
     History {},
+    /// How the etcd store the rules come from stands.
+    Store {},
     /// The relay's role (active or standby); with `set`, change it first.
     Role {
         /// The role to take.
@@ -166,6 +168,9 @@ pub enum Reply {
     Rules {
         /// Every rule, in the order added.
         rules: Vec<RuleStatus>,
+        /// The etcd store the daemon takes rules from, if it does.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        store: Option<StoreStatus>,
     },
     /// To `stats`.
     Stats(Box<StatsReport>),
@@ -221,6 +226,8 @@ pub enum Reply {
     History(RateHistory),
     /// To `role`.
     Role(RoleStatus),
+    /// To `store`.
+    Store(StoreStatus),
     /// To anything that failed.
     Error {
         /// What failed.
@@ -309,6 +316,9 @@ pub struct RuleStatus {
     /// it forwards).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
+    /// Where it came from.
+    #[serde(default)]
+    pub origin: Origin,
 }
 
 /// Counters of one output.
@@ -582,6 +592,75 @@ pub struct StatsReport {
     /// The relay's role (the daemon fills it in).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<RoleStatus>,
+    /// The etcd store the daemon takes rules from, if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreStatus>,
+}
+
+/// Where a rule came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "source", rename_all = "lowercase")]
+pub enum Origin {
+    /// The config file (at the start or a reload).
+    #[default]
+    File,
+    /// A request: `mcrctl add` or the HTTP API (a reload removes it).
+    Request,
+    /// An etcd key.
+    Etcd {
+        /// The whole key.
+        key: String,
+        /// The store's revision when the rule last changed.
+        revision: i64,
+    },
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::File => f.write_str("file"),
+            Origin::Request => f.write_str("request"),
+            Origin::Etcd { key, revision } => write!(f, "etcd {key}@{revision}"),
+        }
+    }
+}
+
+/// The etcd store a daemon takes rules from, and how it stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoreStatus {
+    /// The members' client URLs.
+    pub endpoints: Vec<String>,
+    /// The key prefix.
+    pub prefix: String,
+    /// Whether the daemon follows it now (if not, its rules stay as they
+    /// were last given).
+    pub connected: bool,
+    /// Why not, when it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// Seconds since it was last reached or lost.
+    pub since_s: f64,
+    /// The store revision of the last update applied.
+    pub revision: i64,
+    /// The newest store revision whose rules every live worker runs.
+    pub workers_revision: i64,
+    /// Rules the store gives.
+    pub rules: usize,
+    /// Updates applied since the start.
+    pub updates: u64,
+    /// Keys refused, each with why (the rule it gave before, if any, stays).
+    pub refused: Vec<RefusedKey>,
+}
+
+/// A key of the store whose rule was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedKey {
+    /// The whole key.
+    pub key: String,
+    /// The store revision that was refused.
+    pub revision: i64,
+    /// Why.
+    pub error: String,
 }
 
 /// The relay's role, and how it came to be.

@@ -79,6 +79,54 @@ fn role(out: &mut String, role: &crate::control::RoleStatus) {
     .sample(&[], float(role.for_s));
 }
 
+/// The etcd store the rules come from: whether mcrd follows it, how far,
+/// and what it refused.
+fn store(out: &mut String, s: &crate::control::StoreStatus) {
+    let families: [(&'static str, &str, &str, f64); 6] = [
+        (
+            "mcr_etcd_connected",
+            "gauge",
+            "1 while mcrd follows the etcd store; 0 while it cannot reach it (its rules stay as they were).",
+            f64::from(u8::from(s.connected)),
+        ),
+        (
+            "mcr_etcd_revision",
+            "gauge",
+            "The etcd revision of the last update applied.",
+            s.revision as f64,
+        ),
+        (
+            "mcr_etcd_workers_revision",
+            "gauge",
+            "The newest etcd revision whose rules every live worker runs.",
+            s.workers_revision as f64,
+        ),
+        ("mcr_etcd_rules", "gauge", "Rules the etcd store gives.", s.rules as f64),
+        (
+            "mcr_etcd_refused_keys",
+            "gauge",
+            "Keys of the store whose rule was refused (see mcrctl list).",
+            s.refused.len() as f64,
+        ),
+        (
+            "mcr_etcd_updates_total",
+            "counter",
+            "Updates from the store applied since mcrd started.",
+            s.updates as f64,
+        ),
+    ];
+    for (name, kind, help, v) in families {
+        family(out, name, kind, help).sample(&[], float(v));
+    }
+    family(
+        out,
+        "mcr_etcd_state_seconds",
+        "gauge",
+        "Seconds since mcrd last reached or lost the etcd store.",
+    )
+    .sample(&[], float(s.since_s));
+}
+
 /// The families of rules with several inputs: each input's counts and
 /// signal, each rule's losses, switches and active input.
 fn redundancy(out: &mut String, stats: &StatsReport) {
@@ -390,6 +438,9 @@ pub fn render(version: &str, stats: &StatsReport, rules: &[RuleStatus], workers:
     if let Some(role) = &stats.role {
         self::role(&mut out, role);
     }
+    if let Some(store) = &stats.store {
+        self::store(&mut out, store);
+    }
     let mut f = family(
         &mut out,
         "mcr_rule_datapath_ebpf",
@@ -665,6 +716,18 @@ mod tests {
                 held: 5,
                 changed: false,
             }),
+            store: Some(crate::control::StoreStatus {
+                endpoints: vec!["http://127.0.0.1:2379".into()],
+                prefix: "/mcr/".into(),
+                connected: false,
+                problem: Some("connection refused".into()),
+                since_s: 3.0,
+                revision: 41,
+                workers_revision: 40,
+                rules: 7,
+                updates: 9,
+                refused: Vec::new(),
+            }),
         };
         let rules = vec![RuleStatus {
             rule,
@@ -676,6 +739,7 @@ mod tests {
                 error: None,
             }],
             problems: Vec::new(),
+            origin: crate::control::Origin::File,
         }];
         let workers = vec![WorkerStatus {
             index: 0,
@@ -753,6 +817,11 @@ mod tests {
             "mcr_role{role=\"standby\"} 1",
             "mcr_role_changes_total 1",
             "mcr_role_seconds 2.5",
+            "mcr_etcd_connected 0",
+            "mcr_etcd_revision 41",
+            "mcr_etcd_workers_revision 40",
+            "mcr_etcd_rules 7",
+            "mcr_etcd_updates_total 9",
         ] {
             assert!(text.lines().any(|l| l == want), "missing `{want}` in\n{text}");
         }

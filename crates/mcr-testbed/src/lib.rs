@@ -11,7 +11,9 @@
 //! topologies MCR is measured on: chain, pipeline, dual-bridge and star.
 //! [`traffic`] runs `mcrgen` inside them and reads its reports; [`relay`]
 //! runs `mcrd` and `mcrctl`; [`capture`] records what crosses a link;
-//! [`browser`] drives a headless Chromium at a page served in a namespace.
+//! [`browser`] drives a headless Chromium at a page served in a namespace;
+//! [`etcd`] runs etcd (one member or a cluster) in a namespace and changes
+//! its keys.
 //! [`vrrp`] runs keepalived for a hot-standby pair of relays, with MCR's
 //! notify script, and reads the roles that script set.
 //!
@@ -26,6 +28,7 @@ pub mod browser;
 pub mod capture;
 mod command;
 pub mod config_file;
+pub mod etcd;
 mod lock;
 mod naming;
 mod ns;

@@ -225,7 +225,7 @@ impl Relay {
     /// `mcrctl list`: every rule and how it stands.
     pub fn rules(&self) -> Result<Vec<RuleStatus>> {
         match self.ask(&["list"])? {
-            Reply::Rules { rules } => Ok(rules),
+            Reply::Rules { rules, .. } => Ok(rules),
             other => Err(self.unexpected("list", &other)),
         }
     }

@@ -97,6 +97,10 @@ enum Command {
         #[arg(value_parser = |s: &str| s.parse::<mcr_core::config::Role>())]
         role: Option<mcr_core::config::Role>,
     },
+    /// The etcd store the rules come from (`[daemon.etcd]`): whether mcrd
+    /// follows it, at which revision, what the workers run, and every key
+    /// it refused and why.
+    Store,
     /// Every rule and its group memberships.
     List,
     /// Packets, bytes, rates and drops per rule, output and worker.
@@ -214,6 +218,7 @@ fn main() -> ExitCode {
             input: Some(input),
         },
         Command::Role { role } => Request::Role { set: role },
+        Command::Store => Request::Store {},
         Command::List => Request::List {},
         Command::Stats => Request::Stats {},
         Command::Workers => Request::Workers {},

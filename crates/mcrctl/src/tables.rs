@@ -26,6 +26,30 @@ fn bits(bps: f64) -> String {
     }
 }
 
+/// The etcd store's state, above the rules it gives.
+fn store_status(o: &mut String, s: &mcr_core::control::StoreStatus) {
+    let state = match &s.problem {
+        None => format!("following for {:.0} s", s.since_s),
+        Some(p) => format!(
+            "NOT REACHED for {:.0} s ({p}); its {} rule(s) keep forwarding as last given",
+            s.since_s, s.rules
+        ),
+    };
+    let _ = writeln!(
+        o,
+        "etcd {} prefix {}: {state}; revision {} ({} in every worker), {} rule(s)",
+        s.endpoints.join(","),
+        s.prefix,
+        s.revision,
+        s.workers_revision,
+        s.rules
+    );
+    for r in &s.refused {
+        let _ = writeln!(o, "  REFUSED {} (revision {}): {}", r.key, r.revision, r.error);
+    }
+    o.push('\n');
+}
+
 /// Renders a successful reply.
 pub fn render(r: &Reply) -> String {
     let mut o = String::new();
@@ -83,7 +107,10 @@ pub fn render(r: &Reply) -> String {
                 let _ = writeln!(o, "  NOT yet applied by every worker (see `mcrctl workers`)");
             }
         }
-        Reply::Rules { rules } => {
+        Reply::Rules { rules, store } => {
+            if let Some(st) = store {
+                store_status(&mut o, st);
+            }
             if rules.is_empty() {
                 o.push_str("no rules\n");
             }
@@ -116,6 +143,7 @@ pub fn render(r: &Reply) -> String {
                 for out in &s.rule.outputs {
                     let _ = writeln!(o, "{:<20}   -> {out}", "");
                 }
+                let _ = writeln!(o, "{:<20}   from {}", "", s.origin);
                 for p in &s.problems {
                     let _ = writeln!(o, "{:<20}   problem: {p}", "");
                 }
@@ -150,6 +178,7 @@ pub fn render(r: &Reply) -> String {
                 let _ = writeln!(o, "{}  {:<5}  {}", utc(e.at_ms), e.level, e.message);
             }
         }
+        Reply::Store(s) => store_status(&mut o, s),
         Reply::Role(r) => {
             let _ = writeln!(
                 o,

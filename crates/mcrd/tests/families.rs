@@ -232,7 +232,7 @@ fn fifty_ipv6_streams_are_joined_with_mld_beyond_what_one_socket_holds() {
             )
             .expect("rule added");
     }
-    let Reply::Rules { rules } = relay.ask(&["list"]).expect("list") else {
+    let Reply::Rules { rules, .. } = relay.ask(&["list"]).expect("list") else {
         panic!("rules reply")
     };
     assert!(
@@ -276,7 +276,7 @@ fn a_source_specific_input_takes_only_its_sources_and_counts_the_others() {
         .add_rule("v6", "veth1:[ff3e::5]:5005,source=fd00::1", &["veth2:[ff3e::50]:6005"])
         .expect("rule added");
     // The joins are source-specific (IGMPv3 / MLDv2 INCLUDE lists).
-    let Reply::Rules { rules } = relay.ask(&["list"]).expect("list") else {
+    let Reply::Rules { rules, .. } = relay.ask(&["list"]).expect("list") else {
         panic!("rules reply")
     };
     let sources: Vec<Vec<String>> = rules

@@ -127,7 +127,7 @@ fn fifty_rules_added_while_traffic_flows_each_start_their_stream_cleanly() {
             ])
             .expect("add");
     }
-    let Reply::Rules { rules } = relay.ask(&["list"]).expect("list") else {
+    let Reply::Rules { rules, .. } = relay.ask(&["list"]).expect("list") else {
         panic!("rules reply")
     };
     assert_eq!(rules.len(), 50);

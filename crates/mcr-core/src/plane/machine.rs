@@ -16,11 +16,12 @@
 //! rules. So the host's memberships are always those the rules need, and
 //! a membership is left only once the workers no longer read it.
 
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, Settings};
-use crate::control::{ControlError, ErrorKind, Reply};
+use crate::control::{ControlError, ErrorKind, Origin, Reply};
 use crate::interfaces::{InterfaceInfo, Interfaces};
 use crate::rule::Rule;
 use crate::snapshot::SlottedRule;
@@ -28,7 +29,9 @@ use crate::snapshot::SlottedRule;
 use super::backoff::Backoff;
 use super::claims::{Action, Claim, Ledger, claim_of};
 use super::replies::{self, Waiting};
+use super::rule_table::ChangeError;
 use super::rule_table::{Reused, RuleTable};
+use super::store::{Store, StoreUpdate};
 
 /// How long an `add`, `remove` or `reload` waits for the workers to run
 /// the new table before it is answered anyway.
@@ -75,6 +78,13 @@ pub enum Event<R> {
         interfaces: Interfaces,
         /// Where the answer goes.
         reply: R,
+    },
+    /// The etcd store said something (see [`super::store`]).
+    Store {
+        /// What it said.
+        update: StoreUpdate,
+        /// The host's interfaces now.
+        interfaces: Interfaces,
     },
     /// Netlink announced a change: the interfaces as read again.
     Interfaces(Interfaces),
@@ -233,6 +243,11 @@ pub struct Plane<R> {
     settings: Settings,
     /// Those it started with (what a reload compares against).
     started_settings: Settings,
+    /// The rules added by a request (a reload removes them); the rest
+    /// come from the file or the store.
+    requested: HashSet<String>,
+    /// The etcd store, when the settings name one.
+    store: Option<Store>,
 }
 
 impl<R> Plane<R> {
@@ -263,8 +278,56 @@ impl<R> Plane<R> {
             ifs: Interfaces::default(),
             config_path,
             started_settings: settings.clone(),
+            store: settings
+                .etcd
+                .as_ref()
+                .map(|e| Store::new(e.endpoints.clone(), e.prefix.clone(), Instant::now())),
             settings,
+            requested: HashSet::new(),
         }
+    }
+
+    /// Where rule `name` came from.
+    pub fn origin(&self, name: &str) -> Origin {
+        if let Some((key, revision)) = self.store.as_ref().and_then(|s| s.key_of(name)) {
+            return Origin::Etcd { key, revision };
+        }
+        if self.requested.contains(name) {
+            Origin::Request
+        } else {
+            Origin::File
+        }
+    }
+
+    /// How the etcd store stands, when there is one.
+    pub fn store_status(&self, now: Instant) -> Option<crate::control::StoreStatus> {
+        self.store.as_ref().map(|s| s.status(now))
+    }
+
+    /// The rules of the file and of requests: what `save` writes (the
+    /// store's are the store's to keep).
+    pub fn own_rules(&self) -> Vec<Rule> {
+        self.rules()
+            .iter()
+            .filter(|r| !self.store_gives(&r.rule.name))
+            .map(|r| r.rule.clone())
+            .collect()
+    }
+
+    fn store_gives(&self, name: &str) -> bool {
+        self.store.as_ref().is_some_and(|s| s.gives(name))
+    }
+
+    /// The refusal of a change by request to a rule the store gives.
+    fn store_owns(&self, name: &str) -> Option<ControlError> {
+        let (key, _) = self.store.as_ref()?.key_of(name)?;
+        Some(ControlError::new(
+            ErrorKind::InvalidRequest,
+            format!(
+                "rule `{name}` comes from etcd key {key}: change it there (mcrd would undo a change made here at the \
+                 store's next update)"
+            ),
+        ))
     }
 
     /// The rules, in the order added.
@@ -364,6 +427,7 @@ impl<R> Plane<R> {
                 reply,
             } => self.reload(config, interfaces, reply, now, &mut out),
             Event::Switch { rule, input, reply } => self.switch(rule, input, reply, now, &mut out),
+            Event::Store { update, interfaces } => self.store_update(update, interfaces, now, &mut out),
             Event::Interfaces(interfaces) => {
                 out.push(Effect::RetryPorts);
                 self.change(Vec::new(), Vec::new(), interfaces, false, &mut out);
@@ -440,6 +504,10 @@ impl<R> Plane<R> {
     /// Answers the changes every live worker now runs (or, with `timed`,
     /// those that waited too long, saying so).
     fn answer(&mut self, now: Instant, timed: bool, out: &mut Vec<Effect<R>>) {
+        let acked = self.acked();
+        if let Some(s) = &mut self.store {
+            s.acked(acked);
+        }
         for due in self.waiting.due(self.acked(), now, timed) {
             let (mut reply, to) = due.reply;
             if let Reply::Added { applied, .. }
@@ -474,6 +542,9 @@ impl<R> Plane<R> {
 
     fn add(&mut self, rule: Rule, interfaces: Interfaces, to: R, now: Instant, out: &mut Vec<Effect<R>>) {
         let name = rule.name.clone();
+        if let Some(error) = self.store_owns(&name) {
+            return out.push(Effect::Refuse { to, error });
+        }
         match self.rules.add(rule.clone(), &interfaces, self.acked()) {
             Err(e) => {
                 let error = e.to_control(ErrorKind::InvalidRule, None, |what| {
@@ -482,6 +553,7 @@ impl<R> Plane<R> {
                 out.push(Effect::Refuse { to, error });
             }
             Ok(added) => {
+                self.requested.insert(name.clone());
                 out.push(Effect::Zero(added.reused));
                 self.change(vec![rule], Vec::new(), interfaces, true, out);
                 let reply = Reply::Added {
@@ -497,6 +569,10 @@ impl<R> Plane<R> {
     }
 
     fn remove(&mut self, name: String, interfaces: Interfaces, to: R, now: Instant, out: &mut Vec<Effect<R>>) {
+        if let Some(error) = self.store_owns(&name) {
+            return out.push(Effect::Refuse { to, error });
+        }
+        self.requested.remove(&name);
         let Some((_, version)) = self.rules.remove(&name) else {
             let error = self.no_such_rule(&name);
             out.push(Effect::Refuse { to, error });
@@ -563,7 +639,27 @@ impl<R> Plane<R> {
         };
         let before = self.version();
         let shown = path.display().to_string();
-        let done = match self.rules.replace_all(config.rules, &interfaces, self.acked()) {
+        if let Some(clash) = config.rules.iter().find(|r| self.store_gives(&r.name)) {
+            let error = self.store_owns(&clash.name).map_or_else(
+                || ControlError::new(ErrorKind::InvalidConfig, "a rule of the file is also the store's"),
+                |e| {
+                    ControlError::new(
+                        ErrorKind::InvalidConfig,
+                        format!("{shown}: {}; rename the file's rule", e.message),
+                    )
+                },
+            );
+            return self.refuse_reload(error, to, out);
+        }
+        // The store's rules stay: a reload replaces the file's.
+        let store_rules: Vec<Rule> = self
+            .rules()
+            .iter()
+            .filter(|r| self.store_gives(&r.rule.name))
+            .map(|r| r.rule.clone())
+            .collect();
+        let file_rules = config.rules.iter().chain(&store_rules).cloned().collect();
+        let done = match self.rules.replace_all(file_rules, &interfaces, self.acked()) {
             Ok(d) => d,
             Err(e) => {
                 let error = e.to_control(ErrorKind::InvalidConfig, Some(&shown), |what| {
@@ -575,6 +671,7 @@ impl<R> Plane<R> {
                 return self.refuse_reload(error, to, out);
             }
         };
+        self.requested.clear();
         out.push(Effect::Zero(done.reused));
         let claim = done
             .added
@@ -614,6 +711,194 @@ impl<R> Plane<R> {
             problems: Vec::new(),
         };
         self.answer_when_applied(done.version, reloaded, to, now, out);
+    }
+
+    /// Applies what the store said: the rules it wants, checked as a
+    /// reload checks a file, only the difference applied; a key the table
+    /// refuses is refused alone (its previous rule stays), and the rest
+    /// applies.
+    fn store_update(&mut self, update: StoreUpdate, interfaces: Interfaces, now: Instant, out: &mut Vec<Effect<R>>) {
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        let revision = match &update {
+            StoreUpdate::Unreachable { why } => {
+                if store.unreachable(why.clone(), now) {
+                    out.push(Effect::Log(
+                        Level::Warn,
+                        format!(
+                            "etcd: {why}; the {} rule(s) it gave keep forwarding, and mcrd keeps trying",
+                            store.len()
+                        ),
+                    ));
+                }
+                return;
+            }
+            StoreUpdate::Whole { revision, .. } | StoreUpdate::Changes { revision, .. } => *revision,
+        };
+        if store.reached(now) {
+            out.push(Effect::Log(
+                Level::Info,
+                format!("etcd: following {} at revision {revision}", store.prefix()),
+            ));
+        }
+        let current: BTreeMap<String, Rule> = store
+            .keys()
+            .filter_map(|k| {
+                let r = self.rules.rules().iter().find(|r| r.rule.name == k)?;
+                Some((k.to_string(), r.rule.clone()))
+            })
+            .collect();
+        let mut refused: Vec<(String, String)> = Vec::new();
+        let store = self.store.as_mut().expect("checked above");
+        let mut wanted = store.wanted(&update, &current);
+        refused.append(&mut wanted.refused);
+        // A rule of the file's or a request's keeps its name.
+        let others: Vec<Rule> = self
+            .rules()
+            .iter()
+            .filter(|r| !current.contains_key(&r.rule.name))
+            .map(|r| r.rule.clone())
+            .collect();
+        for o in &others {
+            if wanted.rules.remove(&o.name).is_some() {
+                let from = if self.requested.contains(&o.name) {
+                    "a request (mcrctl add)"
+                } else {
+                    "the config file"
+                };
+                refused.push((
+                    o.name.clone(),
+                    format!("a rule named `{}` comes from {from}: remove it there first", o.name),
+                ));
+                wanted.touched.retain(|k| *k != o.name);
+            }
+        }
+        let before = self.version();
+        let done = loop {
+            let all: Vec<Rule> = others.iter().chain(wanted.rules.values()).cloned().collect();
+            let err = match self.rules.replace_all(all, &interfaces, self.acked()) {
+                Ok(done) => break Some(done),
+                Err(e) => e,
+            };
+            // The key at fault, if the refusal names one that changed;
+            // else each changed key is checked on its own.
+            let blamed = match &err {
+                ChangeError::Invalid(r) if wanted.touched.contains(&r.rule) => vec![(r.rule.clone(), r.to_string())],
+                _ => self.blame_one_by_one(&others, &current, &wanted, &interfaces, &err),
+            };
+            if blamed.is_empty() {
+                out.push(Effect::Log(
+                    Level::Error,
+                    format!("etcd revision {revision}: nothing applied: {err}"),
+                ));
+                break None;
+            }
+            for (key, why) in blamed {
+                match current.get(&key) {
+                    Some(old) => wanted.rules.insert(key.clone(), old.clone()),
+                    None => wanted.rules.remove(&key),
+                };
+                wanted.touched.retain(|k| *k != key);
+                refused.push((key, why));
+            }
+        };
+        let store = self.store.as_mut().expect("checked above");
+        for (key, why) in &refused {
+            store.refuse(key, revision, why.clone());
+            let stays = if current.contains_key(key) {
+                "its previous rule stays"
+            } else {
+                "it gives no rule"
+            };
+            out.push(Effect::Log(
+                Level::Warn,
+                format!("etcd key {}: refused: {why}; {stays}", store.full_key(key)),
+            ));
+        }
+        let Some(done) = done else {
+            store.applied(revision, self.rules.version(), current_keys(&current, store));
+            return;
+        };
+        let applied = wanted
+            .rules
+            .keys()
+            .map(|k| {
+                let at = if wanted.touched.contains(k) {
+                    revision
+                } else {
+                    store.revision_of(k).unwrap_or(revision)
+                };
+                (k.clone(), (k.clone(), at))
+            })
+            .collect();
+        store.applied(revision, self.rules.version(), applied);
+        if done.version != before || !refused.is_empty() {
+            out.push(Effect::Log(
+                Level::Info,
+                format!(
+                    "etcd revision {revision}: {} added, {} changed, {} removed, {} refused, {} unchanged",
+                    done.added.len(),
+                    done.changed.len(),
+                    done.removed.len(),
+                    refused.len(),
+                    done.unchanged
+                ),
+            ));
+        }
+        out.push(Effect::Zero(done.reused));
+        let claim = done
+            .added
+            .iter()
+            .cloned()
+            .chain(done.changed.iter().map(|(_, new)| new.clone()));
+        let gone = done.removed.iter().map(|r| r.name.clone()).collect();
+        self.change(claim.collect(), gone, interfaces, done.version != before, out);
+        let acked = self.acked();
+        if let Some(s) = &mut self.store {
+            s.acked(acked);
+        }
+    }
+
+    /// The changed keys of `wanted` the table refuses, each checked on its
+    /// own against the rules of elsewhere and the keys accepted so far
+    /// (when the table's refusal of them all names no one key); a table
+    /// that is full refuses every one.
+    fn blame_one_by_one(
+        &self,
+        others: &[Rule],
+        current: &BTreeMap<String, Rule>,
+        wanted: &super::store::Wanted,
+        interfaces: &Interfaces,
+        err: &ChangeError,
+    ) -> Vec<(String, String)> {
+        if let ChangeError::Full(_) = err {
+            return wanted.touched.iter().map(|k| (k.clone(), err.to_string())).collect();
+        }
+        let mut accepted: Vec<Rule> = others.to_vec();
+        accepted.extend(
+            wanted
+                .rules
+                .iter()
+                .filter(|(k, _)| !wanted.touched.contains(k))
+                .map(|(_, r)| r.clone()),
+        );
+        let mut blamed = Vec::new();
+        for key in &wanted.touched {
+            let Some(rule) = wanted.rules.get(key) else {
+                continue;
+            };
+            match crate::validate::check_rule(rule, &accepted, interfaces) {
+                Ok(()) => accepted.push(rule.clone()),
+                Err(e) => {
+                    blamed.push((key.clone(), e.to_string()));
+                    if let Some(old) = current.get(key) {
+                        accepted.push(old.clone());
+                    }
+                }
+            }
+        }
+        blamed
     }
 
     fn refuse_reload(&self, error: ControlError, to: R, out: &mut Vec<Effect<R>>) {
@@ -695,6 +980,15 @@ impl<R> Plane<R> {
             })
             .collect()
     }
+}
+
+/// The store's keys as they are (nothing applied), with the revisions
+/// they had.
+fn current_keys(current: &BTreeMap<String, Rule>, store: &Store) -> BTreeMap<String, (String, i64)> {
+    current
+        .keys()
+        .map(|k| (k.clone(), (k.clone(), store.revision_of(k).unwrap_or(0))))
+        .collect()
 }
 
 /// What differs between two readings of one interface.

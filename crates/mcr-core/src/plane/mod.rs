@@ -11,6 +11,7 @@
 //!   the three steps of every change: take, publish, give up.
 //! - [`replies`]: changes waiting for every live worker to run their table,
 //!   each answered once.
+//! - [`store`]: rules from etcd, one key per rule, refused key by key.
 //! - [`backoff`]: how long a worker that died waits before it starts again.
 
 pub mod backoff;
@@ -20,3 +21,4 @@ mod fixture;
 pub mod machine;
 pub mod replies;
 pub mod rule_table;
+pub mod store;

@@ -85,7 +85,8 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
 /// The running rules, with the `[daemon]` settings of the config file, as
 /// the text of a config file; and how many rules.
 fn render<R>(plane: &Plane<R>) -> Result<(String, usize), String> {
-    let rules: Vec<_> = plane.rules().iter().map(|r| r.rule.clone()).collect();
+    // The store's rules are the store's: the file keeps its own.
+    let rules = plane.own_rules();
     Config::render(plane.settings(), &rules)
         .map(|t| (t, rules.len()))
         .map_err(|e| e.to_string())

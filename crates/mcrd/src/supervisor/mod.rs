@@ -11,6 +11,7 @@
 mod config_file;
 mod control;
 mod datapath;
+pub mod etcd;
 mod fanout;
 mod http;
 mod journal;
@@ -223,9 +224,22 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
         sup.plane.rules().len(),
         opts.workers
     ));
+    // Rules from etcd, when the config names a store: each update is
+    // applied as it comes, on this loop, like any other change.
+    let (store_tx, mut store_rx) = mpsc::unbounded_channel::<etcd::StoreUpdate>();
+    let _follower = match &opts.file_settings.etcd {
+        Some(e) => Some(
+            etcd::follow(etcd::store_settings(e), move |u| {
+                let _ = store_tx.send(u);
+            })
+            .context("follow etcd")?,
+        ),
+        None => None,
+    };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
+            Some(u) = store_rx.recv() => sup.step(Event::Store { update: u.into(), interfaces: interfaces() }),
             Some((req, reply_to)) = calls_rx.recv() => sup.handle(req, reply_to),
             Some(ev) = events_rx.recv() => sup.on_worker(ev),
             Some(()) = links_rx.recv() => sup.step(Event::Interfaces(interfaces())),
@@ -523,6 +537,7 @@ impl Supervisor {
             }
             Request::List {} => Reply::Rules {
                 rules: self.plane.rules().iter().map(|r| self.status(r)).collect(),
+                store: self.plane.store_status(Instant::now()),
             },
             Request::Stats {} => Reply::Stats(Box::new(self.stats_report())),
             Request::Reload {} => return self.reload(reply_to),
@@ -533,6 +548,15 @@ impl Supervisor {
             },
             Request::History {} => Reply::History(self.stats.history()),
             Request::Role { set } => self.role(set),
+            Request::Store {} => match self.plane.store_status(Instant::now()) {
+                Some(s) => Reply::Store(s),
+                None => Reply::Error {
+                    error: ControlError::new(
+                        ErrorKind::InvalidRequest,
+                        "mcrd takes no rules from etcd: its config file has no [daemon.etcd]",
+                    ),
+                },
+            },
             // The connection serves `watch` itself with `stats` requests.
             Request::Watch { .. } => Reply::Error {
                 error: ControlError::new(ErrorKind::BadRequest, "watch is answered by the connection"),
@@ -628,6 +652,7 @@ impl Supervisor {
                 .map(|c| c.joins.iter().map(|k| self.members.state(*k)).collect())
                 .unwrap_or_default(),
             problems: self.problems_of(&r.rule),
+            origin: self.plane.origin(&r.rule.name),
         }
     }
 
@@ -682,6 +707,7 @@ impl Supervisor {
         self.fill_datapath(&mut report);
         let held = report.rules.iter().flat_map(|r| &r.outputs).map(|o| o.held).sum();
         report.role = Some(self.role.status(held, false));
+        report.store = self.plane.store_status(Instant::now());
         report
     }
 

@@ -408,6 +408,7 @@ impl Stats {
             }),
             datapath_missing: None,
             role: None,
+            store: None,
         }
     }
 

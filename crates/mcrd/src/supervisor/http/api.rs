@@ -60,6 +60,7 @@ pub fn router(calls: mpsc::Sender<Call>, access: Arc<Access>, tls: bool) -> Rout
         .route("/api/rules", reads(|| Request::List {}).post(add))
         .route("/api/rules/{name}", get(show).put(put).delete(remove))
         .route("/api/rules/{name}/switch", post(switch))
+        .route("/api/store", reads(|| Request::Store {}))
         .route("/api/role", reads(|| Request::Role { set: None }).put(role))
         .route("/api/stats", reads(|| Request::Stats {}))
         .route("/api/workers", reads(|| Request::Workers {}))
@@ -304,7 +305,7 @@ async fn metrics(State(app): State<App>, who: Asker) -> Answer {
     let Reply::Stats(stats) = app.ask(Request::Stats {}).await? else {
         return Err(unexpected());
     };
-    let Reply::Rules { rules } = app.ask(Request::List {}).await? else {
+    let Reply::Rules { rules, .. } = app.ask(Request::List {}).await? else {
         return Err(unexpected());
     };
     let Reply::Workers { workers } = app.ask(Request::Workers {}).await? else {
@@ -349,7 +350,7 @@ struct Overview {
 async fn overview(State(app): State<App>, who: Asker) -> Answer {
     app.may(&who, Needs::Read)?;
     let (
-        Reply::Rules { rules },
+        Reply::Rules { rules, .. },
         Reply::Stats(stats),
         Reply::Workers { workers },
         Reply::History(history),
@@ -388,7 +389,7 @@ struct Shown {
 
 async fn show(State(app): State<App>, who: Asker, RuleName(name): RuleName) -> Answer {
     app.may(&who, Needs::Read)?;
-    let Reply::Rules { mut rules } = app.ask(Request::List {}).await? else {
+    let Reply::Rules { mut rules, .. } = app.ask(Request::List {}).await? else {
         return Err(unexpected());
     };
     let Some(i) = rules.iter().position(|r| r.rule.name == name) else {
@@ -562,6 +563,7 @@ pub const ROUTES: &[&str] = &[
     "PUT /api/rules/{name}",
     "DELETE /api/rules/{name}",
     "POST /api/rules/{name}/switch",
+    "GET /api/store",
     "GET /api/role",
     "PUT /api/role",
     "GET /api/stats",

@@ -1,0 +1,380 @@
+//! HTTP/1.1 to one etcd member's gRPC gateway: unary calls (`/v3/kv/range`)
+//! on a connection kept between calls, and connections for the watch stream
+//! (`stream.rs`). Every TCP connection has keepalive on, so a peer that is
+//! gone (host down, network cut, state dropped by a middlebox) breaks the
+//! connection within [`KEEPALIVE_IDLE`] + [`KEEPALIVE_INTERVAL`] ×
+//! [`KEEPALIVE_PROBES`] even while nothing is sent.
+//!
+//! Every request carries `Grpc-Metadata-Hasleader: true`, which the gateway
+//! hands to etcd as the gRPC metadata `hasleader`: etcd then refuses a call,
+//! and ends a watch stream, on a member that has lost its cluster's leader
+//! (a member cut off from the others would otherwise go on serving a watch
+//! on which nothing ever changes).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::http::{Method, Request, StatusCode, header};
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+use tokio::net::TcpStream;
+
+use super::endpoint::Endpoint;
+use super::wire::{ErrorBody, RangeRequest, RangeResponse};
+
+/// Idle time before TCP keepalive starts probing a connection.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+/// Time between keepalive probes.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// Unanswered probes after which the connection is dead.
+pub const KEEPALIVE_PROBES: u32 = 3;
+
+/// What a call is, for messages.
+pub type What = &'static str;
+
+/// Why a call to etcd failed. Its text, which names the endpoint, is what
+/// the follower reports as the reason etcd is unreachable.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The host name did not resolve.
+    #[error("{endpoint}: cannot resolve `{host}`: {source}")]
+    Resolve {
+        /// The endpoint's URL.
+        endpoint: String,
+        /// The host.
+        host: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// No TCP connection could be made.
+    #[error("{endpoint}: cannot connect to {addr}: {source}")]
+    Connect {
+        /// The endpoint's URL.
+        endpoint: String,
+        /// The address tried last.
+        addr: SocketAddr,
+        /// The OS error (connection refused, no route to host...).
+        source: std::io::Error,
+    },
+    /// The call, or the connection it needed, took longer than allowed.
+    #[error("{endpoint}: no answer to the {what} within {seconds:.1} s")]
+    Timeout {
+        /// The endpoint's URL.
+        endpoint: String,
+        /// The call.
+        what: What,
+        /// The time allowed.
+        seconds: f64,
+    },
+    /// HTTP failed: the connection closed or broke mid-answer.
+    #[error("{endpoint}: {what}: {source}")]
+    Http {
+        /// The endpoint's URL.
+        endpoint: String,
+        /// The call.
+        what: What,
+        /// hyper's error.
+        source: hyper::Error,
+    },
+    /// The request could not be made (a host hyper refuses in `Host`).
+    #[error("{endpoint}: {what}: cannot make the request: {source}")]
+    Request {
+        /// The endpoint's URL.
+        endpoint: String,
+        /// The call.
+        what: What,
+        /// Why.
+        source: hyper::http::Error,
+    },
+    /// etcd refused the call and said why.
+    #[error("{endpoint}: {what}: etcd says \"{message}\" (HTTP {status}, gRPC code {code})")]
+    Etcd {
+        /// The endpoint's URL.
+        endpoint: String,
+        /// The call.
+        what: What,
+        /// The HTTP status.
+        status: u16,
+        /// The gRPC status code.
+        code: i32,
+        /// etcd's message.
+        message: String,
+    },
+    /// Another HTTP status, with no message of etcd's (not etcd, or an old
+    /// one without the `/v3` gateway).
+    #[error("{endpoint}: {what}: HTTP {status}: {body}")]
+    Status {
+        /// The endpoint's URL.
+        endpoint: String,
+        /// The call.
+        what: What,
+        /// The status.
+        status: StatusCode,
+        /// The start of the body.
+        body: String,
+    },
+    /// The answer is not the JSON etcd's gateway sends.
+    #[error("{endpoint}: {what}: the answer is not what etcd's gateway sends: {source}")]
+    Json {
+        /// The endpoint's URL.
+        endpoint: String,
+        /// The call.
+        what: What,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// The watch stream carried an error: the gRPC stream behind it failed.
+    #[error("{endpoint}: the watch failed: {message}")]
+    Stream {
+        /// The endpoint's URL.
+        endpoint: String,
+        /// The gateway's message.
+        message: String,
+    },
+    /// The watch stream ended although no one canceled the watch.
+    #[error("{endpoint}: etcd closed the watch stream")]
+    Closed {
+        /// The endpoint's URL.
+        endpoint: String,
+    },
+}
+
+impl CallError {
+    /// Whether etcd refused to read at a revision compaction has removed.
+    pub fn is_compacted(&self) -> bool {
+        matches!(self, CallError::Etcd { message, .. } if message.contains("required revision has been compacted"))
+    }
+}
+
+/// Unary calls to one member, reusing one connection while it lasts.
+#[derive(Debug)]
+pub struct Unary {
+    endpoint: Endpoint,
+    timeout: Duration,
+    sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+impl Unary {
+    /// Calls to `endpoint`, each allowed `timeout` in all (connecting
+    /// included).
+    pub fn new(endpoint: Endpoint, timeout: Duration) -> Unary {
+        Unary {
+            endpoint,
+            timeout,
+            sender: None,
+        }
+    }
+
+    /// `POST /v3/kv/range`.
+    pub async fn range(&mut self, request: &RangeRequest<'_>, what: What) -> Result<RangeResponse, CallError> {
+        let body = serde_json::to_vec(request).map_err(|source| self.json_error(what, source))?;
+        self.call("/v3/kv/range", body, what).await
+    }
+
+    fn json_error(&self, what: What, source: serde_json::Error) -> CallError {
+        CallError::Json {
+            endpoint: self.endpoint.url.clone(),
+            what,
+            source,
+        }
+    }
+
+    async fn call<T: DeserializeOwned>(&mut self, path: &str, body: Vec<u8>, what: What) -> Result<T, CallError> {
+        let (endpoint, timeout) = (self.endpoint.clone(), self.timeout);
+        let call = async {
+            // A kept connection the server has closed meanwhile fails the
+            // request before etcd sees it; a range is safe to send again.
+            let reused = self.sender.is_some();
+            match self.call_once(path, body.clone(), what).await {
+                Err(CallError::Http { .. }) if reused => self.call_once(path, body, what).await,
+                r => r,
+            }
+        };
+        let result = tokio::time::timeout(timeout, call)
+            .await
+            .unwrap_or_else(|_| Err(timed_out(&endpoint, what, timeout)));
+        if result.is_err() {
+            self.sender = None;
+        }
+        result
+    }
+
+    async fn call_once<T: DeserializeOwned>(&mut self, path: &str, body: Vec<u8>, what: What) -> Result<T, CallError> {
+        let kept = match self.sender.take() {
+            Some(mut s) => s.ready().await.is_ok().then_some(s),
+            None => None,
+        };
+        let mut sender = match kept {
+            Some(s) => s,
+            None => connect(&self.endpoint, what).await?,
+        };
+        let request = post(&self.endpoint, path, body, what)?;
+        let http = |source| CallError::Http {
+            endpoint: self.endpoint.url.clone(),
+            what,
+            source,
+        };
+        let response = sender.send_request(request).await.map_err(http)?;
+        let status = response.status();
+        let bytes = response.into_body().collect().await.map_err(http)?.to_bytes();
+        if status != StatusCode::OK {
+            return Err(refusal(&self.endpoint, what, status, &bytes));
+        }
+        let value = serde_json::from_slice(&bytes).map_err(|source| self.json_error(what, source))?;
+        self.sender = Some(sender);
+        Ok(value)
+    }
+}
+
+/// The error for a call that ran out of time.
+pub fn timed_out(endpoint: &Endpoint, what: What, timeout: Duration) -> CallError {
+    CallError::Timeout {
+        endpoint: endpoint.url.clone(),
+        what,
+        seconds: timeout.as_secs_f64(),
+    }
+}
+
+/// Opens an HTTP/1.1 connection with keepalive on; tries every address the
+/// host resolves to.
+pub async fn connect(endpoint: &Endpoint, what: What) -> Result<SendRequest<Full<Bytes>>, CallError> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((endpoint.host.as_str(), endpoint.port))
+        .await
+        .map_err(|source| CallError::Resolve {
+            endpoint: endpoint.url.clone(),
+            host: endpoint.host.clone(),
+            source,
+        })?
+        .collect();
+    let mut last = None;
+    for addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(stream) => return handshake(endpoint, stream, what).await,
+            Err(source) => {
+                last = Some(CallError::Connect {
+                    endpoint: endpoint.url.clone(),
+                    addr,
+                    source,
+                })
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| CallError::Resolve {
+        endpoint: endpoint.url.clone(),
+        host: endpoint.host.clone(),
+        source: std::io::Error::new(std::io::ErrorKind::NotFound, "no address"),
+    }))
+}
+
+async fn handshake(endpoint: &Endpoint, stream: TcpStream, what: What) -> Result<SendRequest<Full<Bytes>>, CallError> {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_INTERVAL)
+        .with_retries(KEEPALIVE_PROBES);
+    let socket = socket2::SockRef::from(&stream);
+    if let Err(e) = socket.set_tcp_keepalive(&keepalive) {
+        tracing::warn!("etcd: {}: cannot turn TCP keepalive on: {e}", endpoint.url);
+    }
+    let _ = stream.set_nodelay(true);
+    let (sender, connection) = http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|source| CallError::Http {
+            endpoint: endpoint.url.clone(),
+            what,
+            source,
+        })?;
+    let url = endpoint.url.clone();
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!("etcd: {url}: connection ended: {e}");
+        }
+    });
+    Ok(sender)
+}
+
+pub fn post(endpoint: &Endpoint, path: &str, body: Vec<u8>, what: What) -> Result<Request<Full<Bytes>>, CallError> {
+    Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .header(header::HOST, &endpoint.authority)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header("grpc-metadata-hasleader", "true")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|source| CallError::Request {
+            endpoint: endpoint.url.clone(),
+            what,
+            source,
+        })
+}
+
+/// A non-200 answer: etcd's own message if the body is one.
+pub fn refusal(endpoint: &Endpoint, what: What, status: StatusCode, body: &[u8]) -> CallError {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(e) if !e.message.is_empty() => CallError::Etcd {
+            endpoint: endpoint.url.clone(),
+            what,
+            status: status.as_u16(),
+            code: e.code,
+            message: e.message,
+        },
+        _ => {
+            let text = String::from_utf8_lossy(body);
+            let text = text.trim();
+            let body = match text.char_indices().nth(200) {
+                Some((cut, _)) => format!("{}…", &text[..cut]),
+                None => text.to_string(),
+            };
+            CallError::Status {
+                endpoint: endpoint.url.clone(),
+                what,
+                status,
+                body,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint() -> Endpoint {
+        Endpoint::parse("http://127.0.0.1:2379").expect("endpoint")
+    }
+
+    #[test]
+    fn a_refusal_carries_etcds_message() {
+        let body = br#"{"error":"etcdserver: mvcc: required revision has been compacted","message":"etcdserver: mvcc: required revision has been compacted","code":11}"#;
+        let e = refusal(&endpoint(), "range", StatusCode::BAD_REQUEST, body);
+        assert!(e.is_compacted());
+        assert_eq!(
+            e.to_string(),
+            "http://127.0.0.1:2379: range: etcd says \"etcdserver: mvcc: required revision has been compacted\" (HTTP 400, gRPC code 11)"
+        );
+    }
+
+    #[test]
+    fn a_refusal_without_etcds_message_shows_the_body() {
+        let e = refusal(&endpoint(), "range", StatusCode::NOT_FOUND, b"Not Found\n");
+        assert!(!e.is_compacted());
+        assert_eq!(
+            e.to_string(),
+            "http://127.0.0.1:2379: range: HTTP 404 Not Found: Not Found"
+        );
+        let long = "x".repeat(500);
+        let e = refusal(&endpoint(), "range", StatusCode::BAD_GATEWAY, long.as_bytes()).to_string();
+        assert!(e.ends_with('…') && e.len() < 300, "{e}");
+    }
+
+    #[test]
+    fn a_timeout_names_the_call() {
+        let e = timed_out(&endpoint(), "range", Duration::from_secs(2));
+        assert_eq!(
+            e.to_string(),
+            "http://127.0.0.1:2379: no answer to the range within 2.0 s"
+        );
+    }
+}

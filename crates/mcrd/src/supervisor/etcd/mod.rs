@@ -1,0 +1,250 @@
+//! Following a key prefix in etcd (v3.4 and later): its whole content, then
+//! every change, delivered in order on a thread of its own.
+//!
+//! It talks to etcd's gRPC-JSON gateway over plain HTTP/1.1 (`POST
+//! /v3/kv/range`, and the streamed answer of `POST /v3/watch`), so MCR needs
+//! no gRPC stack. TLS to etcd is not supported yet; `https://` endpoints
+//! are refused.
+//!
+//! # What is delivered
+//!
+//! First [`StoreUpdate::Whole`]: the prefix read page by page, every page at
+//! the first page's revision. Then a watch from the next revision: each
+//! watch response becomes one [`StoreUpdate::Changes`] (a transaction's
+//! changes come in one response). When the watch's start has been
+//! compacted away (etcd cancels it with `compact_revision`), the prefix is
+//! read whole again. When anything else fails the next endpoint is tried at
+//! once, and when every endpoint has failed in turn one
+//! [`StoreUpdate::Unreachable`] says why, for each; it is sent again only
+//! when the reasons change or after etcd was back. Rounds of attempts are
+//! spaced 100 ms apart, doubling to 5 s. Every reconnection starts with a
+//! fresh `Whole`, so changes made meanwhile are never missed.
+//!
+//! # A watch that goes silent
+//!
+//! A watch sends nothing while nothing changes, so silence alone proves
+//! nothing. Three things catch a watch that is dead without saying so:
+//!
+//! - **TCP keepalive** on every connection: a member whose host is down or
+//!   cut off, or a connection a middlebox forgot, breaks the stream within
+//!   25 s (10 s idle, then 3 probes 5 s apart).
+//! - **`hasleader`**: every request asks (gRPC metadata, passed through by
+//!   the gateway) that etcd refuse calls and end watches on a member that
+//!   has lost the cluster's leader; such a member is alive but hears of no
+//!   change any more.
+//! - **A liveness probe**: once the watch has been silent for
+//!   [`StoreSettings::probe_after`] (10 s by default), a linearizable
+//!   count of one key is sent to the same member on its other connection,
+//!   within the call timeout. A member that does not answer (hung, stopped,
+//!   overloaded, without quorum) ends the watch, and the follower moves on.
+//!
+//! The watch also asks for etcd's progress notifications (sent when idle,
+//! every 10 min by default). etcd 3.4's `progress_request` cannot be used:
+//! it travels on the watch's request body, which etcd's HTTP/1.1 server
+//! (Go 1.19) does not read once it has begun its answer.
+//!
+//! # Keys
+//!
+//! Keys are delivered without the prefix. A key that is not UTF-8 is
+//! skipped with a warning in the log.
+
+// Nothing starts the follower yet: the control plane will (issue 19).
+#![allow(dead_code, reason = "the control plane does not start the follower yet")]
+
+mod client;
+mod endpoint;
+mod follower;
+mod stream;
+#[cfg(test)]
+mod tests;
+mod wire;
+
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use endpoint::{Endpoint, EndpointError};
+
+/// The time one call to etcd has unless set otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a silent watch goes unchecked unless set otherwise.
+pub const DEFAULT_PROBE_AFTER: Duration = Duration::from_secs(10);
+
+/// Keys (without the prefix) and their values.
+pub type Kvs = Vec<(String, Vec<u8>)>;
+/// Keys (without the prefix) and their new values, `None` when deleted.
+pub type Changes = Vec<(String, Option<Vec<u8>>)>;
+
+/// Where the rules are in etcd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreSettings {
+    /// The members' client URLs, `http://HOST:PORT`, tried in turn.
+    pub endpoints: Vec<String>,
+    /// The key prefix followed (e.g. `/mcr/rules/`).
+    pub prefix: String,
+    /// The time each call has, connecting included (default 2 s).
+    pub timeout: Duration,
+    /// How long the watch may be silent before the member is asked whether
+    /// it still answers (default 10 s).
+    pub probe_after: Duration,
+}
+
+impl StoreSettings {
+    /// Settings with the default timeout and probe interval.
+    pub fn new(endpoints: Vec<String>, prefix: impl Into<String>) -> StoreSettings {
+        StoreSettings {
+            endpoints,
+            prefix: prefix.into(),
+            timeout: DEFAULT_TIMEOUT,
+            probe_after: DEFAULT_PROBE_AFTER,
+        }
+    }
+
+    /// Checks the settings as [`follow`] would, starting nothing: for a
+    /// configuration check.
+    pub fn check(&self) -> Result<(), EtcdError> {
+        self.plan().map(|_| ())
+    }
+
+    fn plan(&self) -> Result<follower::Plan, EtcdError> {
+        if self.endpoints.is_empty() {
+            return Err(EtcdError::NoEndpoints);
+        }
+        if self.timeout.is_zero() || self.probe_after.is_zero() {
+            return Err(EtcdError::ZeroDuration);
+        }
+        let endpoints = self
+            .endpoints
+            .iter()
+            .map(|e| Endpoint::parse(e))
+            .collect::<Result<Vec<_>, _>>()?;
+        let prefix = self.prefix.as_bytes().to_vec();
+        Ok(follower::Plan {
+            endpoints,
+            start: wire::range_start(&prefix),
+            end: wire::prefix_end(&prefix),
+            prefix,
+            timeout: self.timeout,
+            probe_after: self.probe_after,
+        })
+    }
+}
+
+/// What the follower learned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUpdate {
+    /// The prefix's whole content at `revision` (first, and after every
+    /// reconnection or compaction): keys not listed are gone.
+    Whole {
+        /// The store's revision the keys were read at.
+        revision: i64,
+        /// Every key (without the prefix) and its value, in key order.
+        kvs: Kvs,
+    },
+    /// What changed since the previous update, in order, up to `revision`.
+    Changes {
+        /// The revision of the last change.
+        revision: i64,
+        /// Each key (without the prefix) with its new value, or `None` when
+        /// it was deleted.
+        changes: Changes,
+    },
+    /// No endpoint could be had; why, for each one tried (connection
+    /// refused at which address, a timeout, an HTTP status, etcd's
+    /// message). The follower keeps trying and sends `Whole` when back.
+    Unreachable {
+        /// The reasons, `; `-separated, each starting with its endpoint.
+        why: String,
+    },
+}
+
+/// Settings the follower cannot start with.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    /// No endpoint was given.
+    #[error("etcd: no endpoint given; name at least one, e.g. http://127.0.0.1:2379")]
+    NoEndpoints,
+    /// A zero timeout or probe interval.
+    #[error("etcd: the call timeout and the probe interval must be longer than zero")]
+    ZeroDuration,
+    /// An endpoint is not `http://HOST:PORT`.
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    /// The thread or its runtime could not be started.
+    #[error("etcd: cannot start the follower's thread: {0}")]
+    Start(#[source] std::io::Error),
+}
+
+/// The running follower. Dropping it stops it and joins its thread.
+#[derive(Debug)]
+pub struct Follower {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Follows `settings.prefix` on a thread with a runtime of its own, calling
+/// `deliver` with each update in order. `deliver` runs on that thread and
+/// should hand the update on (to a channel) rather than block: the
+/// follower stops only between calls to it.
+pub fn follow(
+    settings: StoreSettings,
+    mut deliver: impl FnMut(StoreUpdate) + Send + 'static,
+) -> Result<Follower, EtcdError> {
+    let plan = settings.plan()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(EtcdError::Start)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("mcrd-etcd".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                tokio::select! {
+                    _ = stopped => {}
+                    () = follower::run(plan, &mut deliver) => {}
+                }
+            });
+            // Not waiting for a host name lookup that may still run.
+            runtime.shutdown_background();
+        })
+        .map_err(EtcdError::Start)?;
+    Ok(Follower {
+        stop: Some(stop),
+        thread: Some(thread),
+    })
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            // Dropped by `deliver` itself: the thread ends on its own.
+            if thread.thread().id() == std::thread::current().id() {
+                return;
+            }
+            if thread.join().is_err() {
+                tracing::error!("etcd: the follower's thread panicked");
+            }
+        }
+    }
+}
+
+/// The follower's settings from the config file's `[daemon.etcd]`.
+pub fn store_settings(e: &mcr_core::config::EtcdSettings) -> StoreSettings {
+    let mut s = StoreSettings::new(e.endpoints.clone(), e.prefix.clone());
+    if let Some(ms) = e.timeout_ms {
+        s.timeout = Duration::from_millis(u64::from(ms));
+    }
+    s
+}
+
+impl From<StoreUpdate> for mcr_core::plane::store::StoreUpdate {
+    fn from(u: StoreUpdate) -> Self {
+        use mcr_core::plane::store::StoreUpdate as Plane;
+        match u {
+            StoreUpdate::Whole { revision, kvs } => Plane::Whole { revision, entries: kvs },
+            StoreUpdate::Changes { revision, changes } => Plane::Changes { revision, changes },
+            StoreUpdate::Unreachable { why } => Plane::Unreachable { why },
+        }
+    }
+}

@@ -124,13 +124,6 @@ pub struct WatchResponse {
     pub events: Vec<Event>,
 }
 
-impl WatchResponse {
-    /// An idle watch's progress notification: nothing but a revision.
-    pub fn is_progress(&self) -> bool {
-        !self.created && !self.canceled && self.events.is_empty()
-    }
-}
-
 /// An `mvccpb.Event`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -261,7 +254,7 @@ mod tests {
     fn reads_watch_lines() {
         let l: WatchLine = serde_json::from_str(CREATED).expect("parse");
         let r = l.result.expect("result");
-        assert!(r.created && !r.canceled && !r.is_progress());
+        assert!(r.created && !r.canceled && r.events.is_empty());
 
         let r = serde_json::from_str::<WatchLine>(EVENTS)
             .expect("parse")
@@ -293,7 +286,8 @@ mod tests {
             .expect("parse")
             .result
             .expect("result");
-        assert!(r.is_progress());
+        // A progress notification: nothing but a revision.
+        assert!(!r.created && !r.canceled && r.events.is_empty());
         assert_eq!(r.header.revision, 12);
     }
 

@@ -99,7 +99,6 @@ impl StoreSettings {
 
     /// Checks the settings as [`follow`] would, starting nothing: for a
     /// configuration check.
-    #[allow(dead_code, reason = "for mcrd --check-config, which does not call it yet")]
     pub fn check(&self) -> Result<(), EtcdError> {
         self.plan().map(|_| ())
     }

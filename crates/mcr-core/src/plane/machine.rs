@@ -1085,6 +1085,44 @@ mod tests {
         /// This many ms pass: restart delays that are over fire, and the
         /// timer ticks.
         Wait(u64),
+        /// The store's changes: key `k{n}` or `r{n}` (a name the file or a
+        /// request may use too) set to rule kind `w`, to a value that does
+        /// not parse (`None`), or deleted; or the whole store as such; or
+        /// the store unreachable.
+        Store(StoreOp),
+    }
+
+    #[derive(Debug, Clone)]
+    enum StoreOp {
+        Changes(Vec<(bool, u8, Option<Option<u8>>)>),
+        Whole(Vec<(bool, u8, Option<u8>)>),
+        Unreachable,
+    }
+
+    fn store_op() -> impl Strategy<Value = StoreOp> {
+        let key = (proptest::bool::weighted(0.2), 0u8..4);
+        let value = proptest::option::weighted(0.85, 0u8..RULE_KINDS);
+        prop_oneof![
+            4 => proptest::collection::vec((key.clone(), proptest::option::weighted(0.8, value.clone())), 1..5)
+                .prop_map(|v| StoreOp::Changes(v.into_iter().map(|((r, n), v)| (r, n, v)).collect())),
+            1 => proptest::collection::vec((key, value), 0..5)
+                .prop_map(|v| StoreOp::Whole(v.into_iter().map(|((r, n), v)| (r, n, v)).collect())),
+            1 => Just(StoreOp::Unreachable),
+        ]
+    }
+
+    /// A store key's value: rule kind `w`'s fields, or nonsense.
+    fn store_value(name: &str, w: Option<u8>) -> Vec<u8> {
+        let Some(w) = w else {
+            return b"outputs = 7".to_vec();
+        };
+        let text = Config::render(&Settings::default(), &[rule(name, w)]).expect("render");
+        let body = text.split_once("[[rule]]\n").expect("a rule table").1;
+        body.as_bytes().to_vec()
+    }
+
+    fn key_name(r: bool, n: u8) -> String {
+        if r { format!("r{n}") } else { format!("k{n}") }
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -1099,6 +1137,7 @@ mod tests {
             1 => w.clone().prop_map(Op::Kill),
             1 => w.prop_map(Op::Break),
             2 => (0u64..3000).prop_map(Op::Wait),
+            3 => store_op().prop_map(Op::Store),
         ]
     }
 
@@ -1121,12 +1160,23 @@ mod tests {
         /// Requests asked (with when) and answered.
         asked: BTreeMap<u32, Instant>,
         answered: BTreeSet<u32>,
+        /// The store's revision.
+        revision: i64,
     }
 
     impl Daemon {
         fn new() -> Self {
+            let settings = Settings {
+                etcd: Some(crate::config::EtcdSettings {
+                    endpoints: vec!["http://127.0.0.1:2379".into()],
+                    prefix: "/mcr/".into(),
+                    timeout_ms: None,
+                }),
+                ..Settings::default()
+            };
             Daemon {
-                plane: Plane::new(6, 6, WORKERS, Some("/etc/mcr/mcrd.toml".into()), Settings::default()),
+                plane: Plane::new(6, 6, WORKERS, Some("/etc/mcr/mcrd.toml".into()), settings),
+                revision: 0,
                 host: Host::default(),
                 present: [true, true],
                 now: Instant::now(),
@@ -1276,6 +1326,42 @@ mod tests {
                     Ok(())
                 }
                 Op::Wait(ms) => self.wait(Duration::from_millis(ms)),
+                Op::Store(op) => {
+                    self.revision += 1;
+                    let update = match op {
+                        StoreOp::Changes(changes) => StoreUpdate::Changes {
+                            revision: self.revision,
+                            changes: changes
+                                .into_iter()
+                                .map(|(r, n, v)| {
+                                    let k = key_name(r, n);
+                                    let v = v.map(|w| store_value(&k, w));
+                                    (k, v)
+                                })
+                                .collect(),
+                        },
+                        StoreOp::Whole(entries) => StoreUpdate::Whole {
+                            revision: self.revision,
+                            entries: entries
+                                .into_iter()
+                                .map(|(r, n, w)| {
+                                    let k = key_name(r, n);
+                                    let v = store_value(&k, w);
+                                    (k, v)
+                                })
+                                .collect::<BTreeMap<_, _>>()
+                                .into_iter()
+                                .collect(),
+                        },
+                        StoreOp::Unreachable => StoreUpdate::Unreachable {
+                            why: "connection refused".into(),
+                        },
+                    };
+                    self.feed(Event::Store {
+                        update,
+                        interfaces: ifs(&self.present),
+                    })
+                }
             }
         }
 
@@ -1308,6 +1394,19 @@ mod tests {
                 self.published,
                 self.plane.version(),
                 "the workers were not sent the newest table"
+            );
+            // Every rule the store gives is in the table under its key's
+            // name, and the rest are the file's or a request's.
+            let status = self.plane.store_status(self.now).expect("a store");
+            let from_store = rules
+                .iter()
+                .filter(|r| matches!(self.plane.origin(&r.name), Origin::Etcd { .. }))
+                .count();
+            prop_assert_eq!(status.rules, from_store, "the store's rules are not the table's");
+            prop_assert_eq!(
+                self.plane.own_rules().len() + from_store,
+                rules.len(),
+                "save would lose or repeat rules"
             );
             for i in 0..WORKERS {
                 let pending = self.restarts.iter().filter(|(_, w)| *w == i).count();
@@ -1357,6 +1456,138 @@ mod tests {
 
     fn plane() -> Plane<u32> {
         Plane::new(8, 8, 1, None, Settings::default())
+    }
+
+    /// The refusals among `effects`, as (to, message).
+    fn refusals(effects: &[Effect<u32>]) -> Vec<(u32, String)> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Refuse { to, error } => Some((*to, error.message.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_store_owns_its_rules_and_a_broken_key_changes_nothing_else() {
+        let now = Instant::now();
+        let settings = Settings {
+            etcd: Some(crate::config::EtcdSettings {
+                endpoints: vec!["http://127.0.0.1:2379".into()],
+                prefix: "/mcr/".into(),
+                timeout_ms: None,
+            }),
+            ..Settings::default()
+        };
+        let mut p: Plane<u32> = Plane::new(8, 8, 1, Some("/etc/mcr/mcrd.toml".into()), settings);
+        let on = ifs(&[true, true]);
+        p.start(vec![rule("f", 0)], on.clone()).expect("start");
+        let store = |p: &mut Plane<u32>, revision, changes: Vec<(&str, Option<Vec<u8>>)>| {
+            let changes = changes.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            p.handle(
+                Event::Store {
+                    update: StoreUpdate::Changes { revision, changes },
+                    interfaces: ifs(&[true, true]),
+                },
+                now,
+            )
+        };
+        // `f` is the file's; `a` is new; `b` does not parse.
+        store(
+            &mut p,
+            3,
+            vec![
+                ("a", Some(store_value("a", Some(1)))),
+                ("f", Some(store_value("f", Some(2)))),
+                ("b", Some(store_value("b", None))),
+            ],
+        );
+        let names: Vec<&str> = p.rules().iter().map(|r| r.rule.name.as_str()).collect();
+        assert_eq!(names, ["f", "a"]);
+        assert_eq!(p.origin("f"), Origin::File);
+        assert_eq!(
+            p.origin("a"),
+            Origin::Etcd {
+                key: "/mcr/a".into(),
+                revision: 3
+            }
+        );
+        let st = p.store_status(now).expect("store");
+        let refused: Vec<&str> = st.refused.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(refused, ["/mcr/b", "/mcr/f"]);
+        assert!(st.refused[1].error.contains("comes from the config file"), "{st:?}");
+        // A broken change of `a` leaves `a` as it was.
+        let before = p.rules()[1].clone();
+        store(&mut p, 4, vec![("a", Some(store_value("a", None)))]);
+        assert_eq!(p.rules()[1], before);
+        assert_eq!(
+            p.origin("a"),
+            Origin::Etcd {
+                key: "/mcr/a".into(),
+                revision: 3
+            }
+        );
+        // Requests may not change the store's rules; save leaves them out.
+        let add = p.handle(
+            Event::Add {
+                rule: rule("a", 3),
+                interfaces: on.clone(),
+                reply: 1,
+            },
+            now,
+        );
+        let remove = p.handle(
+            Event::Remove {
+                name: "a".into(),
+                interfaces: on.clone(),
+                reply: 2,
+            },
+            now,
+        );
+        let refused: Vec<(u32, String)> = refusals(&add).into_iter().chain(refusals(&remove)).collect();
+        assert_eq!(refused.len(), 2, "{add:?} {remove:?}");
+        for (to, m) in refused {
+            assert!(m.contains("comes from etcd key /mcr/a"), "{to}: {m}");
+        }
+        assert_eq!(p.own_rules().iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["f"]);
+        // A reload keeps them, and refuses a file that names one of them.
+        let reload = |p: &mut Plane<u32>, rules: Vec<Rule>, reply| {
+            let text = Config::render(&Settings::default(), &rules).expect("render");
+            p.handle(
+                Event::Reload {
+                    config: Ok(Config::parse(&text).expect("parse")),
+                    interfaces: ifs(&[true, true]),
+                    reply,
+                },
+                now,
+            )
+        };
+        reload(&mut p, vec![rule("g", 4)], 3);
+        let names: Vec<&str> = p.rules().iter().map(|r| r.rule.name.as_str()).collect();
+        assert_eq!(names, ["a", "g"]);
+        let refused = reload(&mut p, vec![rule("a", 4)], 4);
+        assert!(
+            refusals(&refused)[0].1.contains("comes from etcd key /mcr/a"),
+            "{refused:?}"
+        );
+        // Deleted, then unreachable: the status says why.
+        store(&mut p, 5, vec![("a", None)]);
+        assert!(p.rules().iter().all(|r| r.rule.name != "a"), "deleted");
+        p.handle(
+            Event::Store {
+                update: StoreUpdate::Unreachable {
+                    why: "connection refused".into(),
+                },
+                interfaces: on,
+            },
+            now,
+        );
+        let st = p.store_status(now).expect("store");
+        assert_eq!(
+            (st.connected, st.problem.as_deref(), st.revision),
+            (false, Some("connection refused"), 5)
+        );
     }
 
     #[test]

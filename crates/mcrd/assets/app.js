@@ -149,8 +149,8 @@ function ruleView(name, status, st, hist) {
   for (const i of inputs) i.health = health.get(i.text) || null;
 
   const outputs = st
-    ? st.outputs.map((o) => ({ text: o.output, pps: o.pps, bps: o.bps, drops: nonzero(o.drops) }))
-    : ((rule && rule.outputs) || []).map((o) => ({ text: outputText(o), pps: 0, bps: 0, drops: [] }));
+    ? st.outputs.map((o) => ({ text: o.output, pps: o.pps, bps: o.bps, drops: nonzero(o.drops), held: o.held || 0 }))
+    : ((rule && rule.outputs) || []).map((o) => ({ text: outputText(o), pps: 0, bps: 0, drops: [], held: 0 }));
 
   const pps = st ? st.pps : 0;
   const noSignal = inputs.filter((i) => (i.health && !i.health.signal) || (i.counters && !(i.counters.pps > 0)));
@@ -364,6 +364,7 @@ function inputsCell(v) {
 function outputLine(o) {
   const items = [[fmtPps(o.pps)], [fmtBps(o.bps)]];
   for (const [reason, n] of o.drops) items.push([`${reasonText(reason)} ${fmtCount(n)}`, "bad"]);
+  if (o.held > 0) items.push([`held while standby ${fmtCount(o.held)}`]);
   return h("div", { class: "io" }, h("div", { class: "addr" }, addr(o.text)), itemList(items));
 }
 
@@ -493,6 +494,22 @@ function renderHeader(o) {
   } else {
     setText("datapath", plural(workers, "worker", "workers"));
   }
+  // Standby: everything ready, nothing sent (mcrctl role).
+  const role = st.role;
+  $("role").className = role && role.role === "standby" ? "warn-text" : "";
+  setText("role", !role ? "–" : role.role === "standby" ? `standby · ${fmtCount(role.held)} held` : "active");
+  // Rules from etcd: say when it is away or refused a key.
+  const store = st.store;
+  let storeText = "";
+  if (store && !store.connected) {
+    storeText = `etcd (${store.prefix}) is not reached: ${store.problem}. Its ${store.rules} rules keep forwarding as last given.`;
+  } else if (store && store.refused.length) {
+    const first = store.refused[0];
+    storeText = `etcd: ${plural(store.refused.length, "key", "keys")} refused, such as ${first.key}: ${first.error}`;
+  }
+  const sw = $("store-warning");
+  sw.hidden = !storeText;
+  sw.textContent = storeText;
   const warn = $("path-warning");
   warn.hidden = !st.datapath_missing;
   if (st.datapath_missing) {

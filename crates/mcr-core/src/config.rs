@@ -139,6 +139,10 @@ pub struct EtcdSettings {
     /// absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u32>,
+    /// Where mcrd keeps what the store gave last, so that a start while
+    /// etcd cannot be reached forwards those rules until it can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<PathBuf>,
 }
 
 /// Whether the relay sends.

@@ -89,8 +89,10 @@ fn churn_rule(i: u32, port: u16) -> String {
 }
 
 fn config(dir: &TempDir) -> String {
+    let cache = dir.path().join("etcd-cache.json");
     let text = format!(
-        "[daemon]\nworkers = 2\n\n[daemon.etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\nprefix = \"{PREFIX}\"\n"
+        "[daemon]\nworkers = 2\n\n[daemon.etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\nprefix = \"{PREFIX}\"\ncache = \"{}\"\n",
+        cache.display()
     );
     dir.file("mcrd.toml", &text)
         .expect("config")
@@ -298,5 +300,66 @@ fn a_broken_key_is_refused_alone_and_etcd_away_for_30_s_stops_nothing() {
     }
     let names: Vec<String> = relay.rules().expect("list").into_iter().map(|r| r.rule.name).collect();
     assert_eq!(names, ["s0", "s1", "s3"]);
+    relay.stop().expect("stopped");
+}
+
+#[test]
+fn a_relay_started_while_etcd_is_away_forwards_what_etcd_gave_last() {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("fleet-cache").expect("chain");
+    let dir = TempDir::new("fleet-cache").expect("dir");
+    let mut etcd = Etcd::start(&c.relay, dir.path()).expect("etcd");
+    let streams: Vec<(String, String)> = (0..2).map(|i| (format!("{PREFIX}s{i}"), stream_rule(i))).collect();
+    let rev = etcd.txn_put(&streams).expect("stream rules");
+    let config = config(&dir);
+    let relay = Relay::start(&c.relay, &["--config", &config]).expect("mcrd");
+    Control::open(relay.socket()).until_workers_run(rev);
+    // The cache is written within a second of the change.
+    let cache = dir.path().join("etcd-cache.json");
+    let deadline = Instant::now() + MINUTES;
+    loop {
+        let written: Option<serde_json::Value> = std::fs::read_to_string(&cache)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        if written.as_ref().is_some_and(|w| w["revision"] == rev) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no cache of revision {rev}: {written:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    relay.stop().expect("stopped");
+    etcd.stop().expect("etcd stopped");
+
+    // Started again while etcd is away: the cached rules forward every
+    // packet, and the relay says where they come from.
+    let relay = Relay::start(&c.relay, &["--config", &config]).expect("mcrd again");
+    let mut ctl = Control::open(relay.socket());
+    let st = ctl.store();
+    assert!(!st.connected && st.rules == 2, "{st:?}");
+    assert!(
+        st.problem
+            .as_deref()
+            .is_some_and(|p| p.contains("of the cache (revision")),
+        "{st:?}"
+    );
+    let n = 5_000;
+    let got = mcr_testbed::traffic::every_packet_crosses(
+        &c.generator,
+        Chain::GEN_IF,
+        "239.1.1.1+2:5001",
+        &c.sink,
+        Chain::SINK_IF,
+        "239.10.1.1+2:6001",
+        n,
+        "4k",
+    )
+    .expect("the cached rules forward");
+    assert_eq!(got.report.total.received, 2 * n);
+
+    // etcd back, and changed: the relay follows it again.
+    etcd.restart().expect("etcd back");
+    let rev = etcd.put(format!("{PREFIX}s2"), stream_rule(2)).expect("put");
+    let st = ctl.until_workers_run(rev);
+    assert!(st.connected && st.rules == 3, "{st:?}");
     relay.stop().expect("stopped");
 }

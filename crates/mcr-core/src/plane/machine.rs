@@ -299,6 +299,12 @@ impl<R> Plane<R> {
         }
     }
 
+    /// What the etcd cache should hold, when it changed since last taken
+    /// (see [`Store::take_cache`]).
+    pub fn take_store_cache(&mut self) -> Option<(i64, super::store::Entries)> {
+        self.store.as_mut()?.take_cache()
+    }
+
     /// How the etcd store stands, when there is one.
     pub fn store_status(&self, now: Instant) -> Option<crate::control::StoreStatus> {
         self.store.as_ref().map(|s| s.status(now))
@@ -734,9 +740,12 @@ impl<R> Plane<R> {
                 }
                 return;
             }
-            StoreUpdate::Whole { revision, .. } | StoreUpdate::Changes { revision, .. } => *revision,
+            StoreUpdate::Whole { revision, .. }
+            | StoreUpdate::Cached { revision, .. }
+            | StoreUpdate::Changes { revision, .. } => *revision,
         };
-        if store.reached(now) {
+        let cached = matches!(update, StoreUpdate::Cached { .. });
+        if !cached && store.reached(now) {
             out.push(Effect::Log(
                 Level::Info,
                 format!("etcd: following {} at revision {revision}", store.prefix()),
@@ -817,7 +826,12 @@ impl<R> Plane<R> {
             ));
         }
         let Some(done) = done else {
-            store.applied(revision, self.rules.version(), current_keys(&current, store));
+            store.applied(
+                revision,
+                self.rules.version(),
+                current_keys(&current, store),
+                BTreeMap::new(),
+            );
             return;
         };
         let applied = wanted
@@ -832,7 +846,15 @@ impl<R> Plane<R> {
                 (k.clone(), (k.clone(), at))
             })
             .collect();
-        store.applied(revision, self.rules.version(), applied);
+        store.applied(
+            revision,
+            self.rules.version(),
+            applied,
+            std::mem::take(&mut wanted.values),
+        );
+        if cached {
+            store.from_cache(revision);
+        }
         if done.version != before || !refused.is_empty() {
             out.push(Effect::Log(
                 Level::Info,
@@ -1171,6 +1193,7 @@ mod tests {
                     endpoints: vec!["http://127.0.0.1:2379".into()],
                     prefix: "/mcr/".into(),
                     timeout_ms: None,
+                    cache: None,
                 }),
                 ..Settings::default()
             };
@@ -1477,6 +1500,7 @@ mod tests {
                 endpoints: vec!["http://127.0.0.1:2379".into()],
                 prefix: "/mcr/".into(),
                 timeout_ms: None,
+                cache: None,
             }),
             ..Settings::default()
         };

@@ -14,6 +14,9 @@ use crate::config::Config;
 use crate::control::{RefusedKey, StoreStatus};
 use crate::rule::Rule;
 
+/// Keys (after the prefix) and their values, as the store holds them.
+pub type Entries = Vec<(String, Vec<u8>)>;
+
 /// What the store said.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreUpdate {
@@ -31,6 +34,15 @@ pub enum StoreUpdate {
         revision: i64,
         /// Each key (after the prefix) and its new value.
         changes: Vec<(String, Option<Vec<u8>>)>,
+    },
+    /// What the store gave last, as the daemon kept it on disk
+    /// (`[daemon.etcd] cache`): applied at the start, before etcd answers,
+    /// like a whole read, but the store is not reached yet.
+    Cached {
+        /// The revision the cache was written at.
+        revision: i64,
+        /// Each key (after the prefix) and its value.
+        entries: Vec<(String, Vec<u8>)>,
     },
     /// The store cannot be reached (why); its rules stay as they are.
     Unreachable {
@@ -102,6 +114,13 @@ pub struct Store {
     /// The rule each key gives, as applied: key → (rule name, the
     /// revision it last changed at).
     applied: BTreeMap<String, (String, i64)>,
+    /// The value each applied key holds (what the cache keeps).
+    values: BTreeMap<String, Vec<u8>>,
+    /// Something was applied since the cache was last written.
+    dirty: bool,
+    /// The rules forwarded are the cache's (its revision), until the
+    /// store answers.
+    cached: Option<i64>,
     updates: u64,
 }
 
@@ -116,6 +135,8 @@ pub struct Wanted {
     /// Keys that changed in this update (to be blamed, if the table
     /// refuses).
     pub touched: Vec<String>,
+    /// The values of the keys whose rule parsed in this update.
+    pub values: BTreeMap<String, Vec<u8>>,
 }
 
 impl Store {
@@ -132,6 +153,9 @@ impl Store {
             pending: Vec::new(),
             refused: BTreeMap::new(),
             applied: BTreeMap::new(),
+            values: BTreeMap::new(),
+            dirty: false,
+            cached: None,
             updates: 0,
         }
     }
@@ -184,6 +208,13 @@ impl Store {
     /// The store cannot be reached: true when that is news (it could be
     /// before, or the reason changed).
     pub fn unreachable(&mut self, why: String, now: Instant) -> bool {
+        let why = match self.cached {
+            Some(revision) => format!(
+                "{why}; forwarding the {} rule(s) of the cache (revision {revision}) since the start",
+                self.applied.len()
+            ),
+            None => why,
+        };
         if self.problem.as_deref() == Some(why.as_str()) {
             return false;
         }
@@ -196,6 +227,7 @@ impl Store {
 
     /// An update came: true when the store was unreachable before.
     pub fn reached(&mut self, now: Instant) -> bool {
+        self.cached = None;
         let back = self.problem.is_some();
         if back {
             self.problem = None;
@@ -211,11 +243,13 @@ impl Store {
     pub fn wanted(&mut self, update: &StoreUpdate, current: &BTreeMap<String, Rule>) -> Wanted {
         let mut w = Wanted::default();
         let revision = match update {
-            StoreUpdate::Whole { revision, .. } | StoreUpdate::Changes { revision, .. } => *revision,
+            StoreUpdate::Whole { revision, .. }
+            | StoreUpdate::Cached { revision, .. }
+            | StoreUpdate::Changes { revision, .. } => *revision,
             StoreUpdate::Unreachable { .. } => return w,
         };
         let entries: Vec<(&String, Option<&Vec<u8>>)> = match update {
-            StoreUpdate::Whole { entries, .. } => {
+            StoreUpdate::Whole { entries, .. } | StoreUpdate::Cached { entries, .. } => {
                 w.rules = BTreeMap::new();
                 // Keys that are gone: touched, so that their removal is
                 // theirs.
@@ -245,6 +279,7 @@ impl Store {
                         }
                         self.refused.remove(key);
                         w.rules.insert(key.clone(), rule);
+                        w.values.insert(key.clone(), v.clone());
                     }
                     Err(why) => {
                         match current.get(key) {
@@ -266,11 +301,50 @@ impl Store {
     }
 
     /// Notes what was applied: the rules the store now gives (key → (name,
-    /// revision it changed at)) at `revision`, in table `version`.
-    pub fn applied(&mut self, revision: i64, version: u64, rules: BTreeMap<String, (String, i64)>) {
+    /// revision it changed at)) at `revision`, in table `version`; `values`
+    /// holds the new value of each key whose rule parsed in this update
+    /// (the others keep theirs).
+    pub fn applied(
+        &mut self,
+        revision: i64,
+        version: u64,
+        rules: BTreeMap<String, (String, i64)>,
+        mut values: BTreeMap<String, Vec<u8>>,
+    ) {
+        let kept = rules
+            .keys()
+            .filter_map(|k| {
+                let changed = rules[k].1 == revision;
+                let v = if changed { values.remove(k) } else { None };
+                v.or_else(|| self.values.get(k).cloned()).map(|v| (k.clone(), v))
+            })
+            .collect();
+        self.dirty |= self.revision != revision || self.values != kept;
+        self.values = kept;
         self.revision = revision;
         self.applied = rules;
         self.pending.push((version, revision));
+    }
+
+    /// What the cache should hold, if that changed since it was last
+    /// taken: the revision and each applied key's value.
+    pub fn take_cache(&mut self) -> Option<(i64, Entries)> {
+        if !std::mem::take(&mut self.dirty) {
+            return None;
+        }
+        Some((
+            self.revision,
+            self.values.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        ))
+    }
+
+    /// Says the rules forwarded are the cache's, until the store answers.
+    pub fn from_cache(&mut self, revision: i64) {
+        self.cached = Some(revision);
+        self.problem = Some(format!(
+            "not reached yet since the start: forwarding the {} rule(s) of the cache (revision {revision})",
+            self.applied.len()
+        ));
     }
 
     /// Every live worker runs table `acked`: the revisions it carries
@@ -392,8 +466,8 @@ mod tests {
         assert!(!s.status(now).connected);
         assert!(s.reached(now), "reached after not connected");
         assert!(!s.reached(now));
-        s.applied(10, 3, BTreeMap::new());
-        s.applied(12, 4, BTreeMap::new());
+        s.applied(10, 3, BTreeMap::new(), BTreeMap::new());
+        s.applied(12, 4, BTreeMap::new(), BTreeMap::new());
         s.acked(3);
         assert_eq!(s.status(now).workers_revision, 10);
         s.acked(4);

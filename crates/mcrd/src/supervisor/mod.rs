@@ -22,6 +22,7 @@ mod ports;
 mod privilege;
 mod role;
 mod stats;
+mod store_cache;
 mod workers;
 
 use std::path::PathBuf;
@@ -189,6 +190,22 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
         .start(std::mem::take(&mut opts.rules), interfaces())
         .map_err(anyhow::Error::msg)?;
     sup.carry_out(start);
+    // What etcd gave last, until it answers: the workers start with it.
+    let cache = opts
+        .file_settings
+        .etcd
+        .as_ref()
+        .and_then(|e| Some((e.cache.clone()?, e.prefix.clone())));
+    if let Some((path, prefix)) = &cache {
+        match store_cache::read(path, prefix) {
+            Ok(Some((revision, entries))) => sup.step(Event::Store {
+                update: mcr_core::plane::store::StoreUpdate::Cached { revision, entries },
+                interfaces: interfaces(),
+            }),
+            Ok(None) => {}
+            Err(why) => sup.journal.note(Level::Warn, format!("etcd cache not used: {why}")),
+        }
+    }
     let http = http::open(&opts.http).await?;
     let access = privilege::settle(
         &opts.control_socket,
@@ -244,6 +261,9 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
             Some(ev) = events_rx.recv() => sup.on_worker(ev),
             Some(()) = links_rx.recv() => sup.step(Event::Interfaces(interfaces())),
             _ = tick.tick() => {
+                if let Some((path, prefix)) = &cache {
+                    sup.write_store_cache(path, prefix);
+                }
                 sup.sample_stats();
                 for w in &mut sup.workers {
                     w.sample_cpu();
@@ -285,6 +305,19 @@ impl Supervisor {
             stats::Counters::of(&self.counters, self.kernel.as_ref()),
             self.plane.rules(),
         );
+    }
+
+    /// Writes what etcd gave last to `path`, if it changed since the last
+    /// write; a failure is logged (the next change tries again).
+    fn write_store_cache(&mut self, path: &std::path::Path, prefix: &str) {
+        if let Some((revision, entries)) = self.plane.take_store_cache()
+            && let Err(e) = store_cache::write(path, prefix, revision, &entries)
+        {
+            self.journal.note(
+                Level::Warn,
+                format!("etcd cache {}: cannot write it: {e}", path.display()),
+            );
+        }
     }
 
     /// Tells the plane what happened, and carries out what it says.

@@ -6,7 +6,10 @@
 //!    (its mcrd killed, its input link cut, its keepalived stopped), again
 //!    and again, each time on whichever relay is active; the sink checks
 //!    every packet and the packets each failover lost are printed.
-//! 2. Two active relays into a third that merges their copies (ST 2022-7):
+//! 2. Split brain: the adverts of the master stop reaching the backup; both
+//!    send, both say so in `/metrics`, and the sink gets duplicates until
+//!    the adverts pass again.
+//! 3. Two active relays into a third that merges their copies (ST 2022-7):
 //!    one relay after the other is killed, and the sink gets every packet
 //!    once, in order, intact.
 //!
@@ -442,6 +445,122 @@ fn a_vrrp_pair_fails_over_and_the_sink_loses_only_the_failovers_packets() {
         eprintln!("{}: lost per failover {l:?}", how.name());
     }
     eprintln!("{table}test took {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// `mcr_role{role="active"}` from the relay's `/metrics`.
+fn metrics_active(ns: &Ns) -> bool {
+    let text = ns
+        .exec("curl", ["-sf", "--max-time", "5", "http://127.0.0.1:9808/metrics"])
+        .expect("metrics");
+    text.lines().any(|l| l == "mcr_role{role=\"active\"} 1")
+}
+
+/// Split brain: when the adverts of one relay no longer reach the other,
+/// both become VRRP masters and both send. Each relay's `/metrics` then
+/// says `mcr_role{role="active"} 1` (what the documented alert sums), and
+/// the consequence is what OPERATIONS.md says: every packet twice at the
+/// sink. When the adverts pass again, the relay of lower priority steps
+/// down, and the stream is single again.
+#[test]
+fn split_brain_shows_in_both_relays_metrics_and_doubles_the_stream() {
+    let _lock = traffic_lock().expect("lock");
+    let p = Pair::new("pair-split");
+    p.output_bridge();
+    let dir = TempDir::new("pair-split").expect("dir");
+    let mcrctl = bin("mcrctl").expect("mcrctl").display().to_string();
+    let sides = [0, 1].map(|i| Side {
+        ns: p.relays[i].clone(),
+        relay: Some(standby_relay(&p.relays[i])),
+        keepalived: None,
+        priority: [150, 100][i],
+    });
+    let mut pair = Vrrp {
+        sides,
+        dir: &dir,
+        mcrctl,
+    };
+    pair.start_keepalived(0);
+    pair.start_keepalived(1);
+    let master = pair.stable();
+    let backup = 1 - master;
+    assert_eq!(
+        [metrics_active(&p.relays[0]), metrics_active(&p.relays[1])]
+            .iter()
+            .filter(|a| **a)
+            .count(),
+        1,
+        "one active before"
+    );
+    let rx = Mcrgen::streams("239.10.1.1:6001", "in0")
+        .arg("--first-packet-timeout")
+        .arg("60s")
+        .arg("--idle-timeout")
+        .arg("3s")
+        .recv(&p.sink)
+        .expect("recv");
+    let n: u64 = 30_000;
+    std::thread::scope(|s| {
+        let sender = s.spawn(|| {
+            Mcrgen::streams("239.1.1.1:5001", "g0")
+                .count(n)
+                .rate("3k")
+                .send(&p.generator, MINUTES)
+                .expect("send")
+        });
+        sends(pair.relay(master), "the master");
+        // The master's adverts stop reaching the backup (VRRP is IP
+        // protocol 112): on the bridge port towards the backup, they are
+        // classed into an HTB class whose token bucket is smaller than any
+        // packet, which drops them (this kernel has no prio qdisc and no
+        // tc actions). The backup becomes master too.
+        let port = format!("q{backup}");
+        let tc = |args: &str| {
+            let args: Vec<&str> = args.split_whitespace().collect();
+            p.lan.exec("tc", &args).expect("tc");
+        };
+        tc(&format!("qdisc add dev {port} root handle 1: htb default 1"));
+        tc(&format!("class add dev {port} parent 1: classid 1:1 htb rate 10gbit"));
+        tc(&format!(
+            "class add dev {port} parent 1: classid 1:2 htb rate 8bit ceil 8bit"
+        ));
+        tc(&format!(
+            "qdisc add dev {port} parent 1:2 handle 20: tbf rate 8bit burst 10 limit 10"
+        ));
+        tc(&format!(
+            "filter add dev {port} parent 1: protocol ip u32 match ip protocol 112 0xff flowid 1:2"
+        ));
+        let deadline = Instant::now() + WAIT;
+        while !(metrics_active(&p.relays[0]) && metrics_active(&p.relays[1])) {
+            assert!(
+                Instant::now() < deadline,
+                "no split brain\n{}\n{}",
+                pair.log(0),
+                pair.log(1)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        sends(pair.relay(backup), "the second master");
+        sends(pair.relay(master), "the first master, still");
+        // The adverts pass again: the backup's priority is lower, it
+        // steps down.
+        tc(&format!("qdisc del dev {port} root"));
+        let deadline = Instant::now() + WAIT;
+        while role_of(pair.relay(backup)) != Role::Standby {
+            assert!(
+                Instant::now() < deadline,
+                "split brain never healed\n{}",
+                pair.log(backup)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(metrics_active(&p.relays[master]) && !metrics_active(&p.relays[backup]));
+        assert_eq!(sender.join().expect("sender").packets, n);
+    });
+    let got = rx.finish(MINUTES).expect("recv done");
+    let st = &got.report.streams[0];
+    assert!(st.duplicated > 0, "both masters sent: duplicates at the sink: {st:?}");
+    assert_eq!((st.corrupted, st.lost), (0, 0), "{st:?}");
+    eprintln!("split brain: {} of {n} packets arrived twice, none lost", st.duplicated);
 }
 
 /// Two active relays each forward the stream to a third, on a group and a

@@ -164,6 +164,25 @@ struct Vrrp<'a> {
 }
 
 impl Vrrp<'_> {
+    /// Both sides of `p`: mcrd standby with the pair's rule, and keepalived
+    /// (priorities 150 and 100), its files in `dir`.
+    fn start<'a>(p: &Pair, dir: &'a TempDir) -> Vrrp<'a> {
+        let sides = [0, 1].map(|i| Side {
+            ns: p.relays[i].clone(),
+            relay: Some(standby_relay(&p.relays[i])),
+            keepalived: None,
+            priority: [150, 100][i],
+        });
+        let mut pair = Vrrp {
+            sides,
+            dir,
+            mcrctl: bin("mcrctl").expect("mcrctl").display().to_string(),
+        };
+        pair.start_keepalived(0);
+        pair.start_keepalived(1);
+        pair
+    }
+
     fn conf(&self, side: &Side) -> VrrpConfig {
         let socket = side.relay.as_ref().expect("mcrd runs").socket().to_path_buf();
         VrrpConfig {
@@ -329,20 +348,7 @@ fn a_vrrp_pair_fails_over_and_the_sink_loses_only_the_failovers_packets() {
     let p = Pair::new("pair-vrrp");
     p.output_bridge();
     let dir = TempDir::new("pair-vrrp").expect("dir");
-    let mcrctl = bin("mcrctl").expect("mcrctl").display().to_string();
-    let sides = [0, 1].map(|i| Side {
-        ns: p.relays[i].clone(),
-        relay: Some(standby_relay(&p.relays[i])),
-        keepalived: None,
-        priority: [150, 100][i],
-    });
-    let mut pair = Vrrp {
-        sides,
-        dir: &dir,
-        mcrctl,
-    };
-    pair.start_keepalived(0);
-    pair.start_keepalived(1);
+    let mut pair = Vrrp::start(&p, &dir);
     let rx = Mcrgen::streams("239.10.1.1:6001", "in0")
         .arg("--first-packet-timeout")
         .arg("120s")
@@ -467,20 +473,7 @@ fn split_brain_shows_in_both_relays_metrics_and_doubles_the_stream() {
     let p = Pair::new("pair-split");
     p.output_bridge();
     let dir = TempDir::new("pair-split").expect("dir");
-    let mcrctl = bin("mcrctl").expect("mcrctl").display().to_string();
-    let sides = [0, 1].map(|i| Side {
-        ns: p.relays[i].clone(),
-        relay: Some(standby_relay(&p.relays[i])),
-        keepalived: None,
-        priority: [150, 100][i],
-    });
-    let mut pair = Vrrp {
-        sides,
-        dir: &dir,
-        mcrctl,
-    };
-    pair.start_keepalived(0);
-    pair.start_keepalived(1);
+    let pair = Vrrp::start(&p, &dir);
     let master = pair.stable();
     let backup = 1 - master;
     assert_eq!(

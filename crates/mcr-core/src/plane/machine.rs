@@ -29,8 +29,7 @@ use crate::snapshot::SlottedRule;
 use super::backoff::Backoff;
 use super::claims::{Action, Claim, Ledger, claim_of};
 use super::replies::{self, Waiting};
-use super::rule_table::ChangeError;
-use super::rule_table::{Reused, RuleTable};
+use super::rule_table::{ChangeError, Replaced, Reused, RuleTable};
 use super::store::{Store, StoreUpdate};
 
 /// How long an `add`, `remove` or `reload` waits for the workers to run
@@ -665,7 +664,7 @@ impl<R> Plane<R> {
             .map(|r| r.rule.clone())
             .collect();
         let file_rules = config.rules.iter().chain(&store_rules).cloned().collect();
-        let done = match self.rules.replace_all(file_rules, &interfaces, self.acked()) {
+        let mut done = match self.rules.replace_all(file_rules, &interfaces, self.acked()) {
             Ok(d) => d,
             Err(e) => {
                 let error = e.to_control(ErrorKind::InvalidConfig, Some(&shown), |what| {
@@ -678,14 +677,7 @@ impl<R> Plane<R> {
             }
         };
         self.requested.clear();
-        out.push(Effect::Zero(done.reused));
-        let claim = done
-            .added
-            .iter()
-            .cloned()
-            .chain(done.changed.iter().map(|(_, new)| new.clone()));
-        let gone = done.removed.iter().map(|r| r.name.clone()).collect();
-        self.change(claim.collect(), gone, interfaces, done.version != before, out);
+        self.apply_replaced(&mut done, before, interfaces, out);
         let restart_needed = self.started_settings.changed_keys(&config.settings);
         for k in &restart_needed {
             out.push(Effect::Log(
@@ -825,7 +817,7 @@ impl<R> Plane<R> {
                 format!("etcd key {}: refused: {why}; {stays}", store.full_key(key)),
             ));
         }
-        let Some(done) = done else {
+        let Some(mut done) = done else {
             store.applied(
                 revision,
                 self.rules.version(),
@@ -843,7 +835,7 @@ impl<R> Plane<R> {
                 } else {
                     store.revision_of(k).unwrap_or(revision)
                 };
-                (k.clone(), (k.clone(), at))
+                (k.clone(), at)
             })
             .collect();
         store.applied(
@@ -868,7 +860,18 @@ impl<R> Plane<R> {
                 ),
             ));
         }
-        out.push(Effect::Zero(done.reused));
+        self.apply_replaced(&mut done, before, interfaces, out);
+        let acked = self.acked();
+        if let Some(s) = &mut self.store {
+            s.acked(acked);
+        }
+    }
+
+    /// Carries out what a [`RuleTable::replace_all`] did (from table
+    /// version `before`): zero the reused slots, then the change's steps
+    /// for the rules added or changed and those removed.
+    fn apply_replaced(&mut self, done: &mut Replaced, before: u64, interfaces: Interfaces, out: &mut Vec<Effect<R>>) {
+        out.push(Effect::Zero(std::mem::take(&mut done.reused)));
         let claim = done
             .added
             .iter()
@@ -876,10 +879,6 @@ impl<R> Plane<R> {
             .chain(done.changed.iter().map(|(_, new)| new.clone()));
         let gone = done.removed.iter().map(|r| r.name.clone()).collect();
         self.change(claim.collect(), gone, interfaces, done.version != before, out);
-        let acked = self.acked();
-        if let Some(s) = &mut self.store {
-            s.acked(acked);
-        }
     }
 
     /// The changed keys of `wanted` the table refuses, each checked on its
@@ -1006,10 +1005,10 @@ impl<R> Plane<R> {
 
 /// The store's keys as they are (nothing applied), with the revisions
 /// they had.
-fn current_keys(current: &BTreeMap<String, Rule>, store: &Store) -> BTreeMap<String, (String, i64)> {
+fn current_keys(current: &BTreeMap<String, Rule>, store: &Store) -> BTreeMap<String, i64> {
     current
         .keys()
-        .map(|k| (k.clone(), (k.clone(), store.revision_of(k).unwrap_or(0))))
+        .map(|k| (k.clone(), store.revision_of(k).unwrap_or(0)))
         .collect()
 }
 

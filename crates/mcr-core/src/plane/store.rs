@@ -111,9 +111,9 @@ pub struct Store {
     pending: Vec<(u64, i64)>,
     /// Keys refused, with why and the revision they were refused at.
     refused: BTreeMap<String, (i64, String)>,
-    /// The rule each key gives, as applied: key → (rule name, the
-    /// revision it last changed at).
-    applied: BTreeMap<String, (String, i64)>,
+    /// The keys whose rules are applied (a key gives the rule of its own
+    /// name), each with the revision its rule last changed at.
+    applied: BTreeMap<String, i64>,
     /// The value each applied key holds (what the cache keeps).
     values: BTreeMap<String, Vec<u8>>,
     /// Something was applied since the cache was last written.
@@ -168,11 +168,7 @@ impl Store {
     /// The whole key that gives rule `name`, with the revision it last
     /// changed at, if the store gives it.
     pub fn key_of(&self, name: &str) -> Option<(String, i64)> {
-        // A key gives the rule of its own name.
-        self.applied
-            .get(name)
-            .filter(|(n, _)| n == name)
-            .map(|(_, r)| (self.full_key(name), *r))
+        self.applied.get(name).map(|r| (self.full_key(name), *r))
     }
 
     /// Whether the store gives the rule `name`.
@@ -187,7 +183,7 @@ impl Store {
 
     /// The revision key `key`'s rule last changed at.
     pub fn revision_of(&self, key: &str) -> Option<i64> {
-        self.applied.get(key).map(|(_, r)| *r)
+        self.applied.get(key).copied()
     }
 
     /// How many rules the store gives.
@@ -300,21 +296,22 @@ impl Store {
         self.refused.insert(key.to_string(), (revision, why));
     }
 
-    /// Notes what was applied: the rules the store now gives (key → (name,
-    /// revision it changed at)) at `revision`, in table `version`; `values`
+    /// Notes what was applied: the keys whose rules the store now gives
+    /// (each with the revision its rule changed at) at `revision`, in table
+    /// `version`; `values`
     /// holds the new value of each key whose rule parsed in this update
     /// (the others keep theirs).
     pub fn applied(
         &mut self,
         revision: i64,
         version: u64,
-        rules: BTreeMap<String, (String, i64)>,
+        rules: BTreeMap<String, i64>,
         mut values: BTreeMap<String, Vec<u8>>,
     ) {
         let kept = rules
             .keys()
             .filter_map(|k| {
-                let changed = rules[k].1 == revision;
+                let changed = rules[k] == revision;
                 let v = if changed { values.remove(k) } else { None };
                 v.or_else(|| self.values.get(k).cloned()).map(|v| (k.clone(), v))
             })

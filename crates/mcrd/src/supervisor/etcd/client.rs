@@ -143,6 +143,15 @@ pub enum CallError {
 }
 
 impl CallError {
+    /// The error of hyper's `source` in call `what` to `endpoint` (a URL).
+    pub fn http(endpoint: &str, what: What) -> impl Fn(hyper::Error) -> CallError + '_ {
+        move |source| CallError::Http {
+            endpoint: endpoint.to_string(),
+            what,
+            source,
+        }
+    }
+
     /// Whether etcd refused to read at a revision compaction has removed.
     pub fn is_compacted(&self) -> bool {
         matches!(self, CallError::Etcd { message, .. } if message.contains("required revision has been compacted"))
@@ -212,14 +221,10 @@ impl Unary {
             None => connect(&self.endpoint, what).await?,
         };
         let request = post(&self.endpoint, path, body, what)?;
-        let http = |source| CallError::Http {
-            endpoint: self.endpoint.url.clone(),
-            what,
-            source,
-        };
-        let response = sender.send_request(request).await.map_err(http)?;
+        let http = CallError::http(&self.endpoint.url, what);
+        let response = sender.send_request(request).await.map_err(&http)?;
         let status = response.status();
-        let bytes = response.into_body().collect().await.map_err(http)?.to_bytes();
+        let bytes = response.into_body().collect().await.map_err(&http)?.to_bytes();
         if status != StatusCode::OK {
             return Err(refusal(&self.endpoint, what, status, &bytes));
         }
@@ -281,11 +286,7 @@ async fn handshake(endpoint: &Endpoint, stream: TcpStream, what: What) -> Result
     let _ = stream.set_nodelay(true);
     let (sender, connection) = http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|source| CallError::Http {
-            endpoint: endpoint.url.clone(),
-            what,
-            source,
-        })?;
+        .map_err(CallError::http(&endpoint.url, what))?;
     let url = endpoint.url.clone();
     tokio::spawn(async move {
         if let Err(e) = connection.await {

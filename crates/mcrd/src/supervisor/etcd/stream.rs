@@ -34,11 +34,7 @@ impl WatchStream {
         let response = sender
             .send_request(post(endpoint, "/v3/watch", body, what)?)
             .await
-            .map_err(|source| CallError::Http {
-                endpoint: endpoint.url.clone(),
-                what,
-                source,
-            })?;
+            .map_err(CallError::http(&endpoint.url, what))?;
         let status = response.status();
         if status != StatusCode::OK {
             // A refusal is short and complete; the caller's timeout bounds it.
@@ -83,13 +79,7 @@ impl WatchStream {
                 }
                 // etcd went away mid-stream.
                 Some(Err(e)) if e.is_incomplete_message() => return Err(closed()),
-                Some(Err(source)) => {
-                    return Err(CallError::Http {
-                        endpoint: self.endpoint.clone(),
-                        what: "watch",
-                        source,
-                    });
-                }
+                Some(Err(source)) => return Err(CallError::http(&self.endpoint, "watch")(source)),
                 Some(Ok(frame)) => {
                     // Trailers (`Grpc-Trailer-Content-Type`) are not data.
                     if let Ok(data) = frame.into_data() {

@@ -138,6 +138,7 @@ fn bed(d0: u32, d1: u32) -> Bed {
         addresses: addrs.iter().map(|a| a.parse().expect("literal")).collect(),
         ethernet: true,
         master: None,
+        link: Default::default(),
     };
     let rules = [
         ("plain", "d0:239.1.1.1:5001", vec!["d1:239.10.1.1:6001"]),

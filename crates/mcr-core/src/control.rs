@@ -595,6 +595,28 @@ pub struct StatsReport {
     /// The etcd store the daemon takes rules from, if it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<StoreStatus>,
+    /// The interfaces the rules use, with their links (the daemon fills
+    /// them in).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<InterfaceStatus>,
+}
+
+/// An interface the rules use, and its link.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InterfaceStatus {
+    /// Its name.
+    pub name: String,
+    /// Its link; none while the interface does not exist.
+    pub link: Option<crate::interfaces::Link>,
+    /// The rules that read from it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<String>,
+    /// The rules that send on it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
+    /// How often its link went down or came up since mcrd started.
+    #[serde(default)]
+    pub link_changes: u64,
 }
 
 /// Where a rule came from.

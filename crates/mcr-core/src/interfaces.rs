@@ -26,6 +26,60 @@ pub struct InterfaceInfo {
     /// bridge reach its other ports and the bridge itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub master: Option<String>,
+    /// Whether the link is up: set up, and with a carrier.
+    #[serde(default, skip_serializing_if = "Link::is_up")]
+    pub link: Link,
+}
+
+/// The state of an interface's link, as an operator sees it: set up or
+/// down (`ip link set … up`, `IFF_UP`), and when up, whether it has a
+/// carrier and is operationally up (`IFF_RUNNING`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Link {
+    /// Set up, with a carrier: frames come and go.
+    #[default]
+    Up,
+    /// Set up, but without a carrier (the cable, the peer or the lower
+    /// device is down): nothing comes or goes.
+    NoCarrier,
+    /// Set down (administratively): nothing comes or goes.
+    AdminDown,
+}
+
+impl Link {
+    /// The state from the flags: set up (`IFF_UP`), operationally up
+    /// (`IFF_RUNNING`).
+    pub fn from_flags(up: bool, running: bool) -> Link {
+        match (up, running) {
+            (false, _) => Link::AdminDown,
+            (true, false) => Link::NoCarrier,
+            (true, true) => Link::Up,
+        }
+    }
+
+    /// Frames come and go.
+    pub fn is_up(&self) -> bool {
+        *self == Link::Up
+    }
+
+    /// Why it is down, for messages: none when it is up.
+    pub fn why_down(&self) -> Option<&'static str> {
+        match self {
+            Link::Up => None,
+            Link::NoCarrier => Some("no carrier"),
+            Link::AdminDown => Some("set down"),
+        }
+    }
+}
+
+impl std::fmt::Display for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.why_down() {
+            None => f.write_str("up"),
+            Some(why) => write!(f, "down ({why})"),
+        }
+    }
 }
 
 /// fe80::/10 unicast, or a multicast group of link-local scope.
@@ -51,7 +105,19 @@ impl InterfaceInfo {
             addresses: addresses.into_iter().collect(),
             ethernet: true,
             master: None,
+            link: Link::Up,
         }
+    }
+
+    /// True if `self` and `other` differ in more than their link state:
+    /// what the table is built from (index, MAC, MTU, addresses, bridge)
+    /// changed, not only whether frames can pass.
+    pub fn differs_beyond_link(&self, other: &InterfaceInfo) -> bool {
+        let same_link = InterfaceInfo {
+            link: other.link,
+            ..self.clone()
+        };
+        same_link != *other
     }
 
     /// The address to send to `like` from: the first of its family, and
@@ -127,6 +193,7 @@ mod tests {
                 .collect(),
             ethernet: true,
             master: None,
+            link: Link::Up,
         };
         let a = |s: &str| s.parse::<IpAddr>().expect("literal");
         assert_eq!(i.address_like(a("ff3e::1")), Some(a("fd00:1::1")));

@@ -127,6 +127,29 @@ fn store(out: &mut String, s: &crate::control::StoreStatus) {
     .sample(&[], float(s.since_s));
 }
 
+/// The interfaces the rules use: whether each link is up, and how often
+/// it went down or came up.
+fn interfaces(out: &mut String, stats: &StatsReport) {
+    let mut f = family(
+        out,
+        "mcr_interface_up",
+        "gauge",
+        "1 while the interface exists, is set up and has a carrier; 0 otherwise (rules read from or send on it).",
+    );
+    for i in &stats.interfaces {
+        f.sample(&[("interface", &i.name)], u8::from(i.link.is_some_and(|l| l.is_up())));
+    }
+    let mut f = family(
+        out,
+        "mcr_interface_link_changes_total",
+        "counter",
+        "Times the interface's link went down or came up since mcrd started.",
+    );
+    for i in &stats.interfaces {
+        f.sample(&[("interface", &i.name)], i.link_changes);
+    }
+}
+
 /// The families of rules with several inputs: each input's counts and
 /// signal, each rule's losses, switches and active input.
 fn redundancy(out: &mut String, stats: &StatsReport) {
@@ -441,6 +464,7 @@ pub fn render(version: &str, stats: &StatsReport, rules: &[RuleStatus], workers:
     if let Some(store) = &stats.store {
         self::store(&mut out, store);
     }
+    interfaces(&mut out, stats);
     let mut f = family(
         &mut out,
         "mcr_rule_datapath_ebpf",
@@ -728,6 +752,29 @@ mod tests {
                 updates: 9,
                 refused: Vec::new(),
             }),
+            interfaces: vec![
+                crate::control::InterfaceStatus {
+                    name: "eth0".into(),
+                    link: Some(crate::interfaces::Link::Up),
+                    inputs: vec!["feed-a".into(), "news".into()],
+                    outputs: Vec::new(),
+                    link_changes: 0,
+                },
+                crate::control::InterfaceStatus {
+                    name: "eth1".into(),
+                    link: Some(crate::interfaces::Link::NoCarrier),
+                    inputs: Vec::new(),
+                    outputs: vec!["feed-a".into()],
+                    link_changes: 2,
+                },
+                crate::control::InterfaceStatus {
+                    name: "eth2".into(),
+                    link: None,
+                    inputs: vec!["news".into()],
+                    outputs: Vec::new(),
+                    link_changes: 0,
+                },
+            ],
         };
         let rules = vec![RuleStatus {
             rule,
@@ -822,6 +869,10 @@ mod tests {
             "mcr_etcd_workers_revision 40",
             "mcr_etcd_rules 7",
             "mcr_etcd_updates_total 9",
+            "mcr_interface_up{interface=\"eth0\"} 1",
+            "mcr_interface_up{interface=\"eth1\"} 0",
+            "mcr_interface_up{interface=\"eth2\"} 0",
+            "mcr_interface_link_changes_total{interface=\"eth1\"} 2",
         ] {
             assert!(text.lines().any(|l| l == want), "missing `{want}` in\n{text}");
         }

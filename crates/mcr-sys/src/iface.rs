@@ -146,13 +146,30 @@ pub fn is_ethernet(name: &str) -> io::Result<bool> {
     Ok(family == libc::ARPHRD_ETHER)
 }
 
-/// True if interface `name` is up (`IFF_UP`).
-pub fn is_up(name: &str) -> io::Result<bool> {
+/// The link flags of an interface that say whether frames can pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkFlags {
+    /// Set up (`IFF_UP`).
+    pub up: bool,
+    /// Operationally up: set up and with a carrier (`IFF_RUNNING`).
+    pub running: bool,
+}
+
+/// The link flags of interface `name`.
+pub fn flags(name: &str) -> io::Result<LinkFlags> {
     let mut req = ifreq(name)?;
     ioctl(libc::SIOCGIFFLAGS, &mut req)?;
     // SAFETY: SIOCGIFFLAGS filled the ifru_flags member of the union.
-    let flags = unsafe { req.ifr_ifru.ifru_flags };
-    Ok(libc::c_int::from(flags) & libc::IFF_UP != 0)
+    let flags = libc::c_int::from(unsafe { req.ifr_ifru.ifru_flags });
+    Ok(LinkFlags {
+        up: flags & libc::IFF_UP != 0,
+        running: flags & libc::IFF_RUNNING != 0,
+    })
+}
+
+/// True if interface `name` is up (`IFF_UP`).
+pub fn is_up(name: &str) -> io::Result<bool> {
+    flags(name).map(|f| f.up)
 }
 
 /// The MTU of interface `name`.

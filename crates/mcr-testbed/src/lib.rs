@@ -30,6 +30,7 @@ mod command;
 pub mod config_file;
 pub mod etcd;
 mod lock;
+pub mod metrics;
 mod naming;
 mod ns;
 pub mod presets;

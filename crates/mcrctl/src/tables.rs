@@ -456,7 +456,44 @@ fn stats(o: &mut String, s: &StatsReport) {
         }
         (None, None) => {}
     }
+    interfaces(o, &s.interfaces);
     let _ = writeln!(o, "(rates over the last {:.1} s; up {:.0} s)", s.interval_s, s.uptime_s);
+}
+
+/// The interfaces the rules use, with their links.
+fn interfaces(o: &mut String, list: &[mcr_core::control::InterfaceStatus]) {
+    if list.is_empty() {
+        return;
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "{:<16} {:<18} {:>8}  carries", "interface", "link", "changes");
+    for i in list {
+        let link = i.link.map_or_else(
+            || "MISSING".to_string(),
+            |l| {
+                if l.is_up() {
+                    l.to_string()
+                } else {
+                    l.to_string().to_uppercase()
+                }
+            },
+        );
+        let mut carries = Vec::new();
+        if !i.inputs.is_empty() {
+            carries.push(format!("inputs of {}", i.inputs.join(", ")));
+        }
+        if !i.outputs.is_empty() {
+            carries.push(format!("outputs of {}", i.outputs.join(", ")));
+        }
+        let _ = writeln!(
+            o,
+            "{:<16} {:<18} {:>8}  {}",
+            i.name,
+            link,
+            i.link_changes,
+            carries.join("; ")
+        );
+    }
 }
 
 /// `YYYY-MM-DD HH:MM:SS.mmm` (UTC) of a time in ms since the Unix epoch.

@@ -356,3 +356,133 @@ fn the_mtu_grows_under_a_flowing_stream_and_then_jumbo_datagrams_cross_whole() {
         assert_eq!(truncated, 0, "{tag}");
     }
 }
+
+/// A link that goes down and comes up under the rules is told wherever an
+/// operator looks: an event (warn) naming the rules it carries, in `mcrctl
+/// events` and on the page (in headless Chromium); the rule's problem for
+/// as long as it lasts; `mcr_interface_up` and its changes in `/metrics`.
+/// The rule on the other input, sending on the same output, loses nothing
+/// meanwhile (every packet checked), and the rule whose link it was
+/// forwards again, every packet, once it is back.
+#[test]
+fn a_link_down_and_up_is_an_event_a_problem_and_a_metric_and_other_streams_lose_nothing() {
+    use mcr_testbed::browser::Browser;
+    use mcr_testbed::metrics::{sample, scrape};
+    const ADDR: &str = "127.0.0.1:9808";
+    const PATIENCE: Duration = Duration::from_secs(90);
+    // b flows for 30 s: time for every step below on a busy host.
+    const OTHER: u64 = 60_000;
+    let _lock = traffic_lock().expect("lock");
+    let bed = Bed::new("if-link");
+    let relay = Relay::start(&bed.relay, &["--http-listen", ADDR]).expect("mcrd");
+    relay
+        .add_rule("a", "i1:239.1.1.1:5001", &["o1:239.10.1.1:6001"])
+        .expect("a");
+    relay
+        .add_rule("b", "i2:239.1.1.2:5002", &["o1:239.10.1.2:6002"])
+        .expect("b");
+    bed.every_packet_crosses(&relay, "239.1.1.1:5001", "g1", "239.10.1.1:6001", 1000);
+    let metrics = || scrape(bed.relay.name(), ADDR);
+    let up = |m: &str, i: &str| sample(m, &format!("mcr_interface_up{{interface=\"{i}\"}}"));
+    let changes = |m: &str, i: &str| sample(m, &format!("mcr_interface_link_changes_total{{interface=\"{i}\"}}"));
+    let m = metrics();
+    assert_eq!((up(&m, "i1"), up(&m, "i2"), up(&m, "o1")), (1.0, 1.0, 1.0), "{m}");
+    assert_eq!(changes(&m, "i1"), 0.0);
+
+    let mut page = Browser::open(&bed.relay, &format!("http://{ADDR}/")).expect("open the page");
+    page.wait_for("!!document.querySelector('#rules [data-rule=\"a\"]')", PATIENCE)
+        .expect("the page shows the rules");
+
+    let rx_b = Mcrgen::streams("239.10.1.2:6002", "s1")
+        .expect(OTHER)
+        .recv(&bed.sink)
+        .expect("recv b");
+    let gen_ns = bed.generator.clone();
+    let sender_b = std::thread::spawn(move || {
+        Mcrgen::streams("239.1.1.2:5002", "g2")
+            .count(OTHER)
+            .rate("2k")
+            .send(&gen_ns, MINUTES)
+            .expect("send b")
+    });
+
+    // i1 set down: told, and a's problem while it lasts.
+    bed.relay.link_down("i1").expect("i1 down");
+    let event = "link `i1` down (set down): it carries inputs of `a`";
+    wait_for(&relay, "a", "said its input link is down", |r| {
+        r.problems.contains(&"input link `i1` down (set down)".to_string())
+    });
+    let events = relay.ctl_ok(&["events"]).expect("events");
+    assert!(events.contains(event), "{events}");
+    let m = metrics();
+    assert_eq!((up(&m, "i1"), up(&m, "i2"), up(&m, "o1")), (0.0, 1.0, 1.0), "{m}");
+    assert_eq!(changes(&m, "i1"), 1.0, "{m}");
+    assert!(rule(&relay, "b").problems.is_empty(), "b is not concerned");
+    let stats = relay.ctl_ok(&["stats"]).expect("stats");
+    assert!(
+        stats.contains("PROBLEM: input link `i1` down (set down)") && stats.contains("DOWN (SET DOWN)"),
+        "{stats}"
+    );
+    page.wait_for(
+        &format!(
+            "document.getElementById('events').innerText.includes({event:?})
+             && document.querySelector('#rules [data-rule=\"a\"]').innerText.includes('input link `i1` down (set down)')"
+        ),
+        PATIENCE,
+    )
+    .unwrap_or_else(|e| panic!("the page does not show the link down: {e}"));
+
+    // i1 set up while its peer is down: up, but without a carrier.
+    bed.generator.link_down("g1").expect("g1 down");
+    bed.relay.link_up("i1").expect("i1 up");
+    wait_for(&relay, "a", "said its input link has no carrier", |r| {
+        r.problems.contains(&"input link `i1` down (no carrier)".to_string())
+    });
+    let events = relay.ctl_ok(&["events"]).expect("events");
+    assert!(
+        events.contains("link `i1` down (no carrier): it carries inputs of `a`"),
+        "{events}"
+    );
+
+    // The carrier comes back: told, the problem and the metric clear, and
+    // a forwards again.
+    bed.generator.link_up("g1").expect("g1 up");
+    wait_for(&relay, "a", "forwarded again", forwards);
+    let events = relay.ctl_ok(&["events"]).expect("events");
+    assert!(
+        events.contains("link `i1` up (it was down: no carrier): it carries inputs of `a`"),
+        "{events}"
+    );
+    let m = metrics();
+    assert_eq!(up(&m, "i1"), 1.0, "{m}");
+    assert_eq!(changes(&m, "i1"), 3.0, "{m}");
+    page.wait_for(
+        "document.getElementById('events').innerText.includes('link `i1` up')
+         && !document.querySelector('#rules [data-rule=\"a\"]').innerText.includes('input link `i1` down')",
+        PATIENCE,
+    )
+    .unwrap_or_else(|e| panic!("the page does not show the link back up: {e}"));
+    assert!(page.page_errors().is_empty(), "{:?}", page.page_errors());
+    drop(page);
+    assert!(
+        !sender_b.is_finished(),
+        "b's stream ended before the link came back: it did not flow throughout"
+    );
+    // The log has them at warn.
+    assert!(
+        relay
+            .log()
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("link `i1` down (set down)")),
+        "{}",
+        relay.log()
+    );
+    bed.every_packet_crosses(&relay, "239.1.1.1:5001", "g1", "239.10.1.1:6001", 1000);
+
+    // b never noticed.
+    assert_eq!(sender_b.join().expect("sender b").packets, OTHER);
+    let got = rx_b.finish(MINUTES).expect("recv b");
+    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+    assert!(got.report.streams[0].problems(Some(OTHER)).is_empty());
+    relay.stop().expect("stopped");
+}

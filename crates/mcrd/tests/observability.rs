@@ -1,42 +1,17 @@
 //! Seeing what MCR does: Prometheus metrics, the live view, and logs for
 //! people, collectors and journald.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use mcr_core::control::Reply;
+use mcr_testbed::metrics::{sample, scrape};
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
 use mcr_testbed::traffic::Mcrgen;
 use mcr_testbed::traffic_lock;
 
 const MINUTES: Duration = Duration::from_secs(180);
-
-/// `GET /metrics` from inside `ns` (the daemon listens on its loopback).
-fn scrape(ns: &str, addr: &str) -> String {
-    let (ns, addr) = (ns.to_string(), addr.to_string());
-    std::thread::spawn(move || {
-        mcr_sys::netns::enter(&ns).expect("enter the namespace");
-        let mut s = std::net::TcpStream::connect(&addr).expect("connect to /metrics");
-        s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9808\r\nConnection: close\r\n\r\n")
-            .expect("request");
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).expect("response");
-        answer
-    })
-    .join()
-    .expect("scrape thread")
-}
-
-/// The value of the sample `name{labels}` in a scrape.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("no `{series}` in\n{text}"))
-        .parse()
-        .expect("a number")
-}
 
 #[test]
 fn metrics_pass_promtool_and_match_stats_and_what_was_received() {

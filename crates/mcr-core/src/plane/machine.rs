@@ -234,8 +234,11 @@ pub struct Plane<R> {
     ledger: Ledger,
     waiting: Waiting<(Reply, R)>,
     workers: Vec<Worker>,
-    /// The interfaces the current table was published with.
+    /// The interfaces the current table was published with (and, since,
+    /// their links' states).
     ifs: Interfaces,
+    /// How often each interface's link went down or came up.
+    link_changes: BTreeMap<String, u64>,
     config_path: Option<PathBuf>,
     /// The `[daemon]` settings of the file as last loaded (what `save`
     /// writes).
@@ -275,6 +278,7 @@ impl<R> Plane<R> {
                 })
                 .collect(),
             ifs: Interfaces::default(),
+            link_changes: BTreeMap::new(),
             config_path,
             started_settings: settings.clone(),
             store: settings
@@ -348,6 +352,12 @@ impl<R> Plane<R> {
     /// The interfaces the current table was published with.
     pub fn interfaces(&self) -> &Interfaces {
         &self.ifs
+    }
+
+    /// Every interface the rules use, with its link and how often it went
+    /// down or came up.
+    pub fn interface_status(&self) -> Vec<crate::control::InterfaceStatus> {
+        super::links::status(self.rules(), &self.ifs, &self.link_changes)
     }
 
     /// What rule `name` holds on the host.
@@ -951,6 +961,11 @@ impl<R> Plane<R> {
         if !moved.is_empty() {
             out.push(Effect::Log(Level::Info, format!("interfaces: {}", moved.join(", "))));
         }
+        let links = super::links::changed(self.rules(), &self.ifs, &interfaces);
+        for (name, message) in &links {
+            *self.link_changes.entry(name.clone()).or_default() += 1;
+            out.push(Effect::Log(Level::Warn, message.clone()));
+        }
         let stale: Vec<Rule> = self
             .rules()
             .iter()
@@ -972,6 +987,11 @@ impl<R> Plane<R> {
             let version = if bumped { self.version() } else { self.rules.touch() };
             self.ifs = interfaces;
             out.push(Effect::Publish(version));
+        } else if !links.is_empty() {
+            // Only whether frames pass changed: nothing the workers build
+            // their table from, so nothing to publish; the rules' problems
+            // and the next comparison read it here.
+            self.ifs = interfaces;
         }
         for action in self.ledger.finish(change, drop.iter().map(String::as_str)) {
             out.push(Effect::Host { action, rule: None });
@@ -996,7 +1016,9 @@ impl<R> Plane<R> {
                 (Some(a), Some(b)) if a.index != b.index => {
                     Some(format!("`{name}` was re-created (index {} -> {})", a.index, b.index))
                 }
-                (Some(a), Some(b)) if a != b => Some(format!("`{name}` changed: {}", what_changed(a, b))),
+                (Some(a), Some(b)) if a.differs_beyond_link(b) => {
+                    Some(format!("`{name}` changed: {}", what_changed(a, b)))
+                }
                 _ => None,
             })
             .collect()
@@ -1081,6 +1103,7 @@ fn forced_input(rule: &Rule, input: Option<&str>) -> Result<Option<(usize, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::interfaces::Link;
     use crate::plane::fixture::{Host, RULE_KINDS, ifs, needed, rule};
     use proptest::prelude::*;
     use std::collections::{BTreeMap, BTreeSet};
@@ -1749,6 +1772,56 @@ mod tests {
                 .any(|e| matches!(e, Effect::Log(Level::Info, m) if m == "interfaces: `in1` is gone"))
         );
         assert_eq!(p.claim("a"), None);
+    }
+
+    #[test]
+    fn a_link_going_down_and_up_is_told_and_counted_without_a_new_table() {
+        let now = Instant::now();
+        let mut p = plane();
+        // a reads from in1 and sends on in1.
+        p.start(vec![rule("a", 1)], ifs(&[true, true])).expect("start");
+        let with_link = |link| {
+            Interfaces::new(ifs(&[true, true]).iter().map(|i| InterfaceInfo {
+                link: if i.name == "in1" { link } else { Link::Up },
+                ..i.clone()
+            }))
+        };
+        let down = p.handle(Event::Interfaces(with_link(Link::NoCarrier)), now);
+        let warned = |effects: &[Effect<u32>], want: &str| {
+            effects
+                .iter()
+                .any(|e| matches!(e, Effect::Log(Level::Warn, m) if m == want))
+        };
+        assert!(
+            warned(
+                &down,
+                "link `in1` down (no carrier): it carries inputs of `a`; outputs of `a`"
+            ),
+            "{down:?}"
+        );
+        // Nothing the workers build on changed: no table, no join, no leave.
+        assert!(
+            !down
+                .iter()
+                .any(|e| matches!(e, Effect::Publish(_) | Effect::Host { .. })),
+            "{down:?}"
+        );
+        assert_eq!(p.interfaces().get("in1").map(|i| i.link), Some(Link::NoCarrier));
+        let status = p.interface_status();
+        assert_eq!(status.len(), 1, "{status:?}");
+        assert_eq!((status[0].link, status[0].link_changes), (Some(Link::NoCarrier), 1));
+        // The same again is no news.
+        let again = p.handle(Event::Interfaces(with_link(Link::NoCarrier)), now);
+        assert!(matches!(&again[..], [Effect::RetryPorts]), "{again:?}");
+        let up = p.handle(Event::Interfaces(with_link(Link::Up)), now);
+        assert!(
+            warned(
+                &up,
+                "link `in1` up (it was down: no carrier): it carries inputs of `a`; outputs of `a`"
+            ),
+            "{up:?}"
+        );
+        assert_eq!(p.interface_status()[0].link_changes, 2);
     }
 
     #[test]

@@ -13,11 +13,14 @@
 //!   each answered once.
 //! - [`store`]: rules from etcd, one key per rule, refused key by key.
 //! - [`backoff`]: how long a worker that died waits before it starts again.
+//! - [`links`]: the links the rules use going down and up, as the journal
+//!   and the rules' problems tell them.
 
 pub mod backoff;
 pub mod claims;
 #[cfg(test)]
 mod fixture;
+pub mod links;
 pub mod machine;
 pub mod replies;
 pub mod rule_table;

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use mcr_core::interfaces::{InterfaceInfo, Interfaces};
+use mcr_core::interfaces::{InterfaceInfo, Interfaces, Link};
 use mcr_sys::netlink::LinkWatch;
 use tokio::sync::mpsc;
 
@@ -28,6 +28,7 @@ pub fn interfaces() -> Interfaces {
             addresses: addresses.remove(&name).unwrap_or_default(),
             ethernet: mcr_sys::iface::is_ethernet(&name).unwrap_or(false),
             master: mcr_sys::iface::master(&name),
+            link: mcr_sys::iface::flags(&name).map_or(Link::Up, |f| Link::from_flags(f.up, f.running)),
             name,
         })
     }))

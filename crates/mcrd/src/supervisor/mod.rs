@@ -646,14 +646,18 @@ impl Supervisor {
         });
     }
 
-    /// What keeps `rule` from forwarding: what the live workers could not
-    /// set up for it, and a port that could not be held.
+    /// What keeps `rule` from forwarding: an interface that is missing or
+    /// whose link is down, what the live workers could not set up for it,
+    /// and a port that could not be held.
     fn problems_of(&self, rule: &Rule) -> Vec<String> {
-        let mut out: Vec<String> = mcr_core::validate::missing_interfaces(rule, self.plane.interfaces())
+        let ifs = self.plane.interfaces();
+        let mut out: Vec<String> = mcr_core::validate::missing_interfaces(rule, ifs)
             .into_iter()
             .map(|i| format!("waiting for interface `{i}`: it does not exist (yet); the rule starts when it appears"))
             .collect();
-        if !out.is_empty() {
+        let missing = !out.is_empty();
+        out.extend(mcr_core::plane::links::problems(rule, ifs));
+        if missing {
             // What the workers say about such a rule has the same cause.
             return out;
         }
@@ -741,6 +745,7 @@ impl Supervisor {
         let held = report.rules.iter().flat_map(|r| &r.outputs).map(|o| o.held).sum();
         report.role = Some(self.role.status(held, false));
         report.store = self.plane.store_status(Instant::now());
+        report.interfaces = self.plane.interface_status();
         report
     }
 

@@ -409,6 +409,7 @@ impl Stats {
             datapath_missing: None,
             role: None,
             store: None,
+            interfaces: Vec::new(),
         }
     }
 

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::rule::Rule;
 
 /// The protocol version this build speaks.
-pub const PROTOCOL: u32 = 5;
+pub const PROTOCOL: u32 = 6;
 /// The longest request line accepted, in bytes.
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
 
@@ -84,6 +84,14 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         set: Option<crate::config::Role>,
     },
+    /// Hand everything to a new mcrd program, run in this process's
+    /// place: `binary`, or this one's own file (which a package upgrade
+    /// may have replaced). The eBPF data path forwards throughout.
+    Restart {
+        /// The program to run.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        binary: Option<PathBuf>,
+    },
     /// A `stats` reply every `interval_ms` (default 1000) until the client
     /// sends anything or closes.
     Watch {
@@ -130,6 +138,16 @@ pub enum Reply {
         daemon: String,
         /// The protocol it speaks.
         protocol: u32,
+    },
+    /// To `restart`: the program checked, the workers are stopping and the
+    /// process runs `binary` next; the connection then closes.
+    Restarting {
+        /// The program that takes over.
+        binary: PathBuf,
+        /// Its version, as it said (`--version`).
+        version: String,
+        /// The process, which keeps its PID.
+        pid: u32,
     },
     /// To `add`: the rule is in the table.
     Added {

@@ -12,7 +12,8 @@
 //! ([`process`]), AF_PACKET receive rings with fanout and filters
 //! ([`ring`]),
 //! counters in shared memory ([`shm`]), UDP through io_uring (`uring`, with the `uring` feature),
-//! descriptors passed between processes ([`fdpass`]),
+//! descriptors passed between processes ([`fdpass`]) and handed from one
+//! mcrd to the next ([`handover`]),
 //! users, groups and capabilities
 //! ([`privilege`]) and network namespaces
 //! ([`netns`]).
@@ -29,6 +30,7 @@ pub mod clock;
 mod conv;
 pub mod epoll;
 pub mod fdpass;
+pub mod handover;
 pub mod iface;
 pub mod membership;
 mod mmap;

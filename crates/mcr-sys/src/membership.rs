@@ -158,6 +158,13 @@ impl JoinSockets {
     pub fn sockets(&self) -> usize {
         self.sockets.len()
     }
+
+    /// Each socket (to hand over to the next process, which holds its
+    /// memberships until it has joined them again on its own).
+    pub fn fds(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.sockets.iter().map(|s| s.sock.as_fd())
+    }
 }
 
 /// Joins `group` on interface `ifindex`, from any source or, with

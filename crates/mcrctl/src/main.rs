@@ -111,6 +111,18 @@ enum Command {
     /// removed, reloads, interfaces that came and went, workers that
     /// started, ended or were restarted.
     Events,
+    /// Hand everything to a new mcrd program, without systemd (under
+    /// systemd, `systemctl restart mcrd` does the same): the program is
+    /// checked, the workers stop, and the daemon runs the program in its
+    /// own place (same PID), which takes over the eBPF data path (it
+    /// forwards throughout), the memberships, the ports and the control
+    /// socket. Waits until the new program serves.
+    Restart {
+        /// The program to run (an absolute path); by default the daemon's
+        /// own file, as a package upgrade left it.
+        #[arg(long)]
+        binary: Option<std::path::PathBuf>,
+    },
     /// Read the daemon's config file again and apply what changed: rules
     /// that did not change are not touched. A file with a mistake changes
     /// nothing (the mistake is printed with its line and column).
@@ -170,6 +182,7 @@ fn main() -> ExitCode {
             };
         }
         Command::Watch { interval, count } => return watch(&cli.socket, cli.json, interval, count),
+        Command::Restart { binary } => return restart(&cli.socket, cli.json, binary),
         Command::Reload => Request::Reload {},
         Command::Save { print: true, .. } => Request::Config {},
         Command::Save { to, print: false } => Request::Save {
@@ -246,6 +259,90 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::from(exit_code(&response))
+}
+
+/// How long `mcrctl restart` waits for the new program to serve.
+const RESTART_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `mcrctl restart`: asks for it, then waits until the new program
+/// answers (its uptime began after the answer) and prints what it took
+/// over.
+fn restart(socket: &std::path::Path, json: bool, binary: Option<std::path::PathBuf>) -> ExitCode {
+    let binary = binary.map(|p| std::path::absolute(&p).unwrap_or(p));
+    let asked = std::time::Instant::now();
+    let response = match client::ask(socket, &Request::Restart { binary }) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("mcrctl: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let (binary, version, pid) = match &response.reply {
+        Reply::Restarting { binary, version, pid } => (binary.clone(), version.clone(), *pid),
+        Reply::Error { error } => {
+            eprintln!("mcrctl: {}", error.message);
+            return ExitCode::from(exit_code(&response));
+        }
+        other => {
+            eprintln!("mcrctl: unexpected answer to restart: {other:?}");
+            return ExitCode::from(2);
+        }
+    };
+    if !json {
+        println!("mcrd (pid {pid}) hands over to {} ({version})", binary.display());
+    }
+    // The new program serves once a stats answer comes from a process
+    // that started after the restart was asked for.
+    let serving = loop {
+        if let Ok(r) = client::ask(socket, &Request::Stats {})
+            && let Reply::Stats(s) = &r.reply
+            && s.uptime_s < asked.elapsed().as_secs_f64()
+        {
+            break Some(s.uptime_s);
+        }
+        if asked.elapsed() > RESTART_LIMIT {
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let Some(uptime_s) = serving else {
+        eprintln!(
+            "mcrctl: the new mcrd did not answer within {} s (see its log)",
+            RESTART_LIMIT.as_secs()
+        );
+        return ExitCode::from(1);
+    };
+    let took_over = match client::ask(socket, &Request::Events {}) {
+        Ok(r) => match r.reply {
+            Reply::Events { events } => events
+                .into_iter()
+                .filter(|e| e.message.starts_with("restart: "))
+                .map(|e| e.message)
+                .collect::<Vec<_>>(),
+            _ => Vec::new(),
+        },
+        Err(_) => Vec::new(),
+    };
+    if json {
+        let out = serde_json::json!({
+            "binary": binary,
+            "version": version,
+            "pid": pid,
+            "serving_after_s": asked.elapsed().as_secs_f64() - uptime_s,
+            "events": took_over,
+        });
+        println!("{out}");
+    } else {
+        println!(
+            "the new mcrd serves (pid {pid}, up {:.2} s after {:.2} s)",
+            uptime_s,
+            asked.elapsed().as_secs_f64()
+        );
+        for line in took_over {
+            println!("  {line}");
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 /// `mcrctl watch`: redraws the stats table (or prints JSON lines) every

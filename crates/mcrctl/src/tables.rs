@@ -179,6 +179,9 @@ pub fn render(r: &Reply) -> String {
             }
         }
         Reply::Store(s) => store_status(&mut o, s),
+        Reply::Restarting { binary, version, pid } => {
+            let _ = writeln!(o, "mcrd (pid {pid}) hands over to {} ({version})", binary.display());
+        }
         Reply::Role(r) => {
             let _ = writeln!(
                 o,

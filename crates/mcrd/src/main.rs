@@ -157,7 +157,13 @@ fn main() -> ExitCode {
         ),
         None => match cli.run.check_config.clone() {
             Some(path) => check_config(&path, &cli.run),
-            None => finish(run(cli.run)),
+            None => {
+                // What the mcrd before left (systemd's file-descriptor
+                // store, or `mcrctl restart`): taken before anything else
+                // opens a descriptor or starts a thread.
+                let inherited = supervisor::handover::Inherited::take();
+                finish(run(cli.run, inherited))
+            }
         },
     }
 }
@@ -217,7 +223,7 @@ fn http_options(a: &RunArgs, f: &config::Settings) -> supervisor::HttpOptions {
     }
 }
 
-fn run(a: RunArgs) -> anyhow::Result<()> {
+fn run(a: RunArgs, inherited: supervisor::handover::Inherited) -> anyhow::Result<()> {
     // The config file: the one named, else the default one if present.
     let config_path = a
         .config
@@ -277,31 +283,34 @@ fn run(a: RunArgs) -> anyhow::Result<()> {
         tracing::info!("config {}: {} rule(s)", p.display(), config.rules.len());
     }
     let http = http_options(&a, f);
-    supervisor::run(supervisor::Options {
-        workers,
-        cpus,
-        control_socket: a
-            .control_socket
-            .or_else(|| f.control_socket.clone())
-            .unwrap_or_else(|| PathBuf::from("/run/mcr/mcrd.sock")),
-        worker_args,
-        http,
-        user: a.user.or_else(|| f.user.clone()),
-        control_group: a.control_group.or_else(|| f.control_group.clone()),
-        control_timeout: std::time::Duration::from_secs(u64::from(
-            a.control_timeout.or(f.control_timeout_s).unwrap_or(60),
-        )),
-        datapath: a.datapath.or(f.datapath).unwrap_or_default(),
-        role: a.role.or(f.role).unwrap_or_default(),
-        // The same shape the workers give their rings (see `worker_args`).
-        ring: mcr_sys::ring::RingConfig {
-            version: worker::ring_version(ring_format),
-            bytes: (ring_mb as usize) << 20,
-            max_frame: 1518,
-            block_timeout_ms,
+    supervisor::run(
+        supervisor::Options {
+            workers,
+            cpus,
+            control_socket: a
+                .control_socket
+                .or_else(|| f.control_socket.clone())
+                .unwrap_or_else(|| PathBuf::from("/run/mcr/mcrd.sock")),
+            worker_args,
+            http,
+            user: a.user.or_else(|| f.user.clone()),
+            control_group: a.control_group.or_else(|| f.control_group.clone()),
+            control_timeout: std::time::Duration::from_secs(u64::from(
+                a.control_timeout.or(f.control_timeout_s).unwrap_or(60),
+            )),
+            datapath: a.datapath.or(f.datapath).unwrap_or_default(),
+            role: a.role.or(f.role).unwrap_or_default(),
+            // The same shape the workers give their rings (see `worker_args`).
+            ring: mcr_sys::ring::RingConfig {
+                version: worker::ring_version(ring_format),
+                bytes: (ring_mb as usize) << 20,
+                max_frame: 1518,
+                block_timeout_ms,
+            },
+            file_settings: config.settings,
+            rules: config.rules,
+            config_path,
         },
-        file_settings: config.settings,
-        rules: config.rules,
-        config_path,
-    })
+        inherited,
+    )
 }

@@ -135,7 +135,7 @@ fn malformed_and_oversized_requests_get_clear_errors() {
         (
             &b"{\"cmd\":\"version\",\"protocol\":99}\n"[..],
             "protocol",
-            "speaks protocol 5",
+            "speaks protocol 6",
         ),
     ] {
         let (v, mut s) = raw(&relay, bytes);

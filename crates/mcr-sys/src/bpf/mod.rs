@@ -26,8 +26,12 @@ const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_MAP_DELETE_ELEM: libc::c_int = 3;
 const BPF_PROG_LOAD: libc::c_int = 5;
 const BPF_PROG_TEST_RUN: libc::c_int = 10;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
 const BPF_PROG_QUERY: libc::c_int = 16;
 const BPF_LINK_CREATE: libc::c_int = 28;
+const BPF_LINK_UPDATE: libc::c_int = 29;
+/// `BPF_LINK_TYPE_TCX` (linux/bpf.h from 6.6; older headers lack it).
+const BPF_LINK_TYPE_TCX: u32 = 11;
 const BPF_PROG_TYPE_SOCKET_FILTER: u32 = 1;
 const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
 const BPF_TCX_INGRESS: u32 = 46;
@@ -374,7 +378,9 @@ impl Program {
             ..Default::default()
         };
         let fd = owned(sys_bpf(BPF_LINK_CREATE, &mut attr)?)?;
-        Ok(Link { _fd: fd, ifindex })
+        let mut info = LinkInfo::default();
+        let id = info_by_fd(fd.as_fd(), &mut info).map_or(0, |()| info.id);
+        Ok(Link { fd, ifindex, id })
     }
 
     /// Makes this socket filter the filter of `sock` (`SO_ATTACH_BPF`),
@@ -446,6 +452,13 @@ impl AsFd for Program {
 /// How many programs are attached to the tc ingress hook (tcx) of
 /// `ifindex`, by this process or any other.
 pub fn tcx_ingress_programs(ifindex: u32) -> io::Result<u32> {
+    Ok(crate::conv::u32_len(tcx_ingress(ifindex)?.len()))
+}
+
+/// The programs attached to the tc ingress hook (tcx) of `ifindex`, by
+/// this process or any other, in the order they run (at most 64): each
+/// program's id and its link's.
+pub fn tcx_ingress(ifindex: u32) -> io::Result<Vec<LinkIds>> {
     #[repr(C)]
     #[derive(Default)]
     struct QueryAttr {
@@ -461,13 +474,24 @@ pub fn tcx_ingress_programs(ifindex: u32) -> io::Result<u32> {
         link_attach_flags: u64,
         revision: u64,
     }
+    let mut progs = [0u32; 64];
+    let mut links = [0u32; 64];
     let mut attr = QueryAttr {
         target_ifindex: ifindex,
         attach_type: BPF_TCX_INGRESS,
+        prog_ids: progs.as_mut_ptr() as u64,
+        prog_cnt: crate::conv::u32_len(progs.len()),
+        link_ids: links.as_mut_ptr() as u64,
         ..Default::default()
     };
     sys_bpf(BPF_PROG_QUERY, &mut attr)?;
-    Ok(attr.prog_cnt)
+    let n = (attr.prog_cnt as usize).min(progs.len());
+    Ok((0..n)
+        .map(|i| LinkIds {
+            link: links[i],
+            program: progs[i],
+        })
+        .collect())
 }
 
 /// Attaches the BPF socket filter program `prog` to `sock`.
@@ -476,18 +500,127 @@ pub fn attach_socket_filter(sock: BorrowedFd<'_>, prog: BorrowedFd<'_>) -> io::R
     crate::sockopt::set_raw(sock, libc::SOL_SOCKET, libc::SO_ATTACH_BPF, &raw)
 }
 
-/// A program attached to an interface; dropping it detaches the program.
+/// A program attached to an interface; dropping it detaches the program,
+/// unless another process holds a copy of its descriptor (as systemd's
+/// file-descriptor store or the next mcrd does across a restart).
 #[derive(Debug)]
 pub struct Link {
-    /// Held, never read: the attachment lasts as long as the descriptor.
-    _fd: OwnedFd,
+    /// The attachment lasts as long as a descriptor of it does.
+    fd: OwnedFd,
     ifindex: u32,
+    /// The kernel's id of the link (0 if it could not be read).
+    id: u32,
+}
+
+/// `struct bpf_link_info` as far as a tcx link fills it: the union of
+/// per-type fields starts at offset 16 (it holds 8-byte members).
+#[repr(C)]
+#[derive(Default)]
+struct LinkInfo {
+    link_type: u32,
+    id: u32,
+    prog_id: u32,
+    pad: u32,
+    tcx_ifindex: u32,
+    tcx_attach_type: u32,
+    rest: [u64; 6],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct InfoAttr {
+    bpf_fd: u32,
+    info_len: u32,
+    info: u64,
+}
+
+/// Fills `info` (a `#[repr(C)]` struct of plain integers, zeroed) with
+/// what `BPF_OBJ_GET_INFO_BY_FD` says of the object behind `fd`.
+fn info_by_fd<T>(fd: BorrowedFd<'_>, info: &mut T) -> io::Result<()> {
+    let mut attr = InfoAttr {
+        bpf_fd: crate::conv::fd_u32(fd.as_raw_fd()),
+        info_len: crate::conv::u32_len(std::mem::size_of::<T>()),
+        info: std::ptr::from_mut(info) as u64,
+    };
+    sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr).map(|_| ())
+}
+
+/// The kernel's ids of a link and of the program it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkIds {
+    /// The link's.
+    pub link: u32,
+    /// Its program's.
+    pub program: u32,
 }
 
 impl Link {
     /// The interface it is attached to.
     pub fn ifindex(&self) -> u32 {
         self.ifindex
+    }
+
+    /// The kernel's id of the link: two descriptors of one link have the
+    /// same.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Takes a link another process made (handed over by systemd's
+    /// file-descriptor store or a previous mcrd): it must be a tcx ingress
+    /// link; says what it is otherwise.
+    pub fn adopt(fd: OwnedFd) -> io::Result<Link> {
+        let mut info = LinkInfo::default();
+        info_by_fd(fd.as_fd(), &mut info)?;
+        if info.link_type != BPF_LINK_TYPE_TCX || info.tcx_attach_type != BPF_TCX_INGRESS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "not a tc ingress link (link type {}, attach type {})",
+                    info.link_type, info.tcx_attach_type
+                ),
+            ));
+        }
+        Ok(Link {
+            fd,
+            ifindex: info.tcx_ifindex,
+            id: info.id,
+        })
+    }
+
+    /// The ids of the link and of the program it runs now.
+    pub fn ids(&self) -> io::Result<LinkIds> {
+        let mut info = LinkInfo::default();
+        info_by_fd(self.fd.as_fd(), &mut info)?;
+        Ok(LinkIds {
+            link: info.id,
+            program: info.prog_id,
+        })
+    }
+
+    /// Makes the link run `program` instead, atomically: every frame meets
+    /// either the program before or `program`, never neither.
+    pub fn update(&self, program: &Program) -> io::Result<()> {
+        #[repr(C)]
+        #[derive(Default)]
+        struct LinkUpdateAttr {
+            link_fd: u32,
+            new_prog_fd: u32,
+            flags: u32,
+            old_prog_fd: u32,
+        }
+        let mut attr = LinkUpdateAttr {
+            link_fd: crate::conv::fd_u32(self.fd.as_raw_fd()),
+            new_prog_fd: crate::conv::fd_u32(program.fd.as_raw_fd()),
+            ..Default::default()
+        };
+        sys_bpf(BPF_LINK_UPDATE, &mut attr).map(|_| ())
+    }
+}
+
+impl AsFd for Link {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }
 

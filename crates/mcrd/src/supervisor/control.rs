@@ -100,6 +100,19 @@ pub fn listen(path: &Path) -> Result<UnixListener, ListenError> {
     Ok(l)
 }
 
+/// Serves on the control socket the mcrd before listened on (handed
+/// over by `mcrctl restart`): clients that connected meanwhile wait in its
+/// backlog.
+pub fn adopt(fd: std::os::fd::OwnedFd) -> Result<UnixListener, ListenError> {
+    let io = |source| ListenError::Io {
+        path: PathBuf::from("(the control socket handed over)"),
+        source,
+    };
+    let l = std::os::unix::net::UnixListener::from(fd);
+    l.set_nonblocking(true).map_err(io)?;
+    UnixListener::from_std(l).map_err(io)
+}
+
 /// Accepts clients forever, each in its own task. A client that sends no
 /// complete request, or does not read a response, for `timeout` is
 /// disconnected.

@@ -5,9 +5,15 @@
 //! forwarded by the kernel or by a worker, never both.
 //!
 //! Every attachment is a tcx link held by this process: when the rules of
-//! an interface go, the link is closed; when mcrd exits, or is killed, the
-//! kernel closes it and the program is gone from the interface, so a dead
-//! relay never keeps dropping the traffic it used to forward.
+//! an interface go, the link is closed. Under systemd a copy of each link
+//! sits in the service's file-descriptor store, so the program forwards on
+//! across a restart or a crash of mcrd, with the table it had; the next
+//! mcrd takes the links over ([`Datapath::adopt`]) and switches them to its
+//! own program once its maps hold its whole table. When the service
+//! stops, systemd closes the copies and the program is gone from the
+//! interface, so a stopped relay never keeps forwarding or dropping the
+//! traffic it used to carry. Without systemd, a killed mcrd takes its
+//! links with it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -24,6 +30,9 @@ use mcr_sys::bpf::{Link, MappedCounters};
 pub struct Datapath {
     // Field order: links close (programs detach) before the object goes.
     links: BTreeMap<u32, Link>,
+    /// Links the mcrd before left, still running its program with its
+    /// maps, until the next reconcile switches them to this one's.
+    adopted: BTreeMap<u32, Link>,
     loaded: Loaded,
     maps: Maps,
     fast: FastTable,
@@ -41,11 +50,39 @@ impl Datapath {
         let loaded = Loaded::load(u32::try_from(layout.datapath_len())?, OUTPUT_ENTRIES)?;
         Ok(Datapath {
             links: BTreeMap::new(),
+            adopted: BTreeMap::new(),
             loaded,
             maps: Maps::new(OUTPUT_ENTRIES),
             fast: FastTable::default(),
             refused: BTreeMap::new(),
         })
+    }
+
+    /// Takes over the links the mcrd before left (each until the next
+    /// [`Datapath::reconcile`], which switches those its rules still need
+    /// to this program and closes the rest). Returns what could not be
+    /// taken, and why.
+    pub fn adopt(&mut self, links: Vec<(String, std::os::fd::OwnedFd)>) -> Vec<String> {
+        let mut refused = Vec::new();
+        for (name, fd) in links {
+            match Link::adopt(fd) {
+                Ok(link) => {
+                    if let Some(old) = self.adopted.insert(link.ifindex(), link) {
+                        refused.push(format!("`{name}`: a second link on interface #{}", old.ifindex()));
+                    }
+                }
+                Err(e) => refused.push(format!("`{name}`: {e}")),
+            }
+        }
+        refused
+    }
+
+    /// The links, to keep in systemd's store: name, id, descriptor.
+    pub fn held(&self) -> impl Iterator<Item = super::handover::Held<'_>> {
+        self.links
+            .values()
+            .chain(self.adopted.values())
+            .map(|l| (format!("tcx-{}", l.ifindex()), u64::from(l.id()), l.as_fd()))
     }
 
     /// The workers' ring filter.
@@ -70,9 +107,10 @@ impl Datapath {
         // A link to an interface that is gone was closed by the kernel; one
         // that comes back (under a new index) gets a new one.
         self.links.retain(|i, _| ifs.by_index(*i).is_some());
+        self.adopted.retain(|i, _| ifs.by_index(*i).is_some());
         let wanted = FastTable::wanted_interfaces(table, layout);
         for &ifindex in &wanted {
-            if self.links.contains_key(&ifindex) {
+            if self.links.contains_key(&ifindex) || self.adopted.contains_key(&ifindex) {
                 continue;
             }
             // An interface the program could not be attached to is tried
@@ -96,13 +134,18 @@ impl Datapath {
                 }
             }
         }
-        let next = FastTable::compile(table, layout, |i| self.links.contains_key(&i));
+        let next = FastTable::compile(table, layout, |i| {
+            self.links.contains_key(&i) || self.adopted.contains_key(&i)
+        });
         match self.maps.plan(&next) {
             Ok(plan) => {
-                if let Err(e) = self.loaded.write(&plan) {
-                    let why = format!("kernel data path: writing its maps: {e}");
-                    tracing::error!("{why}");
-                    problems.push(why);
+                match self.loaded.write(&plan) {
+                    Ok(()) => self.take_over(&wanted, ifs, &mut problems),
+                    Err(e) => {
+                        let why = format!("kernel data path: writing its maps: {e}");
+                        tracing::error!("{why}");
+                        problems.push(why);
+                    }
                 }
                 self.fast = next;
             }
@@ -117,6 +160,41 @@ impl Datapath {
         self.links.retain(|i, _| wanted.contains(i));
         self.refused.retain(|i, _| wanted.contains(i));
         problems
+    }
+
+    /// Switches the adopted links that `wanted` still needs to this
+    /// program, now that its maps hold the whole table: each in one step,
+    /// so every frame meets one program or the other with a whole table.
+    /// The rest are closed (their program detaches).
+    fn take_over(&mut self, wanted: &BTreeSet<u32>, ifs: &Interfaces, problems: &mut Vec<String>) {
+        for (ifindex, link) in std::mem::take(&mut self.adopted) {
+            if !wanted.contains(&ifindex) {
+                tracing::info!(
+                    "kernel data path: no rule of this mcrd on `{}`; the inherited program is detached",
+                    name_of(ifs, ifindex)
+                );
+                continue;
+            }
+            match link.update(self.loaded.ingress()) {
+                Ok(()) => {
+                    self.links.insert(ifindex, link);
+                }
+                Err(e) => {
+                    // Attach anew; the old program goes with its link.
+                    let why = format!(
+                        "kernel data path on `{}`: switching the inherited link to this program: {e}; attached anew",
+                        name_of(ifs, ifindex)
+                    );
+                    tracing::warn!("{why}");
+                    match self.loaded.ingress().attach_tcx_ingress(ifindex) {
+                        Ok(fresh) => {
+                            self.links.insert(ifindex, fresh);
+                        }
+                        Err(e) => problems.push(format!("{why} failed too: {e}")),
+                    }
+                }
+            }
+        }
     }
 
     /// Why the kernel does not carry the rule in `slot` (None: it does).

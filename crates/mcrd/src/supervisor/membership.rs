@@ -67,6 +67,11 @@ impl Memberships {
             .map_err(|e| e.to_string())
     }
 
+    /// The sockets holding memberships, to keep in systemd's store.
+    pub fn held(&self) -> impl Iterator<Item = super::handover::Held<'_>> {
+        self.sockets.fds().map(|fd| super::handover::socket("join", fd))
+    }
+
     /// Leaves `key` (its last user went).
     pub fn leave(&mut self, key: JoinKey) {
         if let Some(j) = self.joins.remove(&key)

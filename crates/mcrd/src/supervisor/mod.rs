@@ -13,6 +13,7 @@ mod control;
 mod datapath;
 pub mod etcd;
 mod fanout;
+pub mod handover;
 mod http;
 mod journal;
 mod links;
@@ -20,11 +21,13 @@ mod membership;
 mod notify;
 mod ports;
 mod privilege;
+mod restart;
 mod role;
 mod stats;
 mod store_cache;
 mod workers;
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -113,25 +116,40 @@ struct Supervisor {
     journal: journal::Journal,
     /// Active or standby.
     role: role::RoleKeeper,
+    /// systemd's file-descriptor store, kept equal to what outlives this
+    /// process.
+    fdstore: handover::FdStore,
+    /// The membership sockets of the mcrd before, held until this one
+    /// holds every membership itself.
+    held_over: Vec<std::os::fd::OwnedFd>,
+    /// `mcrctl restart` asked for this program, once the answer is out.
+    restart: Option<PathBuf>,
 }
 
 /// How long a start waits for every worker to run the initial table
 /// before serving anyway.
 const WORKERS_READY_LIMIT: Duration = Duration::from_secs(10);
 
-/// Runs the daemon until SIGTERM or SIGINT.
-pub fn run(opts: Options) -> anyhow::Result<()> {
+/// Runs the daemon until SIGTERM or SIGINT, taking over what the mcrd
+/// before it left (`inherited`).
+pub fn run(opts: Options, inherited: handover::Inherited) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("start the runtime")?;
-    rt.block_on(run_async(opts))
+    rt.block_on(run_async(opts, inherited))
 }
 
-async fn run_async(mut opts: Options) -> anyhow::Result<()> {
+async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> anyhow::Result<()> {
     let layout = StatsLayout::new(opts.workers);
     let counters = SharedCounters::create("mcrd-stats", layout.len()).context("create the statistics memory")?;
-    let (kernel, kernel_missing) = match opts.datapath {
+    // The control socket first: a second mcrd beside a running one stops
+    // here, before it loads or touches anything.
+    let listener = match inherited.control.take() {
+        Some(fd) => control::adopt(fd)?,
+        None => control::listen(&opts.control_socket)?,
+    };
+    let (mut kernel, kernel_missing) = match opts.datapath {
         Datapath::Packet => (None, None),
         Datapath::Ebpf => match datapath::Datapath::load(&layout) {
             Ok(d) => (Some(d), None),
@@ -142,7 +160,14 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
             }
         },
     };
-    let listener = control::listen(&opts.control_socket)?;
+    let took_over = inherited.summary();
+    let mut refused = match &mut kernel {
+        Some(k) => k.adopt(std::mem::take(&mut inherited.links)),
+        None => std::mem::take(&mut inherited.links)
+            .into_iter()
+            .map(|(name, _)| format!("`{name}`: this mcrd runs without the eBPF data path, so it is detached"))
+            .collect(),
+    };
     let exe = std::env::current_exe().context("find this executable to start workers")?;
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let (table_tx, _) = watch::channel(Arc::new(Vec::new()));
@@ -173,7 +198,23 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
         ring: opts.ring,
         journal: journal::Journal::default(),
         role: role::RoleKeeper::new(opts.role),
+        fdstore: handover::FdStore::new(&inherited.names),
+        held_over: std::mem::take(&mut inherited.joins),
+        restart: None,
     };
+    refused.extend(sup.ports.adopt(std::mem::take(&mut inherited.ports)));
+    if let Some(e) = &inherited.error {
+        sup.journal.note(
+            Level::Warn,
+            format!("restart: could not take what the mcrd before left: {e}"),
+        );
+    }
+    if let Some(s) = took_over {
+        sup.journal.note(Level::Info, s);
+    }
+    for why in refused {
+        sup.journal.note(Level::Warn, format!("restart: not taken over: {why}"));
+    }
     // Before any worker starts, and before the eBPF program sees a rule.
     sup.stats
         .set_standby(sup.counts(), opts.role == mcr_core::config::Role::Standby);
@@ -221,10 +262,25 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
     // attached: a frame that arrives before that reaches no ring. Clients
     // that connect meanwhile wait in the socket's backlog.
     sup.wait_for_workers(&mut events_rx).await;
+    // Every membership and port is held by this process now: let go of
+    // what the mcrd before held.
+    if inherited.source.is_some() {
+        let joins = std::mem::take(&mut sup.held_over).len();
+        let ports = sup.ports.drop_adopted();
+        tracing::info!(
+            "restart: this mcrd holds every membership and port itself; let go {joins} membership socket(s) and {ports} unclaimed port socket(s) of the mcrd before"
+        );
+    }
+    sup.keep_store();
     let (calls_tx, mut calls_rx) = mpsc::channel::<control::Call>(64);
     if let Some(server) = http {
         server.spawn(calls_tx.clone()).context("start the HTTP server")?;
     }
+    // A copy of the control socket, for the program `mcrctl restart` runs.
+    let control_copy = listener
+        .as_fd()
+        .try_clone_to_owned()
+        .context("keep the control socket")?;
     tokio::spawn(control::serve(listener, calls_tx, opts.control_timeout, access));
     tracing::info!(
         "mcrd {} running: {} worker(s) on CPU {:?}, control socket {}",
@@ -257,7 +313,12 @@ async fn run_async(mut opts: Options) -> anyhow::Result<()> {
     loop {
         tokio::select! {
             Some(u) = store_rx.recv() => sup.step(Event::Store { update: u.into(), interfaces: interfaces() }),
-            Some((req, reply_to)) = calls_rx.recv() => sup.handle(req, reply_to),
+            Some((req, reply_to)) = calls_rx.recv() => {
+                sup.handle(req, reply_to);
+                if sup.restart.is_some() {
+                    sup.restart_in_place(control_copy.as_fd(), &mut events_rx).await;
+                }
+            }
             Some(ev) = events_rx.recv() => sup.on_worker(ev),
             Some(()) = links_rx.recv() => sup.step(Event::Interfaces(interfaces())),
             _ = tick.tick() => {
@@ -326,8 +387,32 @@ impl Supervisor {
         self.carry_out(effects);
     }
 
+    /// Keeps systemd's file-descriptor store equal to what must outlive
+    /// this process: the eBPF links, the membership and port sockets.
+    fn keep_store(&mut self) {
+        let held_over = self.held_over.iter().map(|fd| handover::socket("join", fd.as_fd()));
+        let held: Vec<handover::Held<'_>> = (self.kernel.iter().flat_map(datapath::Datapath::held))
+            .chain(self.members.held())
+            .chain(self.ports.held())
+            .chain(held_over)
+            .collect();
+        for why in self.fdstore.sync(held) {
+            self.journal.note(Level::Warn, why);
+        }
+    }
+
     /// Carries out what the plane says, in order.
     fn carry_out(&mut self, effects: Vec<Effect<ReplyTo>>) {
+        let holds = effects
+            .iter()
+            .any(|e| matches!(e, Effect::Host { .. } | Effect::Publish(_) | Effect::RetryPorts));
+        self.carry_out_each(effects);
+        if holds {
+            self.keep_store();
+        }
+    }
+
+    fn carry_out_each(&mut self, effects: Vec<Effect<ReplyTo>>) {
         for effect in effects {
             match effect {
                 Effect::Host { action, rule } => self.hold(action, rule.as_deref()),
@@ -581,6 +666,7 @@ impl Supervisor {
             },
             Request::History {} => Reply::History(self.stats.history()),
             Request::Role { set } => self.role(set),
+            Request::Restart { binary } => self.ask_restart(binary),
             Request::Store {} => match self.plane.store_status(Instant::now()) {
                 Some(s) => Reply::Store(s),
                 None => Reply::Error {

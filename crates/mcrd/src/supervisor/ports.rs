@@ -26,6 +26,10 @@ struct Hold {
 #[derive(Default)]
 pub struct Ports {
     holds: HashMap<SocketAddr, Hold>,
+    /// Sockets the mcrd before held, by address, until a rule of this one
+    /// needs the port (then it is held on) or the start is over (then it
+    /// is let go).
+    adopted: HashMap<SocketAddr, Socket>,
 }
 
 impl std::fmt::Debug for Ports {
@@ -53,6 +57,38 @@ fn hold(addr: SocketAddr) -> Result<Option<Socket>, String> {
 }
 
 impl Ports {
+    /// Takes the port sockets the mcrd before held (see `adopted`).
+    /// Returns what could not be taken.
+    pub fn adopt(&mut self, fds: Vec<std::os::fd::OwnedFd>) -> Vec<String> {
+        let mut refused = Vec::new();
+        for fd in fds {
+            let s = Socket::from(fd);
+            match s.local_addr().map(|a| a.as_socket()) {
+                Ok(Some(addr)) => {
+                    self.adopted.insert(addr, s);
+                }
+                Ok(None) => refused.push("a port socket of no IP family".to_string()),
+                Err(e) => refused.push(format!("a port socket: {e}")),
+            }
+        }
+        refused
+    }
+
+    /// Lets go the adopted sockets no rule took: their ports are free.
+    pub fn drop_adopted(&mut self) -> usize {
+        let n = self.adopted.len();
+        self.adopted.clear();
+        n
+    }
+
+    /// The sockets holding ports, to keep in systemd's store.
+    pub fn held(&self) -> impl Iterator<Item = super::handover::Held<'_>> {
+        let holds = self.holds.values().filter_map(|h| h.held.as_ref().ok()?.as_ref());
+        holds
+            .chain(self.adopted.values())
+            .map(|s| super::handover::socket("port", s.as_fd()))
+    }
+
     /// Makes sure `addr` is held (or tries again if it could not be).
     /// Returns why it cannot be, if it cannot (the kernel will then answer
     /// senders with ICMP port unreachable). Who needs it is counted by
@@ -62,7 +98,10 @@ impl Ports {
             held: Err(String::new()),
         });
         if h.held.is_err() {
-            h.held = hold(addr);
+            h.held = match self.adopted.remove(&addr) {
+                Some(s) => Ok(Some(s)),
+                None => hold(addr),
+            };
         }
         self.problem(addr)
     }

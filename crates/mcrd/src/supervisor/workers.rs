@@ -322,6 +322,13 @@ impl WorkerSlot {
         self.cpu_before_s + self.cpu_now.map_or(0.0, |(_, s)| s)
     }
 
+    /// Kills the running process (SIGKILL), if any.
+    pub fn kill(&self) {
+        if let Some(p) = self.pid.and_then(|p| mcr_sys::process::PidFd::open(p).ok()) {
+            let _ = p.signal(mcr_sys::process::Signal::Kill);
+        }
+    }
+
     /// Asks the worker to finish and exit.
     pub fn ask_to_stop(&mut self) {
         if let Some(s) = self.stop.take() {

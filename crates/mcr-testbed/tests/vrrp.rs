@@ -85,6 +85,7 @@ impl Pair {
             notify_script: vrrp::notify_script(),
             control_socket: self.socket(ns),
             script_user: "root".into(),
+            synced: None,
         }
     }
 

@@ -46,6 +46,29 @@ pub struct VrrpConfig {
     /// The user that keepalived runs the notify script as (and that owns
     /// the fifo): `mcr` on a relay, `root` in a test.
     pub script_user: String,
+    /// A second instance, on another link, synchronised with the first:
+    /// `None` for one instance.
+    pub synced: Option<SyncedInstance>,
+}
+
+/// A second VRRP instance with adverts on a link of its own (the relay's
+/// other network), in one `vrrp_sync_group` with the first: either
+/// instance failing (its link down) fails both, and the one whose link
+/// still works tells the peer at once (an advert of priority 0), whichever
+/// link went down.
+///
+/// The sync group takes [`VrrpConfig::instance`]'s name and the notify
+/// script follows it (`--group`); the two instances are named after it and
+/// their interfaces (`MCR_eth0`). The second has the first's priority,
+/// advert interval and tracked process and script.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyncedInstance {
+    /// The link its adverts go out and come in on (with an IPv4 address).
+    pub interface: String,
+    /// Its `virtual_router_id`, unique among the VRRP routers of that link.
+    pub vrid: u8,
+    /// Its `virtual_ipaddress` (CIDR), in that link's subnet.
+    pub virtual_ip: String,
 }
 
 impl VrrpConfig {
@@ -65,6 +88,7 @@ impl VrrpConfig {
             notify_script: "/usr/libexec/mcr/mcr-vrrp-notify".into(),
             control_socket: "/run/mcr/mcrd.sock".into(),
             script_user: "mcr".into(),
+            synced: None,
         }
     }
 
@@ -84,8 +108,9 @@ impl VrrpConfig {
         line("    enable_script_security");
         line(&format!("    vrrp_notify_fifo {} {}", fifo.display(), self.script_user));
         line(&format!(
-            "    vrrp_notify_fifo_script \"{} --instance {} --socket {}\"",
+            "    vrrp_notify_fifo_script \"{} --{} {} --socket {}\"",
             self.notify_script.display(),
+            if self.synced.is_some() { "group" } else { "instance" },
             self.instance,
             self.control_socket.display()
         ));
@@ -105,16 +130,65 @@ impl VrrpConfig {
             line("    rise 1");
             line("}");
         }
-        line(&format!("vrrp_instance {} {{", self.instance));
+        match &self.synced {
+            None => self.instance_block(
+                &mut line,
+                &self.instance,
+                &self.interface,
+                self.vrid,
+                &self.track_interfaces,
+                &self.virtual_ip,
+            ),
+            Some(other) => {
+                let name = |interface: &str| format!("{}_{interface}", self.instance);
+                line(&format!("vrrp_sync_group {} {{", self.instance));
+                line("    group {");
+                line(&format!("        {}", name(&self.interface)));
+                line(&format!("        {}", name(&other.interface)));
+                line("    }");
+                line("}");
+                self.instance_block(
+                    &mut line,
+                    &name(&self.interface),
+                    &self.interface,
+                    self.vrid,
+                    &self.track_interfaces,
+                    &self.virtual_ip,
+                );
+                self.instance_block(
+                    &mut line,
+                    &name(&other.interface),
+                    &other.interface,
+                    other.vrid,
+                    &[],
+                    &other.virtual_ip,
+                );
+            }
+        }
+        s
+    }
+
+    /// One `vrrp_instance` block, with this configuration's priority,
+    /// interval and tracked process and script.
+    fn instance_block(
+        &self,
+        line: &mut impl FnMut(&str),
+        name: &str,
+        interface: &str,
+        vrid: u8,
+        track_interfaces: &[String],
+        virtual_ip: &str,
+    ) {
+        line(&format!("vrrp_instance {name} {{"));
         line("    state BACKUP");
         line("    nopreempt");
-        line(&format!("    interface {}", self.interface));
-        line(&format!("    virtual_router_id {}", self.vrid));
+        line(&format!("    interface {interface}"));
+        line(&format!("    virtual_router_id {vrid}"));
         line(&format!("    priority {}", self.priority));
         line(&format!("    advert_int {}", seconds(self.advert_int_s)));
-        if !self.track_interfaces.is_empty() {
+        if !track_interfaces.is_empty() {
             line("    track_interface {");
-            for i in &self.track_interfaces {
+            for i in track_interfaces {
                 line(&format!("        {i}"));
             }
             line("    }");
@@ -130,10 +204,9 @@ impl VrrpConfig {
             line("    }");
         }
         line("    virtual_ipaddress {");
-        line(&format!("        {}", self.virtual_ip));
+        line(&format!("        {virtual_ip}"));
         line("    }");
         line("}");
-        s
     }
 }
 
@@ -175,6 +248,38 @@ mod tests {
         assert_eq!(seconds(1.0), "1");
         assert_eq!(seconds(0.25), "0.25");
         assert_eq!(seconds(2.5), "2.5");
+    }
+
+    #[test]
+    fn a_synced_config_has_one_instance_per_link_in_a_group_the_script_follows() {
+        let c = VrrpConfig {
+            track_interfaces: vec![],
+            synced: Some(SyncedInstance {
+                interface: "eth1".into(),
+                vrid: 52,
+                virtual_ip: "198.51.100.10/24".into(),
+            }),
+            ..VrrpConfig::example()
+        };
+        let d = directives(&c.render(Path::new(VrrpConfig::EXAMPLE_FIFO)));
+        let at = |l: &str| {
+            d.iter()
+                .position(|x| x == l)
+                .unwrap_or_else(|| panic!("no `{l}` in {d:#?}"))
+        };
+        assert!(
+            d.iter()
+                .any(|l| l.ends_with("--group MCR --socket /run/mcr/mcrd.sock\"")),
+            "{d:#?}"
+        );
+        let group = at("vrrp_sync_group MCR {");
+        assert_eq!(d[group + 1..group + 5], ["group {", "MCR_eth0", "MCR_eth1", "}"]);
+        let (first, second) = (at("vrrp_instance MCR_eth0 {"), at("vrrp_instance MCR_eth1 {"));
+        assert!(group < first && first < second, "{d:#?}");
+        assert_eq!(d[second + 3..second + 5], ["interface eth1", "virtual_router_id 52"]);
+        assert_eq!(d.iter().filter(|l| *l == "track_process {").count(), 2, "{d:#?}");
+        assert!(!d.iter().any(|l| l == "track_interface {"), "{d:#?}");
+        assert!(d.iter().any(|l| l == "198.51.100.10/24"), "{d:#?}");
     }
 
     #[test]

@@ -12,7 +12,7 @@ mod keepalived;
 
 use std::path::PathBuf;
 
-pub use config::{VrrpConfig, directives};
+pub use config::{SyncedInstance, VrrpConfig, directives};
 pub use keepalived::{Keepalived, Transition};
 
 /// The repository's notify fifo script, `packaging/keepalived/mcr-vrrp-notify`.

@@ -31,7 +31,7 @@ fn tcx_programs(ns: &str, ifname: &str) -> Vec<mcr_sys::bpf::LinkIds> {
 /// mcrd with three rules from a config file (a restart takes the file's
 /// rules, as a start does): veth1:239.1.1.N:500N -> veth2:239.10.1.N:600N.
 fn start_with_three(c: &Chain, dir: &TempDir, args: &[&str]) -> Relay {
-    let mut toml = String::from("[daemon]\nworkers = 1\n");
+    let mut toml = String::new();
     for i in 1..=3 {
         toml.push_str(&format!(
             "\n[[rule]]\nname = \"feed-{i}\"\ninput = \"veth1:239.1.1.{i}:{}\"\noutputs = [\"veth2:239.10.1.{i}:{}\"]\n",
@@ -46,17 +46,18 @@ fn start_with_three(c: &Chain, dir: &TempDir, args: &[&str]) -> Relay {
 }
 
 /// `mcrctl restart` ten times while three streams of 3,000 packets a
-/// second flow on the eBPF data path: not one packet lost, duplicated,
-/// reordered or corrupted. The daemon keeps its PID and its rules; each
-/// restart replaces the program on the input interface in place (one
-/// program there throughout, a new one after each restart, on the same
-/// link), and the new process says what it took over.
-#[test]
-fn mcrctl_restart_loses_nothing_on_the_ebpf_data_path() {
+/// second flow: not one packet lost, duplicated, reordered or corrupted.
+/// The daemon keeps its PID and its rules, and the new process says what
+/// it took over. With the eBPF data path (`ebpf`), each restart replaces
+/// the program on the input interface in place (one program there
+/// throughout, a new one after each restart, on the same link); on the
+/// workers' path, the frames that arrive while no worker reads wait in the
+/// rings, which the new workers read on.
+fn restarts_lose_nothing(tag: &str, args: &[&str], ebpf: bool) {
     let _lock = traffic_lock().expect("lock");
-    let c = Chain::new("restart-ebpf").expect("chain");
-    let dir = TempDir::new("restart-ebpf").expect("dir");
-    let relay = start_with_three(&c, &dir, &[]);
+    let c = Chain::new(tag).expect("chain");
+    let dir = TempDir::new(tag).expect("dir");
+    let relay = start_with_three(&c, &dir, args);
     // Enough packets for every restart on a busy machine (about 1 s
     // each); the sender must still run after the last.
     const EACH: u64 = 30 * RATE_EACH_PPS;
@@ -65,35 +66,52 @@ fn mcrctl_restart_loses_nothing_on_the_ebpf_data_path() {
     // The stream is under way before the first restart.
     std::thread::sleep(Duration::from_millis(500));
     let list_before = relay.ctl_ok(&["list"]).expect("list");
+    let pid = relay.pid();
     let mut programs = vec![tcx_programs(c.relay.name(), Chain::RELAY_IN_IF)];
-    assert_eq!(programs[0].len(), 1, "one program on the input: {programs:?}");
+    assert_eq!(
+        programs[0].len(),
+        usize::from(ebpf),
+        "the programs on the input: {programs:?}"
+    );
+    let took_over = if ebpf {
+        "1 eBPF attachment(s), 1 membership socket(s), 0 port socket(s)"
+    } else {
+        "0 eBPF attachment(s), 1 membership socket(s), 0 port socket(s)"
+    };
     for round in 1..=RESTARTS {
         let out = relay
             .ctl_ok(&["restart"])
             .unwrap_or_else(|e| panic!("restart {round}: {e}\n{}", relay.log()));
         assert!(out.contains("the new mcrd serves"), "{out}");
-        // Three groups on one socket (20 fit on one).
+        // Three groups on one socket (20 fit on one); each worker's ring.
         assert!(
-            out.contains(
-                "restart: took over from the mcrd before (mcrctl restart): 1 eBPF attachment(s), 1 membership socket(s), 0 port socket(s)"
-            ),
+            out.contains(&format!(
+                "restart: took over from the mcrd before (mcrctl restart): {took_over}"
+            )),
             "restart {round}: {out}\n{}",
             relay.log()
         );
-        let now = tcx_programs(c.relay.name(), Chain::RELAY_IN_IF);
-        assert_eq!(now.len(), 1, "restart {round}: one program on the input: {now:?}");
-        let before = programs.last().expect("a program before")[0];
-        assert_eq!(now[0].link, before.link, "restart {round}: the same link, taken over");
-        assert_ne!(
-            now[0].program, before.program,
-            "restart {round}: the new process's program"
+        assert!(
+            !out.contains(", 0 receive ring(s)"),
+            "restart {round}: the rings were taken over: {out}"
         );
+        let now = tcx_programs(c.relay.name(), Chain::RELAY_IN_IF);
+        assert_eq!(now.len(), usize::from(ebpf), "restart {round}: {now:?}");
+        if ebpf {
+            let before = programs.last().expect("a program before")[0];
+            assert_eq!(now[0].link, before.link, "restart {round}: the same link, taken over");
+            assert_ne!(
+                now[0].program, before.program,
+                "restart {round}: the new process's program"
+            );
+        }
         programs.push(now);
     }
     assert!(
         !sender.is_finished(),
         "the streams ended before the last restart: make them longer"
     );
+    assert_eq!(relay.pid(), pid, "the same process");
     assert_eq!(relay.ctl_ok(&["list"]).expect("list"), list_before, "the same rules");
     assert_eq!(sender.join().expect("sender").expect("send").packets, 3 * EACH);
     let got = rx.finish(MINUTES).expect("recv done");
@@ -108,8 +126,18 @@ fn mcrctl_restart_loses_nothing_on_the_ebpf_data_path() {
     let log = relay.log();
     assert_eq!(log.matches("restart: handing over to").count(), RESTARTS, "{log}");
     relay.stop().expect("stopped");
-    // Stopped (not restarted): the program is gone from the interface.
+    // Stopped (not restarted): no program is left on the interface.
     assert!(tcx_programs(c.relay.name(), Chain::RELAY_IN_IF).is_empty());
+}
+
+#[test]
+fn mcrctl_restart_loses_nothing_on_the_ebpf_data_path() {
+    restarts_lose_nothing("restart-ebpf", &[], true);
+}
+
+#[test]
+fn mcrctl_restart_loses_nothing_on_the_workers_path() {
+    restarts_lose_nothing("restart-workers", &["--datapath", "packet", "--workers", "2"], false);
 }
 
 /// A program that is not an mcrd, or a relative path, is refused before

@@ -375,21 +375,7 @@ impl RxRing {
 
     /// The id of the fanout group the socket is in, if any.
     pub fn fanout_id(&self) -> io::Result<Option<u16>> {
-        let mut v: u32 = 0;
-        let mut len = crate::conv::socklen_of::<u32>();
-        // SAFETY: `v` has `len` writable bytes.
-        crate::check(unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_FANOUT,
-                (&raw mut v).cast(),
-                &mut len,
-            )
-        })?;
-        // The id in the low 16 bits, the mode and flags above (never all 0
-        // for MCR's groups, which set a flag); 0 when in no group.
-        Ok((v != 0).then_some((v & 0xffff) as u16))
+        fanout_id_of(self.fd.as_fd())
     }
 
     /// The longest Ethernet frame (headers included) that fits in one of
@@ -505,4 +491,24 @@ impl AsFd for RxRing {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
+}
+
+/// The fanout group of the packet socket `fd` is a member of, if any (as
+/// [`RxRing::fanout_id`], for a ring not mapped in this process).
+pub fn fanout_id_of(fd: BorrowedFd<'_>) -> io::Result<Option<u16>> {
+    let mut v: u32 = 0;
+    let mut len = crate::conv::socklen_of::<u32>();
+    // SAFETY: `v` has `len` writable bytes.
+    crate::check(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_FANOUT,
+            (&raw mut v).cast(),
+            &mut len,
+        )
+    })?;
+    // The id in the low 16 bits, the mode and flags above (never all 0
+    // for MCR's groups, which set a flag); 0 when in no group.
+    Ok((v != 0).then_some((v & 0xffff) as u16))
 }

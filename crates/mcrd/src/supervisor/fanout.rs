@@ -57,6 +57,24 @@ impl FanoutGroups {
         }
     }
 
+    /// Takes the group of interface `ifindex` that the mcrd before made
+    /// (`member`: one of its sockets, the workers' rings handed over):
+    /// the next workers join it, and it keeps its members and their
+    /// frames. Returns its id, or none if `member` is in no group.
+    pub fn adopt(&mut self, ifindex: u32, member: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Option<u16>> {
+        if self.ids.contains_key(&ifindex) {
+            return Ok(self.ids.get(&ifindex).copied());
+        }
+        let Some(id) = mcr_sys::ring::fanout_id_of(member)? else {
+            return Ok(None);
+        };
+        self.ids.insert(ifindex, id);
+        // Its program is set again from the table (any member may).
+        self.steering
+            .insert(ifindex, (member.try_clone_to_owned()?, Vec::new()));
+        Ok(Some(id))
+    }
+
     /// Founds a group for each of `wanted` that has none, forgets those no
     /// longer wanted; returns the founding rings, for worker 0.
     pub fn reconcile(&mut self, wanted: &[u32], ifs: &Interfaces, cfg: &RingConfig) -> Vec<(u32, RxRing)> {

@@ -9,6 +9,9 @@
 //! - the sockets holding group memberships (`join-INODE`): while one is
 //!   open, the interface stays a member and no switch prunes the group;
 //! - the sockets holding unicast ports (`port-INODE`);
+//! - the workers' receive rings (`ring-WORKER-IFINDEX-GEOMETRY`), with the
+//!   frames that arrive while no worker reads them, and the fanout groups
+//!   their sockets make: the next workers read on where the last stopped;
 //! - with `mcrctl restart`, the control socket (`control`), so that
 //!   clients wait in its backlog rather than find no socket.
 //!
@@ -38,6 +41,8 @@ pub struct Inherited {
     pub joins: Vec<OwnedFd>,
     /// Sockets holding unicast ports.
     pub ports: Vec<OwnedFd>,
+    /// The workers' receive rings.
+    pub rings: Vec<InheritedRing>,
     /// The control socket, listening (a direct handover only).
     pub control: Option<OwnedFd>,
     /// Every name handed over (what systemd's store holds now).
@@ -72,6 +77,10 @@ impl Inherited {
                 "tcx" => out.links.push((name, fd)),
                 "join" => out.joins.push(fd),
                 "port" => out.ports.push(fd),
+                "ring" => match InheritedRing::parse(&name, fd) {
+                    Some(r) => out.rings.push(r),
+                    None => out.unknown.push(name),
+                },
                 "control" => out.control = Some(fd),
                 _ => out.unknown.push(name),
             }
@@ -87,16 +96,59 @@ impl Inherited {
             Source::Handover => "the mcrd before (mcrctl restart)",
         };
         let mut s = format!(
-            "restart: took over from {from}: {} eBPF attachment(s), {} membership socket(s), {} port socket(s)",
+            "restart: took over from {from}: {} eBPF attachment(s), {} membership socket(s), {} port socket(s), {} receive ring(s)",
             self.links.len(),
             self.joins.len(),
-            self.ports.len()
+            self.ports.len(),
+            self.rings.len()
         );
         if !self.unknown.is_empty() {
             s.push_str(&format!("; not understood, so let go: {}", self.unknown.join(", ")));
         }
         Some(s)
     }
+}
+
+/// A worker's receive ring, handed over.
+#[derive(Debug)]
+pub struct InheritedRing {
+    /// The name it was stored under.
+    pub name: String,
+    /// The worker that read it.
+    pub worker: usize,
+    /// Its interface.
+    pub ifindex: u32,
+    /// Its shape.
+    pub geometry: mcr_sys::ring::RingGeometry,
+    /// The socket.
+    pub fd: OwnedFd,
+}
+
+impl InheritedRing {
+    /// `ring-WORKER-IFINDEX-GEOMETRY`, or none.
+    fn parse(name: &str, fd: OwnedFd) -> Option<InheritedRing> {
+        let mut parts = name.splitn(4, '-').skip(1);
+        let worker = parts.next()?.parse().ok()?;
+        let ifindex = parts.next()?.parse().ok()?;
+        let geometry = parts.next()?.parse().ok()?;
+        Some(InheritedRing {
+            name: name.to_string(),
+            worker,
+            ifindex,
+            geometry,
+            fd,
+        })
+    }
+}
+
+/// The name a worker's ring is stored under.
+pub fn ring_name(worker: usize, ifindex: u32, geometry: mcr_sys::ring::RingGeometry) -> String {
+    format!("ring-{worker}-{ifindex}-{geometry}")
+}
+
+/// True for names the rings' keepers store themselves.
+fn is_ring(name: &str) -> bool {
+    name.starts_with("ring-")
 }
 
 /// Something this process holds that must outlive it: its name in the
@@ -120,12 +172,17 @@ impl FdStore {
     pub fn new(inherited: &[String]) -> FdStore {
         FdStore {
             on: mcr_sys::handover::under_service_manager(),
-            stored: inherited.iter().map(|n| (n.clone(), u64::MAX)).collect(),
+            stored: inherited
+                .iter()
+                .filter(|n| !is_ring(n))
+                .map(|n| (n.clone(), u64::MAX))
+                .collect(),
         }
     }
 
     /// Stores what is held and not stored, and removes what is stored
-    /// and no longer held. Returns what failed, if anything.
+    /// and no longer held (but the workers' rings, which their keepers
+    /// store: [`store_ring`]). Returns what failed, if anything.
     pub fn sync(&mut self, held: Vec<Held<'_>>) -> Vec<String> {
         if !self.on {
             return Vec::new();
@@ -168,4 +225,26 @@ pub fn inode(fd: BorrowedFd<'_>) -> u64 {
 pub fn socket<'a>(kind: &str, fd: BorrowedFd<'a>) -> Held<'a> {
     let i = inode(fd);
     (format!("{kind}-{i}"), i, fd)
+}
+
+/// Puts a worker's ring in systemd's store (under systemd only), in
+/// place of any stored under its name before.
+pub fn store_ring(name: &str, fd: BorrowedFd<'_>) {
+    if !mcr_sys::handover::under_service_manager() {
+        return;
+    }
+    let stored = mcr_sys::handover::unstore(name).and_then(|()| mcr_sys::handover::store(name, fd));
+    if let Err(e) = stored {
+        tracing::warn!("keeping `{name}` in systemd's file-descriptor store: {e}; a restart loses what it holds");
+    }
+}
+
+/// Takes a worker's ring out of systemd's store (under systemd only).
+pub fn unstore_ring(name: &str) {
+    if !mcr_sys::handover::under_service_manager() {
+        return;
+    }
+    if let Err(e) = mcr_sys::handover::unstore(name) {
+        tracing::warn!("removing `{name}` from systemd's file-descriptor store: {e}");
+    }
 }

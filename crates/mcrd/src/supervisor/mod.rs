@@ -203,6 +203,7 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
         restart: None,
     };
     refused.extend(sup.ports.adopt(std::mem::take(&mut inherited.ports)));
+    refused.extend(sup.adopt_rings(std::mem::take(&mut inherited.rings)));
     if let Some(e) = &inherited.error {
         sup.journal.note(
             Level::Warn,
@@ -385,6 +386,27 @@ impl Supervisor {
     fn step(&mut self, event: Event<ReplyTo>) {
         let effects = self.plane.handle(event, Instant::now());
         self.carry_out(effects);
+    }
+
+    /// Gives each worker the rings the mcrd before left it, and takes
+    /// their fanout groups: the workers read on where the last stopped.
+    /// Returns what could not be taken.
+    fn adopt_rings(&mut self, rings: Vec<handover::InheritedRing>) -> Vec<String> {
+        let mut refused = Vec::new();
+        for r in rings {
+            let Some(w) = self.workers.get_mut(r.worker) else {
+                handover::unstore_ring(&r.name);
+                refused.push(format!("`{}`: this mcrd has {} worker(s)", r.name, self.workers.len()));
+                continue;
+            };
+            if let Some(groups) = &mut self.fanout
+                && let Err(e) = groups.adopt(r.ifindex, r.fd.as_fd())
+            {
+                refused.push(format!("`{}`: its fanout group: {e}", r.name));
+            }
+            w.adopt_ring(r.ifindex, r.geometry, r.fd);
+        }
+        refused
     }
 
     /// Keeps systemd's file-descriptor store equal to what must outlive

@@ -3,9 +3,11 @@
 //! a new binary. The program is checked first (it must run and say its
 //! version); then the workers stop and this process executes the program
 //! in its own place, keeping its PID, with the descriptors that must
-//! outlive it left open ([`super::handover`]). The eBPF data path forwards
-//! throughout; the new process switches it to its own program once its
-//! maps hold its whole table.
+//! outlive it left open ([`super::handover`]), the workers' receive rings
+//! among them. The eBPF data path forwards throughout, and the new process
+//! switches it to its own program once its maps hold its whole table; on
+//! the workers' path, frames that arrive meanwhile wait in the rings, and
+//! the new workers read on where the last stopped.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -135,6 +137,7 @@ impl Supervisor {
             .chain(self.ports.held())
             .chain(held_over)
             .map(|(name, _, fd)| (name, fd))
+            .chain(self.workers.iter().flat_map(super::workers::WorkerSlot::kept_rings))
             .chain(std::iter::once(("control".to_string(), control)))
             .collect();
         tracing::info!(

@@ -21,6 +21,7 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::control::{LineEnd, read_line};
+use super::handover;
 use crate::channel::{
     FromWorker, Problem, RingNote, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_HEALTH_FD, WORKER_RINGS_FD,
     WORKER_STATS_FD,
@@ -271,6 +272,20 @@ impl WorkerSlot {
         Ok(())
     }
 
+    /// Takes a ring the mcrd before left this worker (read on by the
+    /// process that starts next, from where the last one stopped).
+    pub fn adopt_ring(&mut self, ifindex: u32, geometry: RingGeometry, fd: OwnedFd) {
+        self.kept.insert(ifindex, (geometry, fd));
+    }
+
+    /// The rings kept for the next process (after the last one ended),
+    /// with the names they are handed over under.
+    pub fn kept_rings(&self) -> impl Iterator<Item = (String, std::os::fd::BorrowedFd<'_>)> {
+        self.kept
+            .iter()
+            .map(|(i, (g, fd))| (super::handover::ring_name(self.index, *i, *g), fd.as_fd()))
+    }
+
     /// Notes that the process ended, leaving `rings` for the next one.
     pub fn ended(&mut self, rings: KeptRings) {
         self.pid = None;
@@ -421,14 +436,34 @@ fn keep_rings(keeper: &OwnedFd, mut kept: KeptRings, index: usize) -> KeptRings 
                         );
                         continue;
                     }
+                    let stored = kept
+                        .get(&ifindex)
+                        .map(|(g, f)| (handover::ring_name(index, ifindex, *g), f));
+                    let same = stored.as_ref().is_some_and(|(_, f)| same_socket(f.as_fd(), fd.as_fd()));
+                    if !same {
+                        if let Some((name, _)) = stored {
+                            handover::unstore_ring(&name);
+                        }
+                        handover::store_ring(&handover::ring_name(index, ifindex, geometry), fd.as_fd());
+                    }
                     kept.insert(ifindex, (geometry, fd));
                 }
                 RingNote::Release { ifindex } => {
-                    kept.remove(&ifindex);
+                    if let Some((g, _)) = kept.remove(&ifindex) {
+                        handover::unstore_ring(&handover::ring_name(index, ifindex, g));
+                    }
                 }
             }
         }
     }
+}
+
+/// True if two descriptors are of one socket.
+fn same_socket(a: std::os::fd::BorrowedFd<'_>, b: std::os::fd::BorrowedFd<'_>) -> bool {
+    matches!(
+        (mcr_sys::handover::identity(a), mcr_sys::handover::identity(b)),
+        (Ok(x), Ok(y)) if x == y
+    )
 }
 
 fn describe_exit(s: std::process::ExitStatus) -> String {

@@ -140,10 +140,13 @@ fn mcrctl_restart_loses_nothing_on_the_workers_path() {
     restarts_lose_nothing("restart-workers", &["--datapath", "packet", "--workers", "2"], false);
 }
 
-/// A program that is not an mcrd, or a relative path, is refused before
-/// anything stops; the daemon forwards on.
+/// What must not take over is refused before anything stops, and the
+/// streams flow on untouched: `mcrctl restart` to a program that is not an
+/// mcrd or does not exist, and a second mcrd started by mistake beside the
+/// running one (it stops at the control socket, before it loads or attaches
+/// anything: the one program on the input stays the running mcrd's).
 #[test]
-fn mcrctl_restart_refuses_a_program_that_is_not_an_mcrd() {
+fn what_cannot_take_over_is_refused_and_the_streams_flow_on() {
     let _lock = traffic_lock().expect("lock");
     let c = Chain::new("restart-refuse").expect("chain");
     let dir = TempDir::new("restart-refuse").expect("dir");
@@ -153,6 +156,9 @@ fn mcrctl_restart_refuses_a_program_that_is_not_an_mcrd() {
         .recv(&c.sink)
         .expect("recv");
     let sender = c.send_from_generator_meanwhile("239.1.1.1+3:5001+", 6000, "3k", MINUTES);
+    let program = tcx_programs(c.relay.name(), Chain::RELAY_IN_IF);
+    assert_eq!(program.len(), 1, "{program:?}");
+
     let not_mcrd = relay.ctl(&["restart", "--binary", "/bin/true"]).expect("ran");
     assert_eq!(not_mcrd.code, Some(1), "{not_mcrd:?}");
     assert!(
@@ -162,6 +168,27 @@ fn mcrctl_restart_refuses_a_program_that_is_not_an_mcrd() {
     let missing = relay.ctl(&["restart", "--binary", "/nonexistent/mcrd"]).expect("ran");
     assert_eq!(missing.code, Some(1), "{missing:?}");
     assert!(missing.stderr.contains("cannot run /nonexistent/mcrd"), "{missing:?}");
+
+    let config = dir.path().join("mcrd.toml");
+    let second = c
+        .relay
+        .command(mcr_testbed::bin("mcrd").expect("mcrd"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--control-socket")
+        .arg(relay.socket())
+        .output()
+        .expect("the second mcrd ran");
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{said}");
+    assert!(said.contains("another mcrd is listening on"), "{said}");
+    assert_eq!(
+        tcx_programs(c.relay.name(), Chain::RELAY_IN_IF),
+        program,
+        "the second mcrd attached nothing"
+    );
+    assert!(relay.ctl_ok(&["version"]).is_ok(), "the first one serves on");
+
     assert_eq!(sender.join().expect("sender").expect("send").packets, 18_000);
     let got = rx.finish(MINUTES).expect("recv done");
     for s in &got.report.streams {

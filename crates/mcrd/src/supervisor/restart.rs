@@ -93,6 +93,9 @@ impl Supervisor {
                 Err(e) => return refuse(format!("cannot find this mcrd's own program: {e}")),
             },
         };
+        if let Err(why) = self.can_keep_the_datapath() {
+            return refuse(format!("restart refused, nothing changed: {why}"));
+        }
         match check(&binary) {
             Ok(version) => {
                 self.journal.note(
@@ -108,6 +111,27 @@ impl Supervisor {
             }
             Err(why) => refuse(format!("restart refused, nothing changed: {why}")),
         }
+    }
+
+    /// A program run in this process's place has the capabilities this
+    /// process has in its ambient set (or all of them, as root): without
+    /// CAP_BPF it could not load the eBPF data path, and the streams on it
+    /// would stop.
+    fn can_keep_the_datapath(&self) -> Result<(), String> {
+        const CAP_BPF: u32 = 39;
+        if self.kernel.is_none() || mcr_sys::process::effective_uid() == 0 {
+            return Ok(());
+        }
+        let ambient = mcr_sys::privilege::caps_of(std::process::id())
+            .map_err(|e| format!("cannot read this process's capabilities: {e}"))?
+            .3;
+        if ambient & (1 << CAP_BPF) == 0 {
+            return Err(
+                "this mcrd gave up CAP_BPF when it became an unprivileged user (--user), so a program run in its place could not load the eBPF data path and the streams on it would stop; under systemd, `systemctl restart mcrd` keeps it (the unit's ambient capabilities); otherwise stop mcrd and start it again as root"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     /// Stops the workers, then runs the program `restart` was asked for in

@@ -401,6 +401,12 @@ fn hand_over(keeper: &OwnedFd, kept: &KeptRings, index: usize) {
 /// until it is gone; returns what it held last. Blocks (a thread of its
 /// own for the worker's life).
 fn keep_rings(keeper: &OwnedFd, mut kept: KeptRings, index: usize) -> KeptRings {
+    // The rings it starts with (kept from the process before, taken over
+    // from the mcrd before, or founded by the supervisor) outlive mcrd too:
+    // the worker reports only the rings it opens itself.
+    for (ifindex, (geometry, fd)) in &kept {
+        handover::store_ring(&handover::ring_name(index, *ifindex, *geometry), fd.as_fd());
+    }
     if let Err(e) = mcr_sys::fdpass::set_nonblocking(keeper.as_fd(), false) {
         tracing::warn!("worker {index}: ring channel: {e}");
         return kept;

@@ -9,6 +9,19 @@ use crate::{Error, Result};
 /// beside the running executable (for a test, the profile directory above
 /// `deps/`).
 pub fn bin(name: &str) -> Result<PathBuf> {
+    let path = bin_dir()?.join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::MissingBinary {
+            name: name.to_string(),
+            path: path.display().to_string(),
+        })
+    }
+}
+
+/// The directory [`bin`] looks in.
+pub(crate) fn bin_dir() -> Result<PathBuf> {
     let dir = match std::env::var_os("MCR_BIN_DIR") {
         Some(d) => PathBuf::from(d),
         None => {
@@ -23,13 +36,5 @@ pub fn bin(name: &str) -> Result<PathBuf> {
             dir
         }
     };
-    let path = dir.join(name);
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(Error::MissingBinary {
-            name: name.to_string(),
-            path: path.display().to_string(),
-        })
-    }
+    Ok(dir)
 }

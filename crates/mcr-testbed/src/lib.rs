@@ -16,6 +16,8 @@
 //! its keys.
 //! [`vrrp`] runs keepalived for a hot-standby pair of relays, with MCR's
 //! notify script, and reads the roles that script set.
+//! [`systemd`] boots systemd as PID 1 of a container (systemd-nspawn)
+//! whose network is a test bed's namespace, to run mcrd as a service.
 //!
 //! Everything here needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and the
 //! `ip` command from iproute2.
@@ -36,6 +38,7 @@ mod ns;
 pub mod presets;
 mod process;
 pub mod relay;
+pub mod systemd;
 mod temp_dir;
 pub mod traffic;
 pub mod vrrp;

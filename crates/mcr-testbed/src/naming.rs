@@ -49,7 +49,7 @@ fn sanitize(tag: &str) -> String {
 
 /// The start time of process `pid` in clock ticks since boot (field 22 of
 /// `/proc/PID/stat`), or `None` if it does not exist.
-fn start_time(pid: u32) -> Option<u64> {
+pub(crate) fn start_time(pid: u32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and parentheses; the
     // fields after its closing parenthesis start at field 3.

@@ -158,7 +158,9 @@ pub fn under_service_manager() -> bool {
 /// is stopped. Does nothing without a service manager.
 pub fn store(name: &str, fd: BorrowedFd<'_>) -> io::Result<()> {
     let Some(sock) = notify_socket()? else { return Ok(()) };
-    let text = format!("FDSTORE=1\nFDNAME={name}");
+    // FDPOLL=0: keep it whatever it reports (a packet socket reports an
+    // error when its interface goes down; systemd would otherwise drop it).
+    let text = format!("FDSTORE=1\nFDPOLL=0\nFDNAME={name}");
     crate::fdpass::send(sock.as_fd(), text.as_bytes(), &[fd])
 }
 

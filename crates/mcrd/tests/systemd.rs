@@ -1,0 +1,223 @@
+//! mcrd under a real systemd (PID 1 of a container whose network is the
+//! test's relay namespace, `mcr_testbed::systemd`), with the packaged unit:
+//! `systemctl restart` and a crash that systemd restarts interrupt no
+//! stream, on either data path, because what forwards outlives mcrd in the
+//! unit's file-descriptor store; `systemctl stop` lets everything go.
+//! Three streams of 3,000 packets a second flow throughout; the sink checks
+//! every packet (issue 31).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mcr_testbed::presets::Chain;
+use mcr_testbed::systemd::Systemd;
+use mcr_testbed::traffic::Mcrgen;
+use mcr_testbed::{Signal, TempDir, bin, traffic_lock};
+
+const MINUTES: Duration = Duration::from_secs(180);
+/// Each of the three streams: 3,000 packets a second.
+const RATE_EACH_PPS: u64 = 3000;
+/// `systemctl restart`s, then as many SIGKILLs.
+const EVENTS: usize = 10;
+
+fn packaging() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging")
+}
+
+/// The tcx programs on `ifname` in namespace `ns`.
+fn tcx_programs(ns: &str, ifname: &str) -> Vec<mcr_sys::bpf::LinkIds> {
+    let (ns, ifname) = (ns.to_string(), ifname.to_string());
+    std::thread::spawn(move || {
+        mcr_sys::netns::enter(&ns).expect("enter the namespace");
+        let i = mcr_sys::iface::index(&ifname).expect("the interface");
+        mcr_sys::bpf::tcx_ingress(i).expect("query tcx")
+    })
+    .join()
+    .expect("query thread")
+}
+
+/// The packaged unit, its user and /etc/mcr, in a container booted in the
+/// relay's namespace; the config: three rules and `daemon`.
+fn install(c: &Chain, dir: &TempDir, daemon: &str) -> Systemd {
+    let sd = Systemd::boot(&c.relay, dir).expect("boot systemd");
+    for (what, file, args) in [
+        ("sysusers.d/mcr.conf", "mcr-sysusers.conf", vec![]),
+        ("tmpfiles.d/mcr.conf", "mcr-tmpfiles.conf", vec!["--create"]),
+    ] {
+        let text = std::fs::read_to_string(packaging().join(what)).expect("packaging file");
+        let path = dir.file(file, &text).expect("copy");
+        let tool = if args.is_empty() {
+            "systemd-sysusers"
+        } else {
+            "systemd-tmpfiles"
+        };
+        let mut all: Vec<String> = args.into_iter().map(String::from).collect();
+        all.push(path.display().to_string());
+        sd.exec(tool, &all).unwrap_or_else(|e| panic!("{tool}: {e}"));
+    }
+    let mut toml = format!("[daemon]\n{daemon}\n");
+    for i in 1..=3 {
+        toml.push_str(&format!(
+            "\n[[rule]]\nname = \"feed-{i}\"\ninput = \"veth1:239.1.1.{i}:{}\"\noutputs = [\"veth2:239.10.1.{i}:{}\"]\n",
+            5000 + i,
+            6000 + i
+        ));
+    }
+    std::fs::write(sd.root().join("etc/mcr/mcrd.toml"), toml).expect("config");
+    let unit = std::fs::read_to_string(packaging().join("mcrd.service")).expect("unit");
+    let mcrd = bin("mcrd").expect("mcrd");
+    let unit = unit.replace("ExecStart=/usr/bin/mcrd", &format!("ExecStart={}", mcrd.display()));
+    sd.install_unit("mcrd.service", &unit).expect("install the unit");
+    // Twenty starts in half a minute are the test's, not a crash loop:
+    // systemd's start limit (5 in 10 s) would stop the unit.
+    sd.install_unit("mcrd.service.d/test.conf", "[Unit]\nStartLimitIntervalSec=0\n")
+        .expect("drop-in");
+    sd.systemctl(&["start", "mcrd"])
+        .unwrap_or_else(|e| panic!("start: {e}\n{}", sd.journal("mcrd")));
+    sd
+}
+
+/// `mcrctl ARGS` on the container's control socket.
+fn ctl(sd: &Systemd, args: &[&str]) -> String {
+    let out = std::process::Command::new(bin("mcrctl").expect("mcrctl"))
+        .arg("--socket")
+        .arg(sd.root().join("run/mcr/mcrd.sock"))
+        .args(args)
+        .output()
+        .expect("mcrctl ran");
+    assert!(
+        out.status.success(),
+        "mcrctl {args:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        sd.journal("mcrd")
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The most a killed mcrd may cost a stream on the workers' path: the
+/// frames a worker had taken from its ring and not yet sent (a batch).
+const KILL_BOUND_PER_RING: u64 = 64;
+
+/// Three streams flow through `sd`'s mcrd while `event` happens `EVENTS`
+/// times (each waits until systemd has a new mcrd active); then every
+/// packet is checked. Each hole in a stream must be at most `per_hole`
+/// packets (0: none at all), and there are at most `EVENTS` of them.
+fn while_streams_flow(c: &Chain, sd: &Systemd, what: &str, per_hole: u64, mut event: impl FnMut(usize)) {
+    // Enough for every event on a busy machine (about a second each).
+    const EACH: u64 = 15 * RATE_EACH_PPS;
+    let rx = c.expect_at_sink("239.10.1.1+3:6001+", EACH, &[]).expect("recv");
+    let sender = c.send_from_generator_meanwhile("239.1.1.1+3:5001+", EACH, &format!("{}", 3 * RATE_EACH_PPS), MINUTES);
+    std::thread::sleep(Duration::from_millis(500));
+    for round in 1..=EVENTS {
+        event(round);
+    }
+    assert!(
+        !sender.is_finished(),
+        "{what}: the streams ended before the last event: make them longer"
+    );
+    assert_eq!(sender.join().expect("sender").expect("send").packets, 3 * EACH);
+    let got = rx.finish(MINUTES).expect("recv done");
+    for s in &got.report.streams {
+        println!(
+            "{what}: {}: {} received, {} lost, holes (first sequence, length) {:?}",
+            s.destination, s.received, s.lost, s.holes
+        );
+    }
+    for s in &got.report.streams {
+        let expect = s.received + s.lost == EACH && s.duplicated == 0 && s.reordered == 0 && s.corrupted == 0;
+        assert!(expect, "{what}: {}: {:?}", s.destination, s.problems(Some(EACH)));
+        assert!(
+            s.holes.len() <= EVENTS && s.holes.iter().all(|(_, n)| *n <= per_hole),
+            "{what}: {}: holes {:?} (at most {per_hole} packets each)\n{}",
+            s.destination,
+            s.holes,
+            sd.journal("mcrd")
+        );
+    }
+}
+
+fn restarts_and_crashes_lose_nothing(tag: &str, daemon: &str, ebpf: bool) {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new(tag).expect("chain");
+    let dir = TempDir::new(tag).expect("dir");
+    let sd = install(&c, &dir, daemon);
+    let programs = tcx_programs(c.relay.name(), Chain::RELAY_IN_IF);
+    assert_eq!(
+        programs.len(),
+        usize::from(ebpf),
+        "{programs:?}\n{}",
+        sd.journal("mcrd")
+    );
+    let mut pid = sd.main_pid("mcrd").expect("main pid");
+    while_streams_flow(&c, &sd, &format!("{tag}: systemctl restart"), 0, |round| {
+        sd.systemctl(&["restart", "mcrd"])
+            .unwrap_or_else(|e| panic!("restart {round}: {e}\n{}", sd.journal("mcrd")));
+        pid = Some(sd.wait_active("mcrd", pid, MINUTES).expect("active again"));
+    });
+    // A worker killed with mcrd loses what it had taken and not sent; the
+    // eBPF data path loses nothing.
+    let bound = if ebpf { 0 } else { KILL_BOUND_PER_RING };
+    while_streams_flow(&c, &sd, &format!("{tag}: SIGKILL"), bound, |round| {
+        let killed = sd.kill_main("mcrd", Signal::Kill).expect("SIGKILL");
+        sd.wait_active("mcrd", Some(killed), MINUTES)
+            .unwrap_or_else(|e| panic!("SIGKILL {round}: not restarted: {e}"));
+    });
+    let events = ctl(&sd, &["events"]);
+    let took = if ebpf {
+        "restart: took over from systemd's file-descriptor store: 1 eBPF attachment(s), 1 membership socket(s), 0 port socket(s)"
+    } else {
+        "restart: took over from systemd's file-descriptor store: 0 eBPF attachment(s), 1 membership socket(s), 0 port socket(s)"
+    };
+    assert!(events.contains(took), "{events}\n{}", sd.journal("mcrd"));
+    assert!(!events.contains("not taken over"), "{events}");
+    let now = tcx_programs(c.relay.name(), Chain::RELAY_IN_IF);
+    assert_eq!(now.len(), usize::from(ebpf), "{now:?}");
+    if ebpf {
+        assert_eq!(now[0].link, programs[0].link, "the same link throughout");
+    }
+
+    // Stopped: the program is detached, the memberships are left, and the
+    // sink gets nothing more.
+    sd.systemctl(&["stop", "mcrd"]).expect("stop");
+    assert!(tcx_programs(c.relay.name(), Chain::RELAY_IN_IF).is_empty());
+    let groups = c
+        .relay
+        .ip(&["maddr", "show", "dev", Chain::RELAY_IN_IF])
+        .expect("maddr");
+    assert!(!groups.contains("239.1.1."), "memberships left: {groups}");
+    let silent = Mcrgen::streams("239.10.1.1+3:6001+", Chain::SINK_IF)
+        .arg("--idle-timeout")
+        .arg("2s")
+        .recv(&c.sink)
+        .expect("recv");
+    c.send_from_generator("239.1.1.1+3:5001+", 300, "3k", MINUTES)
+        .expect("send");
+    let after_stop = silent.finish(MINUTES).expect("recv done");
+    assert_eq!(after_stop.report.total.received, 0, "forwarded after stop");
+    // And it starts again.
+    sd.systemctl(&["start", "mcrd"]).expect("start");
+    let rx = c.expect_at_sink("239.10.1.1+3:6001+", 1000, &[]).expect("recv");
+    c.send_from_generator("239.1.1.1+3:5001+", 1000, "3k", MINUTES)
+        .expect("send");
+    let got = rx.finish(MINUTES).expect("recv done");
+    for s in &got.report.streams {
+        assert!(s.problems(Some(1000)).is_empty(), "{:?}", s.problems(Some(1000)));
+    }
+    let events = ctl(&sd, &["events"]);
+    assert!(
+        !events.contains("took over"),
+        "a start after a stop takes over nothing: {events}"
+    );
+    sd.systemctl(&["stop", "mcrd"]).expect("stop");
+    drop(sd);
+}
+
+#[test]
+fn under_systemd_restarts_and_crashes_lose_nothing_on_the_ebpf_data_path() {
+    restarts_and_crashes_lose_nothing("sd-ebpf", "workers = 1", true);
+}
+
+#[test]
+fn under_systemd_restarts_and_crashes_lose_nothing_on_the_workers_path() {
+    restarts_and_crashes_lose_nothing("sd-workers", "workers = 2\ndatapath = \"packet\"", false);
+}

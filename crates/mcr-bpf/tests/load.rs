@@ -53,3 +53,59 @@ fn a_link_attaches_while_it_lives() {
         "attached while the link lives, detached when it is dropped"
     );
 }
+
+/// What a restart of mcrd does to an attachment: a copy of the link's
+/// descriptor keeps the program attached when the link that made it is
+/// gone (as systemd's store or the next mcrd holds it); the copy is taken
+/// over as a tcx ingress link of the same interface; and it is switched to
+/// another program, from an object with another map layout (an upgrade),
+/// in one step: the same link, one program attached throughout, the new
+/// one after. Something that is not a link is refused.
+#[test]
+fn a_link_handed_over_stays_attached_and_switches_to_another_program() {
+    use std::os::fd::AsFd;
+    let mut tb = mcr_testbed::Testbed::new("bpf-handover").expect("test bed");
+    let ns = tb.ns("a").expect("namespace");
+    ns.ip(&["link", "add", "d0", "type", "veth", "peer", "name", "d1"])
+        .expect("veth");
+    let name = ns.name().to_string();
+    std::thread::spawn(move || {
+        mcr_sys::netns::enter(&name).expect("enter the namespace");
+        let ifindex = mcr_sys::iface::index("d0").expect("d0");
+        let before = Object::load(mcr_bpf::OBJECT, &[("counters", 1024)]).expect("loads");
+        let after = Object::load(mcr_bpf::OBJECT, &[("counters", 4096), ("outputs", 1024)]).expect("loads");
+        let attached = || mcr_sys::bpf::tcx_ingress(ifindex).expect("query");
+        let link = before
+            .program(mcr_bpf::INGRESS)
+            .expect("ingress")
+            .attach_tcx_ingress(ifindex)
+            .expect("attached");
+        let first = link.ids().expect("ids");
+        assert_eq!(attached(), [first]);
+        let copy = link.as_fd().try_clone_to_owned().expect("a copy");
+        drop(link);
+        drop(before);
+        assert_eq!(attached(), [first], "the copy keeps it attached");
+        let taken = mcr_sys::bpf::Link::adopt(copy).expect("taken over");
+        assert_eq!((taken.ifindex(), taken.id()), (ifindex, first.link));
+        taken
+            .update(after.program(mcr_bpf::INGRESS).expect("ingress"))
+            .expect("switched");
+        let now = taken.ids().expect("ids");
+        assert_eq!(now.link, first.link, "the same link");
+        assert_ne!(now.program, first.program, "the other program");
+        assert_eq!(attached(), [now], "one program attached, the new one");
+        drop(taken);
+        assert!(attached().is_empty(), "detached with the last descriptor");
+        let map = after
+            .map("counters")
+            .expect("counters")
+            .as_fd()
+            .try_clone_to_owned()
+            .expect("map");
+        let refused = mcr_sys::bpf::Link::adopt(map).expect_err("a map is no link");
+        assert!(refused.to_string().contains("not a tc ingress link"), "{refused}");
+    })
+    .join()
+    .expect("the namespace thread");
+}

@@ -180,6 +180,12 @@ impl FdStore {
         }
     }
 
+    /// True under a service manager (else [`FdStore::sync`] does nothing,
+    /// and what is held need not be listed).
+    pub fn is_on(&self) -> bool {
+        self.on
+    }
+
     /// Stores what is held and not stored, and removes what is stored
     /// and no longer held (but the workers' rings, which their keepers
     /// store: [`store_ring`]). Returns what failed, if anything.

@@ -412,6 +412,9 @@ impl Supervisor {
     /// Keeps systemd's file-descriptor store equal to what must outlive
     /// this process: the eBPF links, the membership and port sockets.
     fn keep_store(&mut self) {
+        if !self.fdstore.is_on() {
+            return;
+        }
         let held_over = self.held_over.iter().map(|fd| handover::socket("join", fd.as_fd()));
         let held: Vec<handover::Held<'_>> = (self.kernel.iter().flat_map(datapath::Datapath::held))
             .chain(self.members.held())

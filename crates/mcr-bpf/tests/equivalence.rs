@@ -130,15 +130,8 @@ struct Bed {
 }
 
 fn bed(d0: u32, d1: u32) -> Bed {
-    let iface = |name: &str, index: u32, addrs: &[&str]| InterfaceInfo {
-        name: name.into(),
-        index,
-        mac: [2, 0, 0, 0, 0, index as u8],
-        mtu: 1500,
-        addresses: addrs.iter().map(|a| a.parse().expect("literal")).collect(),
-        ethernet: true,
-        master: None,
-        link: Default::default(),
+    let iface = |name: &str, index: u32, addrs: &[&str]| {
+        InterfaceInfo::ethernet(name, index, addrs.iter().map(|a| a.parse().expect("literal")))
     };
     let rules = [
         ("plain", "d0:239.1.1.1:5001", vec!["d1:239.10.1.1:6001"]),

@@ -135,15 +135,8 @@ fn as_the_units_user() {
 /// One rule of each family on d0, each with an output on d1, both carried
 /// by the program and their health followed.
 fn run_frames(l: &Loaded, layout: &StatsLayout, d0: u32, d1: u32) {
-    let iface = |name: &str, index: u32, addrs: &[&str]| InterfaceInfo {
-        name: name.into(),
-        index,
-        mac: [2, 0, 0, 0, 0, index as u8],
-        mtu: 1500,
-        addresses: addrs.iter().map(|a| a.parse().expect("literal")).collect(),
-        ethernet: true,
-        master: None,
-        link: Default::default(),
+    let iface = |name: &str, index: u32, addrs: &[&str]| {
+        InterfaceInfo::ethernet(name, index, addrs.iter().map(|a| a.parse().expect("literal")))
     };
     let rules: [(&str, &str, &[&str]); 2] = [
         ("four", "d0:239.1.1.1:5001", &["d1:239.10.1.1:6001"]),

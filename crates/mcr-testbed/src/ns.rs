@@ -111,6 +111,23 @@ impl Ns {
         self.ip(&args).map(|_| ())
     }
 
+    /// The programs attached to the tc ingress hook (tcx) of `ifname` in
+    /// this namespace, in the order they run: each program's id and its
+    /// link's (asked from a thread that enters the namespace).
+    pub fn tcx_ingress(&self, ifname: &str) -> Result<Vec<mcr_sys::bpf::LinkIds>> {
+        let (ns, name) = (self.name.clone(), ifname.to_string());
+        let asked = std::thread::spawn(move || -> std::io::Result<Vec<mcr_sys::bpf::LinkIds>> {
+            mcr_sys::netns::enter(&ns)?;
+            mcr_sys::bpf::tcx_ingress(mcr_sys::iface::index_or_unknown(&name)?)
+        })
+        .join()
+        .map_err(|_| std::io::Error::other("the thread asking panicked"));
+        asked.and_then(|r| r).map_err(|source| crate::Error::Io {
+            what: format!("query the tc ingress programs of `{ifname}` in {}", self.name),
+            source,
+        })
+    }
+
     /// Brings a link up.
     pub fn link_up(&self, ifname: &str) -> Result<()> {
         self.ip(&["link", "set", ifname, "up"]).map(|_| ())

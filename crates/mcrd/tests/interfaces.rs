@@ -56,6 +56,33 @@ impl Bed {
     }
 }
 
+impl Bed {
+    /// Rule b's stream (g2 239.1.1.2:5002 -> s1 239.10.1.2:6002), `count`
+    /// packets at 2,000 a second, under way: its receiver, checking every
+    /// packet, and its sender.
+    fn rule_b_flows(
+        &self,
+        count: u64,
+    ) -> (
+        mcr_testbed::traffic::Receiver,
+        std::thread::JoinHandle<mcrgen::report::SendReport>,
+    ) {
+        let rx = Mcrgen::streams("239.10.1.2:6002", "s1")
+            .expect(count)
+            .recv(&self.sink)
+            .expect("recv b");
+        let gen_ns = self.generator.clone();
+        let sender = std::thread::spawn(move || {
+            Mcrgen::streams("239.1.1.2:5002", "g2")
+                .count(count)
+                .rate("2k")
+                .send(&gen_ns, MINUTES)
+                .expect("send b")
+        });
+        (rx, sender)
+    }
+}
+
 fn rule(relay: &Relay, name: &str) -> RuleStatus {
     relay
         .rules()
@@ -110,18 +137,7 @@ fn an_input_deleted_and_created_again_comes_back_by_itself_and_others_are_untouc
         .add_rule("b", "i2:239.1.1.2:5002", &["o1:239.10.1.2:6002"])
         .expect("b");
     // b's stream flows throughout (6 s), every packet checked.
-    let rx_b = Mcrgen::streams("239.10.1.2:6002", "s1")
-        .expect(OTHER)
-        .recv(&bed.sink)
-        .expect("recv b");
-    let gen_ns = bed.generator.clone();
-    let sender_b = std::thread::spawn(move || {
-        Mcrgen::streams("239.1.1.2:5002", "g2")
-            .count(OTHER)
-            .rate("2k")
-            .send(&gen_ns, MINUTES)
-            .expect("send b")
-    });
+    let (rx_b, sender_b) = bed.rule_b_flows(OTHER);
     bed.every_packet_crosses(&relay, "239.1.1.1:5001", "g1", "239.10.1.1:6001", 1000);
     let before = rule(&relay, "a");
     let index_before = bed.relay.ip(&["-o", "link", "show", "i1"]).expect("link");
@@ -393,18 +409,7 @@ fn a_link_down_and_up_is_an_event_a_problem_and_a_metric_and_other_streams_lose_
     page.wait_for("!!document.querySelector('#rules [data-rule=\"a\"]')", PATIENCE)
         .expect("the page shows the rules");
 
-    let rx_b = Mcrgen::streams("239.10.1.2:6002", "s1")
-        .expect(OTHER)
-        .recv(&bed.sink)
-        .expect("recv b");
-    let gen_ns = bed.generator.clone();
-    let sender_b = std::thread::spawn(move || {
-        Mcrgen::streams("239.1.1.2:5002", "g2")
-            .count(OTHER)
-            .rate("2k")
-            .send(&gen_ns, MINUTES)
-            .expect("send b")
-    });
+    let (rx_b, sender_b) = bed.rule_b_flows(OTHER);
 
     // i1 set down: told, and a's problem while it lasts.
     bed.relay.link_down("i1").expect("i1 down");

@@ -16,18 +16,6 @@ const MINUTES: Duration = Duration::from_secs(180);
 const RATE_EACH_PPS: u64 = 3000;
 const RESTARTS: usize = 10;
 
-/// The tcx programs on `ifname` in namespace `ns`: (program id, link id).
-fn tcx_programs(ns: &str, ifname: &str) -> Vec<mcr_sys::bpf::LinkIds> {
-    let (ns, ifname) = (ns.to_string(), ifname.to_string());
-    std::thread::spawn(move || {
-        mcr_sys::netns::enter(&ns).expect("enter the namespace");
-        let i = mcr_sys::iface::index(&ifname).expect("the interface");
-        mcr_sys::bpf::tcx_ingress(i).expect("query tcx")
-    })
-    .join()
-    .expect("query thread")
-}
-
 /// mcrd with three rules from a config file (a restart takes the file's
 /// rules, as a start does): veth1:239.1.1.N:500N -> veth2:239.10.1.N:600N.
 fn start_with_three(c: &Chain, dir: &TempDir, args: &[&str]) -> Relay {
@@ -67,7 +55,7 @@ fn restarts_lose_nothing(tag: &str, args: &[&str], ebpf: bool) {
     std::thread::sleep(Duration::from_millis(500));
     let list_before = relay.ctl_ok(&["list"]).expect("list");
     let pid = relay.pid();
-    let mut programs = vec![tcx_programs(c.relay.name(), Chain::RELAY_IN_IF)];
+    let mut programs = vec![c.relay.tcx_ingress(Chain::RELAY_IN_IF).expect("tcx")];
     assert_eq!(
         programs[0].len(),
         usize::from(ebpf),
@@ -95,7 +83,7 @@ fn restarts_lose_nothing(tag: &str, args: &[&str], ebpf: bool) {
             !out.contains(", 0 receive ring(s)"),
             "restart {round}: the rings were taken over: {out}"
         );
-        let now = tcx_programs(c.relay.name(), Chain::RELAY_IN_IF);
+        let now = c.relay.tcx_ingress(Chain::RELAY_IN_IF).expect("tcx");
         assert_eq!(now.len(), usize::from(ebpf), "restart {round}: {now:?}");
         if ebpf {
             let before = programs.last().expect("a program before")[0];
@@ -127,7 +115,7 @@ fn restarts_lose_nothing(tag: &str, args: &[&str], ebpf: bool) {
     assert_eq!(log.matches("restart: handing over to").count(), RESTARTS, "{log}");
     relay.stop().expect("stopped");
     // Stopped (not restarted): no program is left on the interface.
-    assert!(tcx_programs(c.relay.name(), Chain::RELAY_IN_IF).is_empty());
+    assert!(c.relay.tcx_ingress(Chain::RELAY_IN_IF).expect("tcx").is_empty());
 }
 
 #[test]
@@ -156,7 +144,7 @@ fn what_cannot_take_over_is_refused_and_the_streams_flow_on() {
         .recv(&c.sink)
         .expect("recv");
     let sender = c.send_from_generator_meanwhile("239.1.1.1+3:5001+", 6000, "3k", MINUTES);
-    let program = tcx_programs(c.relay.name(), Chain::RELAY_IN_IF);
+    let program = c.relay.tcx_ingress(Chain::RELAY_IN_IF).expect("tcx");
     assert_eq!(program.len(), 1, "{program:?}");
 
     let not_mcrd = relay.ctl(&["restart", "--binary", "/bin/true"]).expect("ran");
@@ -183,7 +171,7 @@ fn what_cannot_take_over_is_refused_and_the_streams_flow_on() {
     assert_eq!(second.status.code(), Some(1), "{said}");
     assert!(said.contains("another mcrd is listening on"), "{said}");
     assert_eq!(
-        tcx_programs(c.relay.name(), Chain::RELAY_IN_IF),
+        c.relay.tcx_ingress(Chain::RELAY_IN_IF).expect("tcx"),
         program,
         "the second mcrd attached nothing"
     );

@@ -24,18 +24,6 @@ fn packaging() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging")
 }
 
-/// The tcx programs on `ifname` in namespace `ns`.
-fn tcx_programs(ns: &str, ifname: &str) -> Vec<mcr_sys::bpf::LinkIds> {
-    let (ns, ifname) = (ns.to_string(), ifname.to_string());
-    std::thread::spawn(move || {
-        mcr_sys::netns::enter(&ns).expect("enter the namespace");
-        let i = mcr_sys::iface::index(&ifname).expect("the interface");
-        mcr_sys::bpf::tcx_ingress(i).expect("query tcx")
-    })
-    .join()
-    .expect("query thread")
-}
-
 /// The packaged unit, its user and /etc/mcr, in a container booted in the
 /// relay's namespace; the config: three rules and `daemon`.
 fn install(c: &Chain, dir: &TempDir, daemon: &str) -> Systemd {
@@ -141,7 +129,7 @@ fn restarts_and_crashes_lose_nothing(tag: &str, daemon: &str, ebpf: bool) {
     let c = Chain::new(tag).expect("chain");
     let dir = TempDir::new(tag).expect("dir");
     let sd = install(&c, &dir, daemon);
-    let programs = tcx_programs(c.relay.name(), Chain::RELAY_IN_IF);
+    let programs = c.relay.tcx_ingress(Chain::RELAY_IN_IF).expect("tcx");
     assert_eq!(
         programs.len(),
         usize::from(ebpf),
@@ -170,7 +158,7 @@ fn restarts_and_crashes_lose_nothing(tag: &str, daemon: &str, ebpf: bool) {
     };
     assert!(events.contains(took), "{events}\n{}", sd.journal("mcrd"));
     assert!(!events.contains("not taken over"), "{events}");
-    let now = tcx_programs(c.relay.name(), Chain::RELAY_IN_IF);
+    let now = c.relay.tcx_ingress(Chain::RELAY_IN_IF).expect("tcx");
     assert_eq!(now.len(), usize::from(ebpf), "{now:?}");
     if ebpf {
         assert_eq!(now[0].link, programs[0].link, "the same link throughout");
@@ -179,7 +167,7 @@ fn restarts_and_crashes_lose_nothing(tag: &str, daemon: &str, ebpf: bool) {
     // Stopped: the program is detached, the memberships are left, and the
     // sink gets nothing more.
     sd.systemctl(&["stop", "mcrd"]).expect("stop");
-    assert!(tcx_programs(c.relay.name(), Chain::RELAY_IN_IF).is_empty());
+    assert!(c.relay.tcx_ingress(Chain::RELAY_IN_IF).expect("tcx").is_empty());
     let groups = c
         .relay
         .ip(&["maddr", "show", "dev", Chain::RELAY_IN_IF])

@@ -535,7 +535,8 @@ struct InfoAttr {
 }
 
 /// Fills `info` (a `#[repr(C)]` struct of plain integers, zeroed) with
-/// what `BPF_OBJ_GET_INFO_BY_FD` says of the object behind `fd`.
+/// what `BPF_OBJ_GET_INFO_BY_FD` says of the object behind `fd` (as much
+/// of the kernel's structure as `T` holds).
 fn info_by_fd<T>(fd: BorrowedFd<'_>, info: &mut T) -> io::Result<()> {
     let mut attr = InfoAttr {
         bpf_fd: crate::conv::fd_u32(fd.as_raw_fd()),

@@ -5,26 +5,17 @@
 //! in order and hands their space back by moving the consumer position.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::mmap::{Mmap, page_size};
 
 /// `BPF_MAP_TYPE_RINGBUF`.
 pub const MAP_TYPE_RINGBUF: u32 = 27;
-const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
 /// A record's header: its length, with these two bits.
 const BUSY: u32 = 1 << 31;
 const DISCARD: u32 = 1 << 30;
 const HEADER: usize = 8;
-
-#[repr(C)]
-#[derive(Default)]
-struct InfoAttr {
-    bpf_fd: u32,
-    info_len: u32,
-    info: u64,
-}
 
 /// The start of `struct bpf_map_info`.
 #[repr(C)]
@@ -53,12 +44,7 @@ impl RingReader {
     /// Maps the ring buffer map `fd`.
     pub fn new(fd: OwnedFd) -> io::Result<RingReader> {
         let mut info = MapInfo::default();
-        let mut attr = InfoAttr {
-            bpf_fd: crate::conv::fd_u32(fd.as_raw_fd()),
-            info_len: crate::conv::u32_len(std::mem::size_of::<MapInfo>()),
-            info: std::ptr::from_mut(&mut info) as u64,
-        };
-        super::sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+        super::info_by_fd(fd.as_fd(), &mut info)?;
         let size = info.max_entries as usize;
         if info.map_type != MAP_TYPE_RINGBUF || !size.is_power_of_two() {
             return Err(io::Error::new(

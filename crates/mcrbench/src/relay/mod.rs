@@ -380,13 +380,13 @@ fn run_shape(
     relay.start(&topo.sites, a.relay_cpu)?;
     let idle = idle_s.map(|secs| {
         run::settle(layout);
-        let busy_s = run::idle_busy_s(layout, std::time::Duration::from_secs(secs));
+        let busy = run::idle_busy_share(layout, std::time::Duration::from_secs(secs));
         Idle {
             scenario: points.first().map_or_else(String::new, |p| p.scenario.to_string()),
             relay: label.to_string(),
             topology: shape.describe(),
             seconds: secs as f64,
-            busy_pct: busy_s * 100.0 / secs as f64,
+            busy_pct: busy * 100.0,
         }
     });
     let mut outcomes = Vec::new();

@@ -80,14 +80,18 @@ pub fn settle(l: &Layout) {
     }
 }
 
-/// The busy time of the relay CPU over `d` with no traffic, seconds.
-pub fn idle_busy_s(l: &Layout, d: Duration) -> f64 {
+/// The busy share (0 to 1) of the relay CPU over `d` with no traffic.
+pub fn idle_busy_share(l: &Layout, d: Duration) -> f64 {
     let a = cpu::cpu_idle_ticks(l.relay_cpu);
     let t = Instant::now();
     std::thread::sleep(d);
     let b = cpu::cpu_idle_ticks(l.relay_cpu);
+    // Over the time that really passed: a sleep lasts at least `d`, and a
+    // busy time over that longer time, divided by `d`, came out above 100 %
+    // on a loaded machine.
+    let wall_s = t.elapsed().as_secs_f64();
     match (a, b) {
-        (Some(a), Some(b)) => cpu::busy_s(t.elapsed().as_secs_f64(), a, b),
+        (Some(a), Some(b)) => cpu::busy_s(wall_s, a, b) / wall_s,
         _ => f64::NAN,
     }
 }

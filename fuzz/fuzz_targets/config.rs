@@ -20,13 +20,8 @@ fuzz_target!(|data: &[u8]| {
         }
     };
     let ifaces = Interfaces::new(["eth0", "eth1"].iter().enumerate().map(|(i, name)| InterfaceInfo {
-        name: (*name).into(),
-        index: i as u32 + 2,
         mac: [2, 0, 0, 0, 0, i as u8],
-        mtu: 1500,
-        addresses: vec![format!("10.0.{i}.1").parse().expect("literal")],
-        ethernet: true,
-        master: None,
+        ..InterfaceInfo::ethernet(name, i as u32 + 2, [format!("10.0.{i}.1").parse().expect("literal")])
     }));
     if config.check(text, &ifaces).is_err() {
         return;

@@ -83,6 +83,17 @@ impl Bed {
     }
 }
 
+/// Rule a (i1 239.1.1.1:5001 -> o1 239.10.1.1:6001) and rule b (i2
+/// 239.1.1.2:5002 -> o1 239.10.1.2:6002).
+fn add_a_and_b(relay: &Relay) {
+    relay
+        .add_rule("a", "i1:239.1.1.1:5001", &["o1:239.10.1.1:6001"])
+        .expect("a");
+    relay
+        .add_rule("b", "i2:239.1.1.2:5002", &["o1:239.10.1.2:6002"])
+        .expect("b");
+}
+
 fn rule(relay: &Relay, name: &str) -> RuleStatus {
     relay
         .rules()
@@ -130,12 +141,7 @@ fn an_input_deleted_and_created_again_comes_back_by_itself_and_others_are_untouc
     let _lock = traffic_lock().expect("lock");
     let bed = Bed::new("if-recreate");
     let relay = Relay::start(&bed.relay, &[]).expect("mcrd");
-    relay
-        .add_rule("a", "i1:239.1.1.1:5001", &["o1:239.10.1.1:6001"])
-        .expect("a");
-    relay
-        .add_rule("b", "i2:239.1.1.2:5002", &["o1:239.10.1.2:6002"])
-        .expect("b");
+    add_a_and_b(&relay);
     // b's stream flows throughout (6 s), every packet checked.
     let (rx_b, sender_b) = bed.rule_b_flows(OTHER);
     bed.every_packet_crosses(&relay, "239.1.1.1:5001", "g1", "239.10.1.1:6001", 1000);
@@ -391,12 +397,7 @@ fn a_link_down_and_up_is_an_event_a_problem_and_a_metric_and_other_streams_lose_
     let _lock = traffic_lock().expect("lock");
     let bed = Bed::new("if-link");
     let relay = Relay::start(&bed.relay, &["--http-listen", ADDR]).expect("mcrd");
-    relay
-        .add_rule("a", "i1:239.1.1.1:5001", &["o1:239.10.1.1:6001"])
-        .expect("a");
-    relay
-        .add_rule("b", "i2:239.1.1.2:5002", &["o1:239.10.1.2:6002"])
-        .expect("b");
+    add_a_and_b(&relay);
     bed.every_packet_crosses(&relay, "239.1.1.1:5001", "g1", "239.10.1.1:6001", 1000);
     let metrics = || scrape(bed.relay.name(), ADDR);
     let up = |m: &str, i: &str| sample(m, &format!("mcr_interface_up{{interface=\"{i}\"}}"));

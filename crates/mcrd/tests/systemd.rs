@@ -160,7 +160,8 @@ fn restarts_and_crashes_lose_nothing(tag: &str, daemon: &str, ebpf: bool) {
     let took = if ebpf {
         "restart: took over from systemd's file-descriptor store: 1 eBPF attachment(s), 1 membership socket(s), 0 port socket(s)"
     } else {
-        "restart: took over from systemd's file-descriptor store: 0 eBPF attachment(s), 1 membership socket(s), 0 port socket(s)"
+        // Each of the two workers' ring on the input.
+        "restart: took over from systemd's file-descriptor store: 0 eBPF attachment(s), 1 membership socket(s), 0 port socket(s), 2 receive ring(s)"
     };
     assert!(events.contains(took), "{events}\n{}", sd.journal("mcrd"));
     assert!(!events.contains("not taken over"), "{events}");

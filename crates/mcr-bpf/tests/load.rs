@@ -23,6 +23,30 @@ fn mcrs_object_loads_and_every_program_is_verified() {
 }
 
 #[test]
+fn counters_handed_over_are_the_same_cells() {
+    use std::os::fd::AsFd;
+    let obj = Object::load(mcr_bpf::OBJECT, &[("counters", 1024)]).expect("loads");
+    let map = obj.map("counters").expect("counters");
+    let mine = mcr_sys::bpf::MappedCounters::new(map).expect("maps");
+    mine.set(1023, 42);
+    let fd = mine.as_fd().try_clone_to_owned().expect("dup");
+    let theirs = mcr_sys::bpf::MappedCounters::open(fd).expect("opens by descriptor");
+    assert_eq!(theirs.len(), 1024);
+    assert_eq!(theirs.get(1023), 42);
+    theirs.set(7, 5);
+    assert_eq!(mine.get(7), 5);
+    // Any other map is refused, with what it is.
+    let rules = obj
+        .map("rules")
+        .expect("rules")
+        .as_fd()
+        .try_clone_to_owned()
+        .expect("dup");
+    let e = mcr_sys::bpf::MappedCounters::open(rules).expect_err("not counters");
+    assert!(e.to_string().contains("not a mmapable array of u64"), "{e}");
+}
+
+#[test]
 fn a_link_attaches_while_it_lives() {
     let mut tb = mcr_testbed::Testbed::new("bpf-link").expect("test bed");
     let ns = tb.ns("a").expect("namespace");

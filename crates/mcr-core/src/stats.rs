@@ -66,6 +66,29 @@ pub enum WorkerCounter {
 }
 
 impl WorkerCounter {
+    /// The counters that count (the rest are values: the table's
+    /// version, standby), which a restart carries over.
+    pub const SUMS: [WorkerCounter; 18] = [
+        WorkerCounter::RxFrames,
+        WorkerCounter::RxBytes,
+        WorkerCounter::RingDrops,
+        WorkerCounter::TxPackets,
+        WorkerCounter::NoRule,
+        WorkerCounter::WrongSource,
+        WorkerCounter::NotIp,
+        WorkerCounter::NotUdp,
+        WorkerCounter::Fragment,
+        WorkerCounter::IpOptions,
+        WorkerCounter::BadLength,
+        WorkerCounter::BadIpChecksum,
+        WorkerCounter::BadUdpChecksum,
+        WorkerCounter::Truncated,
+        WorkerCounter::VlanTagged,
+        WorkerCounter::RingErrors,
+        WorkerCounter::Ipv6Extension,
+        WorkerCounter::HealthMissed,
+    ];
+
     /// The drop reasons, in order, with their names in reports.
     pub const DROPS: [(WorkerCounter, &'static str); 12] = [
         (WorkerCounter::NoRule, "no_rule"),
@@ -109,6 +132,16 @@ pub enum RuleCounter {
     HealthSampled,
 }
 
+impl RuleCounter {
+    /// The counters that count (the rest are values).
+    pub const SUMS: [RuleCounter; 4] = [
+        RuleCounter::Packets,
+        RuleCounter::Bytes,
+        RuleCounter::Lost,
+        RuleCounter::Switches,
+    ];
+}
+
 /// The health of one input of a rule (`mcr_core::health`), in two cache
 /// lines per (rule slot, input) after the output slots. Counts are each
 /// worker's running totals (it writes them whole, so a count that falls,
@@ -147,6 +180,21 @@ pub enum HealthCounter {
 }
 
 impl HealthCounter {
+    /// The counters that count (the rest are values: what the input
+    /// carries, its last arrival, its jitter).
+    pub const SUMS: [HealthCounter; 10] = [
+        HealthCounter::Packets,
+        HealthCounter::RtpLost,
+        HealthCounter::RtpLate,
+        HealthCounter::RtpDuplicates,
+        HealthCounter::RtpRestarts,
+        HealthCounter::TsPackets,
+        HealthCounter::TsSyncLosses,
+        HealthCounter::TsSyncByteErrors,
+        HealthCounter::TsContinuityErrors,
+        HealthCounter::TsPatErrors,
+    ];
+
     /// Every one, in order.
     pub const ALL: [HealthCounter; 13] = [
         HealthCounter::Packets,
@@ -319,6 +367,33 @@ impl StatsLayout {
         w * self.per_worker() + self.datapath_len() + (slot as usize * HEALTH_INPUTS + input) * HEALTH_ROOM + c as usize
     }
 
+    /// The counts (not the values) of worker block `w`'s own counters,
+    /// in a fixed order: what a restart carries over.
+    pub fn worker_sums(&self, w: usize) -> impl Iterator<Item = usize> + '_ {
+        WorkerCounter::SUMS.into_iter().map(move |c| self.worker(w, c))
+    }
+
+    /// The counts of worker block `w`'s rule slot `slot`, in a fixed
+    /// order.
+    pub fn rule_sums(&self, w: usize, slot: u32) -> impl Iterator<Item = usize> + '_ {
+        RuleCounter::SUMS.into_iter().map(move |c| self.rule(w, slot, c))
+    }
+
+    /// The counts of worker block `w`'s output slot `slot` (an output's or
+    /// an input's: every cell of the line is a count), in a fixed order.
+    pub fn output_sums(&self, w: usize, slot: u32) -> impl Iterator<Item = usize> {
+        let line = self.output_line(w, slot);
+        line..line + LINE
+    }
+
+    /// The counts of the health of input `input` of rule slot `slot` in
+    /// worker block `w`, in a fixed order.
+    pub fn health_sums(&self, w: usize, slot: u32, input: usize) -> impl Iterator<Item = usize> + '_ {
+        HealthCounter::SUMS
+            .into_iter()
+            .map(move |c| self.health(w, slot, input, c))
+    }
+
     fn output_line(&self, w: usize, slot: u32) -> usize {
         w * self.per_worker() + WORKER_COUNTERS + (self.rule_slots + slot as usize) * LINE
     }
@@ -327,6 +402,34 @@ impl StatsLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sums_leave_out_the_values() {
+        let l = StatsLayout::new(2);
+        let values = [
+            l.worker(1, WorkerCounter::Standby),
+            l.worker(1, WorkerCounter::TableVersion),
+            l.rule(1, 3, RuleCounter::Active),
+            l.rule(1, 3, RuleCounter::HealthSampled),
+            l.health(1, 3, 1, HealthCounter::Carries),
+            l.health(1, 3, 1, HealthCounter::LastArrivalNs),
+            l.health(1, 3, 1, HealthCounter::RtpJitterNs),
+        ];
+        let sums: Vec<usize> = l
+            .worker_sums(1)
+            .chain(l.rule_sums(1, 3))
+            .chain(l.output_sums(1, 5))
+            .chain(l.health_sums(1, 3, 1))
+            .collect();
+        for v in values {
+            assert!(!sums.contains(&v), "{v} is a value");
+        }
+        assert!(sums.contains(&l.output(1, 5, OutputCounter::Held)));
+        assert!(sums.contains(&l.input(1, 5, InputCounter::NotRtp)));
+        assert!(sums.contains(&l.worker(1, WorkerCounter::HealthMissed)));
+        let distinct: std::collections::BTreeSet<usize> = sums.iter().copied().collect();
+        assert_eq!(distinct.len(), sums.len());
+    }
 
     #[test]
     fn every_counter_has_its_own_place() {

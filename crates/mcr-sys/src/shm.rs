@@ -9,6 +9,17 @@ use std::sync::atomic::Ordering;
 
 use crate::mmap::Cells;
 
+/// A new, empty memfd called `name`, closed on exec (children get it by an
+/// explicit dup2) and open to seals.
+pub fn memfd(name: &str) -> io::Result<OwnedFd> {
+    let cname = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
+    // SAFETY: `cname` is a valid C string for the call; the flags are
+    // plain integers.
+    let raw = crate::check(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) })?;
+    // SAFETY: `raw` is a freshly created fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
 /// An array of `u64` counters in shared memory.
 ///
 /// Each counter should have one writer: [`SharedCounters::add`] is a load
@@ -24,14 +35,7 @@ pub struct SharedCounters {
 impl SharedCounters {
     /// Creates `len` zeroed counters in a new memfd called `name`.
     pub fn create(name: &str, len: usize) -> io::Result<SharedCounters> {
-        let cname = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
-        // SAFETY: `cname` is a valid C string for the call; the flags ask
-        // for close-on-exec (children get it by an explicit dup2) and for
-        // seals, added below.
-        let raw =
-            crate::check(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) })?;
-        // SAFETY: `raw` is a freshly created fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = memfd(name)?;
         let bytes = len
             .checked_mul(8)
             .and_then(|b| libc::off_t::try_from(b).ok())

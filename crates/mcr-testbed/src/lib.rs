@@ -26,6 +26,7 @@
 
 mod bed;
 mod bins;
+pub mod bpftool;
 pub mod browser;
 pub mod capture;
 mod command;

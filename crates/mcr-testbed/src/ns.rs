@@ -154,6 +154,15 @@ impl Ns {
             .map(|s| s.trim().to_string())
     }
 
+    /// The index of a link.
+    pub fn ifindex(&self, ifname: &str) -> Result<u32> {
+        let s = self.exec("cat", [format!("/sys/class/net/{ifname}/ifindex")])?;
+        s.trim().parse().map_err(|_| crate::Error::Io {
+            what: format!("the index of `{ifname}` in {}", self.name),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, s.clone()),
+        })
+    }
+
     /// Turns generic receive offload off on a link (needs `ethtool`), so a
     /// receiver sees packets one by one, as a relay on real hardware would.
     pub fn gro_off(&self, ifname: &str) -> Result<()> {

@@ -111,11 +111,105 @@ fn restarts_lose_nothing(tag: &str, args: &[&str], ebpf: bool) {
             s.problems(Some(EACH))
         );
     }
+    // The counters went on across every restart: each rule and output
+    // counted every packet it forwarded, once.
+    let stats = relay.stats().expect("stats");
+    for i in 1..=3 {
+        let r = stats
+            .rules
+            .iter()
+            .find(|r| r.name == format!("feed-{i}"))
+            .expect("the rule");
+        assert_eq!(
+            r.packets, EACH,
+            "feed-{i}: every packet counted once, across {RESTARTS} restarts"
+        );
+        assert_eq!(r.outputs[0].packets, EACH, "feed-{i}'s output");
+    }
     let log = relay.log();
     assert_eq!(log.matches("restart: handing over to").count(), RESTARTS, "{log}");
+    assert_eq!(
+        log.matches("restart: counters carried over: 3 rule(s), 3 output(s) and input(s)")
+            .count(),
+        RESTARTS,
+        "{log}"
+    );
+    if ebpf {
+        the_maps_hold_the_rules(&c, &programs);
+    }
     relay.stop().expect("stopped");
     // Stopped (not restarted): no program is left on the interface.
     assert!(c.relay.tcx_ingress(Chain::RELAY_IN_IF).expect("tcx").is_empty());
+}
+
+/// After the restarts, the program on the input is the last mcrd's, and
+/// its maps (read by bpftool, not asked of mcrd) hold exactly the three
+/// rules: a key for each group and port on the input, each with its one
+/// output rewritten to the output group and port; every program before it
+/// is gone from the kernel.
+fn the_maps_hold_the_rules(c: &Chain, programs: &[Vec<mcr_sys::bpf::LinkIds>]) {
+    use mcr_testbed::bpftool;
+    let last = programs.last().expect("programs")[0].program;
+    let maps = bpftool::program_maps(last).expect("the program's maps");
+    let map = |name: &str| {
+        maps.iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no map `{name}` in {maps:?}"))
+            .1
+    };
+    let (input, output) = (
+        c.relay.ifindex(Chain::RELAY_IN_IF).expect("ifindex"),
+        c.relay.ifindex(Chain::RELAY_OUT_IF).expect("ifindex"),
+    );
+    let u16_at = |b: &[u8], at: usize| u16::from_ne_bytes([b[at], b[at + 1]]);
+    let u32_at = |b: &[u8], at: usize| u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let mut keys: Vec<(u32, u16, [u8; 4])> = Vec::new();
+    let outputs = map("outputs");
+    for (key, value) in bpftool::dump(map("rules")).expect("dump the rules map") {
+        // struct rule_key: ifindex, vlan, port, family, pad, src, dst.
+        let (ifindex, port, family, dst) = (
+            u32_at(&key, 0),
+            u16_at(&key, 6),
+            key[8],
+            [key[28], key[29], key[30], key[31]],
+        );
+        assert_eq!((family, u16_at(&key, 4)), (4, 0), "an IPv4 group, untagged: {key:?}");
+        assert!(key[12..28].iter().all(|b| *b == 0), "any source: {key:?}");
+        // struct rule: counters, first output, outputs, flags.
+        let (first, count, flags) = (u32_at(&value, 4), u32_at(&value, 8), u32_at(&value, 12));
+        assert_eq!(count, 1, "one output: {value:?}");
+        assert_ne!(
+            flags & mcr_core::datapath::RULE_FAST,
+            0,
+            "forwarded by the program: {value:?}"
+        );
+        // struct output: ifindex, counters, mtu, port, vlan, macs, flags,
+        // ttl, dscp, pad, dst.
+        let out = bpftool::lookup(outputs, first).expect("the rule's output");
+        let i = dst[3];
+        assert_eq!(u32_at(&out, 0), output, "sent out of the output interface: {out:?}");
+        assert_eq!(u16_at(&out, 12), 6000 + u16::from(i), "to the output port: {out:?}");
+        assert_eq!(&out[32..36], &[239, 10, 1, i], "to the output group: {out:?}");
+        keys.push((ifindex, port, dst));
+    }
+    keys.sort_unstable();
+    let want: Vec<(u32, u16, [u8; 4])> = (1..=3u8)
+        .map(|i| (input, 5000 + u16::from(i), [239, 1, 1, i]))
+        .collect();
+    assert_eq!(keys, want, "the rules map holds the three rules and nothing else");
+    // The programs before let go when their link was switched (the kernel
+    // frees a program after the last reader of it is done).
+    for before in &programs[..programs.len() - 1] {
+        let id = before[0].program;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while bpftool::program_exists(id).expect("bpftool") && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            !bpftool::program_exists(id).expect("bpftool"),
+            "program {id} of an mcrd before is still held"
+        );
+    }
 }
 
 #[test]

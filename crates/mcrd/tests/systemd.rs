@@ -96,7 +96,8 @@ const KILL_BOUND_PER_RING: u64 = 64;
 /// times (each waits until systemd has a new mcrd active); then every
 /// packet is checked. Each hole in a stream must be at most `per_hole`
 /// packets (0: none at all), and there are at most `EVENTS` of them.
-fn while_streams_flow(c: &Chain, sd: &Systemd, what: &str, per_hole: u64, mut event: impl FnMut(usize)) {
+/// Returns how many packets of each stream arrived.
+fn while_streams_flow(c: &Chain, sd: &Systemd, what: &str, per_hole: u64, mut event: impl FnMut(usize)) -> [u64; 3] {
     // Twice what the events take on a busy machine (0.2 to 0.5 s each).
     const EACH: u64 = 10 * RATE_EACH_PPS;
     let rx = c.expect_at_sink("239.10.1.1+3:6001+", EACH, &[]).expect("recv");
@@ -128,6 +129,30 @@ fn while_streams_flow(c: &Chain, sd: &Systemd, what: &str, per_hole: u64, mut ev
             sd.journal("mcrd")
         );
     }
+    let mut received = [0; 3];
+    for (i, n) in received.iter_mut().enumerate() {
+        *n = got
+            .report
+            .streams
+            .iter()
+            .find(|s| s.destination.contains(&format!("239.10.1.{}:", i + 1)))
+            .map_or(0, |s| s.received);
+    }
+    received
+}
+
+/// Each rule's packets as `mcrctl stats` counts them.
+fn counted(sd: &Systemd) -> [u64; 3] {
+    let stats: serde_json::Value = serde_json::from_str(&ctl(sd, &["stats", "--json"])).expect("json");
+    let mut n = [0; 3];
+    for (i, c) in n.iter_mut().enumerate() {
+        *c = stats["rules"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["name"] == format!("feed-{}", i + 1)))
+            .and_then(|r| r["packets"].as_u64())
+            .expect("the rule's packets");
+    }
+    n
 }
 
 fn restarts_and_crashes_lose_nothing(tag: &str, daemon: &str, ebpf: bool) {
@@ -143,7 +168,7 @@ fn restarts_and_crashes_lose_nothing(tag: &str, daemon: &str, ebpf: bool) {
         sd.journal("mcrd")
     );
     let mut pid = sd.main_pid("mcrd").expect("main pid");
-    while_streams_flow(&c, &sd, &format!("{tag}: systemctl restart"), 0, |round| {
+    let restarts = while_streams_flow(&c, &sd, &format!("{tag}: systemctl restart"), 0, |round| {
         sd.systemctl(&["restart", "mcrd"])
             .unwrap_or_else(|e| panic!("restart {round}: {e}\n{}", sd.journal("mcrd")));
         pid = Some(sd.wait_active("mcrd", pid, MINUTES).expect("active again"));
@@ -151,7 +176,12 @@ fn restarts_and_crashes_lose_nothing(tag: &str, daemon: &str, ebpf: bool) {
     // A worker killed with mcrd loses what it had taken and not sent; the
     // eBPF data path loses nothing.
     let bound = if ebpf { 0 } else { KILL_BOUND_PER_RING };
-    while_streams_flow(&c, &sd, &format!("{tag}: SIGKILL"), bound, |round| {
+    assert_eq!(
+        counted(&sd),
+        restarts,
+        "every packet counted once, across {EVENTS} restarts"
+    );
+    let kills = while_streams_flow(&c, &sd, &format!("{tag}: SIGKILL"), bound, |round| {
         let killed = sd.kill_main("mcrd", Signal::Kill).expect("SIGKILL");
         sd.wait_active("mcrd", Some(killed), MINUTES)
             .unwrap_or_else(|e| panic!("SIGKILL {round}: not restarted: {e}"));
@@ -164,6 +194,30 @@ fn restarts_and_crashes_lose_nothing(tag: &str, daemon: &str, ebpf: bool) {
         "restart: took over from systemd's file-descriptor store: 0 eBPF attachment(s), 1 membership socket(s), 0 port socket(s), 2 receive ring(s)"
     };
     assert!(events.contains(took), "{events}\n{}", sd.journal("mcrd"));
+    assert!(
+        events.contains("restart: counters carried over: 3 rule(s), 3 output(s) and input(s)"),
+        "{events}"
+    );
+    // The counts go on across the crashes too. The eBPF data path counts
+    // every packet it forwards, once. A worker killed with mcrd may have
+    // counted frames it had not sent yet (or sent frames it had not
+    // counted yet): at most a batch of each ring, each time.
+    let now = counted(&sd);
+    for i in 0..3 {
+        let forwarded = restarts[i] + kills[i];
+        let off = now[i].abs_diff(forwarded);
+        let most = if ebpf {
+            0
+        } else {
+            EVENTS as u64 * 2 * KILL_BOUND_PER_RING
+        };
+        assert!(
+            off <= most,
+            "feed-{}: counted {}, forwarded {forwarded} (at most {most} apart)",
+            i + 1,
+            now[i]
+        );
+    }
     assert!(!events.contains("not taken over"), "{events}");
     let now = c.relay.tcx_ingress(Chain::RELAY_IN_IF).expect("tcx");
     assert_eq!(now.len(), usize::from(ebpf), "{now:?}");
@@ -198,6 +252,8 @@ fn restarts_and_crashes_lose_nothing(tag: &str, daemon: &str, ebpf: bool) {
     for s in &got.report.streams {
         assert!(s.problems(Some(1000)).is_empty(), "{:?}", s.problems(Some(1000)));
     }
+    // A stop let the counters go with everything else.
+    assert_eq!(counted(&sd), [1000; 3], "counted from zero after a stop");
     let events = ctl(&sd, &["events"]);
     assert!(
         !events.contains("took over"),

@@ -37,6 +37,7 @@ const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
 const BPF_TCX_INGRESS: u32 = 46;
 const BPF_PSEUDO_MAP_FD: u8 = 1;
 const BPF_F_MMAPABLE: u32 = 1 << 10;
+const BPF_MAP_TYPE_ARRAY: u32 = 2;
 const BPF_ANY: u64 = 0;
 
 /// `bpf(2)` with an attribute block of plain data. Every attribute struct
@@ -226,6 +227,12 @@ impl Map {
     }
 }
 
+impl AsFd for MappedCounters {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl AsFd for Map {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
@@ -239,7 +246,7 @@ impl AsFd for Map {
 pub struct MappedCounters {
     // Field order: unmapped before the map's fd closes.
     cells: Cells,
-    _fd: OwnedFd,
+    fd: OwnedFd,
 }
 
 impl MappedCounters {
@@ -255,7 +262,26 @@ impl MappedCounters {
         let fd = map.as_fd().try_clone_to_owned()?;
         // The programs touch these words only with atomic adds.
         let cells = Cells::map(fd.as_fd(), d.max_entries as usize)?;
-        Ok(MappedCounters { cells, _fd: fd })
+        Ok(MappedCounters { cells, fd })
+    }
+
+    /// Maps the counters behind `fd`, a map that another process made
+    /// (handed over across a restart); it must be a mmapable array of
+    /// 8-byte values, which the kernel is asked.
+    pub fn open(fd: OwnedFd) -> io::Result<MappedCounters> {
+        let mut info = MapInfo::default();
+        info_by_fd(fd.as_fd(), &mut info)?;
+        if info.map_type != BPF_MAP_TYPE_ARRAY || info.value_size != 8 || info.map_flags & BPF_F_MMAPABLE == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "map {} is not a mmapable array of u64 (type {}, {}-byte values, flags {:#x})",
+                    info.id, info.map_type, info.value_size, info.map_flags
+                ),
+            ));
+        }
+        let cells = Cells::map(fd.as_fd(), info.max_entries as usize)?;
+        Ok(MappedCounters { cells, fd })
     }
 
     /// How many counters.
@@ -524,6 +550,18 @@ struct LinkInfo {
     tcx_ifindex: u32,
     tcx_attach_type: u32,
     rest: [u64; 6],
+}
+
+/// The head of `struct bpf_map_info`.
+#[repr(C)]
+#[derive(Default)]
+struct MapInfo {
+    map_type: u32,
+    id: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
 }
 
 #[repr(C)]

@@ -12,6 +12,8 @@
 //! - the workers' receive rings (`ring-WORKER-IFINDEX-GEOMETRY`), with the
 //!   frames that arrive while no worker reads them, and the fanout groups
 //!   their sockets make: the next workers read on where the last stopped;
+//! - the counters, and which rule each slot of them counted (`stats-…`,
+//!   see `carry`), so that the next mcrd's counts go on from them;
 //! - with `mcrctl restart`, the control socket (`control`), so that
 //!   clients wait in its backlog rather than find no socket.
 //!
@@ -43,6 +45,8 @@ pub struct Inherited {
     pub ports: Vec<OwnedFd>,
     /// The workers' receive rings.
     pub rings: Vec<InheritedRing>,
+    /// The counters and which slots counted what (`stats-…`).
+    pub stats: Vec<(String, OwnedFd)>,
     /// The control socket, listening (a direct handover only).
     pub control: Option<OwnedFd>,
     /// Every name handed over (what systemd's store holds now).
@@ -82,6 +86,7 @@ impl Inherited {
                     None => out.unknown.push(name),
                 },
                 "control" => out.control = Some(fd),
+                "stats" => out.stats.push((name, fd)),
                 _ => out.unknown.push(name),
             }
         }
@@ -96,11 +101,12 @@ impl Inherited {
             Source::Handover => "the mcrd before (mcrctl restart)",
         };
         let mut s = format!(
-            "restart: took over from {from}: {} eBPF attachment(s), {} membership socket(s), {} port socket(s), {} receive ring(s)",
+            "restart: took over from {from}: {} eBPF attachment(s), {} membership socket(s), {} port socket(s), {} receive ring(s){}",
             self.links.len(),
             self.joins.len(),
             self.ports.len(),
-            self.rings.len()
+            self.rings.len(),
+            if self.stats.is_empty() { "" } else { ", the counters" }
         );
         if !self.unknown.is_empty() {
             s.push_str(&format!("; not understood, so let go: {}", self.unknown.join(", ")));

@@ -8,6 +8,7 @@
 //! supervisor also sums the statistics, keeps the recent events, and
 //! serves the control socket and HTTP (the web page, the API, `/metrics`).
 
+mod carry;
 mod config_file;
 mod control;
 mod datapath;
@@ -124,6 +125,11 @@ struct Supervisor {
     held_over: Vec<std::os::fd::OwnedFd>,
     /// `mcrctl restart` asked for this program, once the answer is out.
     restart: Option<PathBuf>,
+    /// Which slots count what, for the next mcrd (none if the memory for
+    /// it could not be had: said at the start).
+    slots: Option<carry::Note>,
+    /// The counters the mcrd before left, until they are carried over.
+    before: Option<carry::Before>,
 }
 
 /// How long a start waits for every worker to run the initial table
@@ -201,7 +207,23 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
         fdstore: handover::FdStore::new(&inherited.names),
         held_over: std::mem::take(&mut inherited.joins),
         restart: None,
+        slots: None,
+        before: None,
     };
+    match carry::Note::create() {
+        Ok(n) => sup.slots = Some(n),
+        Err(e) => sup.journal.note(
+            Level::Warn,
+            format!("no memory for the slot document ({e}): a restart will start the counters from zero"),
+        ),
+    }
+    match carry::Before::open(std::mem::take(&mut inherited.stats)) {
+        Ok(b) => sup.before = b,
+        Err(why) => sup.journal.note(
+            Level::Warn,
+            format!("restart: the counters of the mcrd before could not be read ({why}); they start from zero"),
+        ),
+    }
     refused.extend(sup.ports.adopt(std::mem::take(&mut inherited.ports)));
     refused.extend(sup.adopt_rings(std::mem::take(&mut inherited.rings)));
     if let Some(e) = &inherited.error {
@@ -272,6 +294,10 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
             "restart: this mcrd holds every membership and port itself; let go {joins} membership socket(s) and {ports} unclaimed port socket(s) of the mcrd before"
         );
     }
+    // The workers of the mcrd before are gone and its program no longer
+    // runs (this one's took the interfaces over as it published): their
+    // counts are final.
+    sup.carry_counts();
     sup.keep_store();
     let (calls_tx, mut calls_rx) = mpsc::channel::<control::Call>(64);
     if let Some(server) = http {
@@ -409,8 +435,51 @@ impl Supervisor {
         refused
     }
 
+    /// Adds what the mcrd before counted to this one's counts, once its
+    /// counts are final; says so in the journal.
+    fn carry_counts(&mut self) {
+        let Some(before) = self.before.take() else { return };
+        let layout = self.stats.layout();
+        let over = before.carry(&layout, self.plane.rules(), self.stats.carried_mut());
+        let mut m = format!(
+            "restart: counters carried over: {} rule(s), {} output(s) and input(s) go on counting from where the mcrd before left them",
+            over.rules, over.lines
+        );
+        if over.gone > 0 {
+            m.push_str(&format!("; {} rule(s) this mcrd does not have were let go", over.gone));
+        }
+        self.journal.note(Level::Info, m);
+        self.write_slots();
+    }
+
+    /// Writes which slots count what (and what was carried over) for the
+    /// next mcrd.
+    fn write_slots(&mut self) {
+        let Some(note) = &self.slots else { return };
+        let doc = carry::manifest(&self.stats.layout(), self.plane.rules(), self.stats.carried());
+        if let Err(e) = note.write(&doc) {
+            self.journal.note(
+                Level::Warn,
+                format!("writing the slot document: {e}; a restart will start the counters from zero"),
+            );
+            self.slots = None;
+        }
+    }
+
+    /// What of the counters must outlive this process: the mcrd before's
+    /// until they are carried over, then this one's.
+    fn counts_held(&self) -> Vec<handover::Held<'_>> {
+        carry::held(
+            self.before.as_ref(),
+            self.slots.as_ref(),
+            &self.counters,
+            self.kernel.as_ref().map(datapath::Datapath::counters),
+        )
+    }
+
     /// Keeps systemd's file-descriptor store equal to what must outlive
-    /// this process: the eBPF links, the membership and port sockets.
+    /// this process: the eBPF links, the membership and port sockets, the
+    /// counters.
     fn keep_store(&mut self) {
         if !self.fdstore.is_on() {
             return;
@@ -420,6 +489,12 @@ impl Supervisor {
             .chain(self.members.held())
             .chain(self.ports.held())
             .chain(held_over)
+            .chain(carry::held(
+                self.before.as_ref(),
+                self.slots.as_ref(),
+                &self.counters,
+                self.kernel.as_ref().map(datapath::Datapath::counters),
+            ))
             .collect();
         for why in self.fdstore.sync(held) {
             self.journal.note(Level::Warn, why);
@@ -447,7 +522,11 @@ impl Supervisor {
                         tracing::info!("{ports} unicast port(s) held now");
                     }
                 }
-                Effect::Zero(reused) => self.stats.zero(self.counts(), &reused.rules, &reused.outputs),
+                Effect::Zero(reused) => self.stats.zero(
+                    stats::Counters::of(&self.counters, self.kernel.as_ref()),
+                    &reused.rules,
+                    &reused.outputs,
+                ),
                 Effect::Publish(_) => self.publish(),
                 Effect::Answer { to, mut reply, .. } => {
                     self.complete(&mut reply);
@@ -519,6 +598,7 @@ impl Supervisor {
             }
             Err(e) => tracing::error!("could not encode the table: {e}"),
         }
+        self.write_slots();
     }
 
     fn start_worker(&mut self, i: usize) {

@@ -160,6 +160,7 @@ impl Supervisor {
             .chain(self.members.held())
             .chain(self.ports.held())
             .chain(held_over)
+            .chain(self.counts_held())
             .map(|(name, _, fd)| (name, fd))
             .chain(self.workers.iter().flat_map(super::workers::WorkerSlot::kept_rings))
             .chain(std::iter::once(("control".to_string(), control)))

@@ -59,6 +59,8 @@ pub struct Stats {
     /// Each rule's recent rates (by name: a changed rule keeps its
     /// history), oldest first.
     history: HashMap<String, VecDeque<(f64, f64)>>,
+    /// Counts carried over from the mcrd before (a restart).
+    carried: super::carry::Carried,
 }
 
 impl Stats {
@@ -71,6 +73,7 @@ impl Stats {
             rates: HashMap::new(),
             interval_s: 0.0,
             history: HashMap::new(),
+            carried: super::carry::Carried::default(),
         }
     }
 
@@ -79,23 +82,44 @@ impl Stats {
         self.layout
     }
 
+    /// What was carried over from before, to add to and hand on.
+    pub fn carried(&self) -> &super::carry::Carried {
+        &self.carried
+    }
+
+    /// The same, to add to.
+    pub fn carried_mut(&mut self) -> &mut super::carry::Carried {
+        &mut self.carried
+    }
+
+    /// The workers' counter `i`, with what was carried over to it.
+    fn shm(&self, c: Counters<'_>, i: usize) -> u64 {
+        c.shm.get(i) + self.carried.workers(i)
+    }
+
+    /// The eBPF data path's counter `i`, with what was carried over to it
+    /// (even when this mcrd runs without one).
+    fn bpf(&self, c: Counters<'_>, i: usize) -> u64 {
+        c.kernel.map_or(0, |m| m.get(i)) + self.carried.kernel(i)
+    }
+
     fn sum_rule(&self, c: Counters<'_>, slot: u32, k: RuleCounter) -> u64 {
         let workers: u64 = (0..self.layout.workers)
-            .map(|w| c.shm.get(self.layout.rule(w, slot, k)))
+            .map(|w| self.shm(c, self.layout.rule(w, slot, k)))
             .sum();
-        workers + c.kernel.map_or(0, |m| m.get(self.layout.rule(0, slot, k)))
+        workers + self.bpf(c, self.layout.rule(0, slot, k))
     }
 
     fn sum_output(&self, c: Counters<'_>, slot: u32, k: OutputCounter) -> u64 {
         let workers: u64 = (0..self.layout.workers)
-            .map(|w| c.shm.get(self.layout.output(w, slot, k)))
+            .map(|w| self.shm(c, self.layout.output(w, slot, k)))
             .sum();
-        workers + c.kernel.map_or(0, |m| m.get(self.layout.output(0, slot, k)))
+        workers + self.bpf(c, self.layout.output(0, slot, k))
     }
 
     fn sum_input(&self, c: Counters<'_>, slot: u32, k: InputCounter) -> u64 {
         (0..self.layout.workers)
-            .map(|w| c.shm.get(self.layout.input(w, slot, k)))
+            .map(|w| self.shm(c, self.layout.input(w, slot, k)))
             .sum()
     }
 
@@ -103,7 +127,7 @@ impl Stats {
     /// a packet of it: counts summed over the workers, values (what it
     /// carries, jitter, last arrival) from the worker that saw the latest.
     fn input_health(&self, c: Counters<'_>, r: &SlottedRule, i: usize, input: String) -> InputHealthStats {
-        let get = |w: usize, k: HealthCounter| c.shm.get(self.layout.health(w, r.slot, i, k));
+        let get = |w: usize, k: HealthCounter| self.shm(c, self.layout.health(w, r.slot, i, k));
         let sum = |k: HealthCounter| (0..self.layout.workers).map(|w| get(w, k)).sum::<u64>();
         let latest = (0..self.layout.workers).max_by_key(|&w| get(w, HealthCounter::LastArrivalNs));
         let value = |k: HealthCounter| latest.map_or(0, |w| get(w, k));
@@ -150,16 +174,31 @@ impl Stats {
 
     /// A worker's counter.
     pub fn worker(&self, c: Counters<'_>, w: usize, k: WorkerCounter) -> u64 {
-        c.shm.get(self.layout.worker(w, k))
+        self.shm(c, self.layout.worker(w, k))
     }
 
     /// The eBPF data path's own counter.
     fn kernel(&self, c: Counters<'_>, k: WorkerCounter) -> u64 {
-        c.kernel.map_or(0, |m| m.get(self.layout.worker(0, k)))
+        c.kernel.map(|_| self.bpf(c, self.layout.worker(0, k))).unwrap_or(0)
     }
 
-    /// Zeroes slots before they are given to a new rule or output.
-    pub fn zero(&self, c: Counters<'_>, rules: &[u32], outputs: &[u32]) {
+    /// Zeroes slots before they are given to a new rule or output, and
+    /// lets go of what was carried over to them.
+    pub fn zero(&mut self, c: Counters<'_>, rules: &[u32], outputs: &[u32]) {
+        let l = self.layout;
+        let mut carried_at = Vec::new();
+        for w in 0..l.workers {
+            for &s in rules {
+                carried_at.extend(l.rule_sums(w, s));
+                for i in 0..HEALTH_INPUTS {
+                    carried_at.extend(l.health_sums(w, s, i));
+                }
+            }
+            for &s in outputs {
+                carried_at.extend(l.output_sums(w, s));
+            }
+        }
+        self.carried.forget(carried_at);
         let blocks = (0..self.layout.workers)
             .map(|w| (w, Some(c.shm), None))
             .chain(c.kernel.map(|m| (0, None, Some(m))));

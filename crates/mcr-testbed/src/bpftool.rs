@@ -28,6 +28,13 @@ pub fn program_exists(id: u32) -> Result<bool> {
     Ok(out.status.success())
 }
 
+/// The tag of program `id`: a hash of its instructions, so two loads of
+/// the same program share it and a changed program does not.
+pub fn program_tag(id: u32) -> Result<String> {
+    let prog = bpftool(&["prog", "show", "id", &id.to_string()])?;
+    Ok(prog["tag"].as_str().unwrap_or_default().to_string())
+}
+
 /// The maps program `id` uses, by name: (name, map id).
 pub fn program_maps(id: u32) -> Result<Vec<(String, u32)>> {
     let prog = bpftool(&["prog", "show", "id", &id.to_string()])?;

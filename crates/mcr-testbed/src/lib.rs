@@ -42,6 +42,7 @@ pub mod relay;
 pub mod systemd;
 mod temp_dir;
 pub mod traffic;
+pub mod upgrade;
 pub mod vrrp;
 
 pub use bed::{BridgeOptions, Testbed};

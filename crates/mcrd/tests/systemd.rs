@@ -1,6 +1,7 @@
 //! mcrd under a real systemd (PID 1 of a container whose network is the
 //! test's relay namespace, `mcr_testbed::systemd`), with the packaged unit:
-//! `systemctl restart` and a crash that systemd restarts interrupt no
+//! a package upgrade, `systemctl restart` and a crash that systemd restarts
+//! interrupt no
 //! stream, on either data path, because what forwards outlives mcrd in the
 //! unit's file-descriptor store; `systemctl stop` lets everything go.
 //! Three streams of 3,000 packets a second flow throughout; the sink checks
@@ -55,10 +56,8 @@ fn install(c: &Chain, dir: &TempDir, daemon: &str) -> Systemd {
     // The program inside the container's own root, as a package puts it
     // in /usr/bin: the workspace's path may be one the unit hides
     // (PrivateTmp= hides /tmp, ProtectHome= /root and /home).
-    let inside = Path::new("/opt/mcr/mcrd");
-    let copy = sd.root().join(inside.strip_prefix("/").expect("absolute"));
-    std::fs::create_dir_all(copy.parent().expect("a directory")).expect("mkdir");
-    std::fs::copy(bin("mcrd").expect("mcrd"), &copy).expect("copy mcrd");
+    let inside = Path::new(INSTALLED);
+    install_program(&sd, &bin("mcrd").expect("mcrd"));
     let unit = std::fs::read_to_string(packaging().join("mcrd.service")).expect("unit");
     let unit = unit.replace("ExecStart=/usr/bin/mcrd", &format!("ExecStart={}", inside.display()));
     sd.install_unit("mcrd.service", &unit).expect("install the unit");
@@ -69,6 +68,20 @@ fn install(c: &Chain, dir: &TempDir, daemon: &str) -> Systemd {
     sd.systemctl(&["start", "mcrd"])
         .unwrap_or_else(|e| panic!("start: {e}\n{}", sd.journal("mcrd")));
     sd
+}
+
+/// Where the container's mcrd is installed.
+const INSTALLED: &str = "/opt/mcr/mcrd";
+
+/// Puts `program` where the unit runs mcrd from, as dpkg unpacks a new
+/// version: written beside it, then renamed over it (the running mcrd
+/// keeps the program it started with).
+fn install_program(sd: &Systemd, program: &Path) {
+    let to = sd.root().join(INSTALLED.trim_start_matches('/'));
+    std::fs::create_dir_all(to.parent().expect("a directory")).expect("mkdir");
+    let new = to.with_extension("dpkg-new");
+    std::fs::copy(program, &new).expect("copy mcrd");
+    std::fs::rename(&new, &to).expect("rename over mcrd");
 }
 
 /// `mcrctl ARGS` on the container's control socket.
@@ -168,6 +181,36 @@ fn restarts_and_crashes_lose_nothing(tag: &str, daemon: &str, ebpf: bool) {
         sd.journal("mcrd")
     );
     let mut pid = sd.main_pid("mcrd").expect("main pid");
+    // A package upgrade: a new build unpacked over the program, then the
+    // unit restarted (what the package's maintainer scripts do), to a
+    // build whose eBPF program differs and back. The program's tag (a
+    // hash of its instructions) says which build runs.
+    let (other, differs) = mcr_testbed::upgrade::other_build(&dir).expect("another build");
+    let builds = [bin("mcrd").expect("mcrd"), other];
+    let tag_now = || {
+        let p = c.relay.tcx_ingress(Chain::RELAY_IN_IF).expect("tcx");
+        mcr_testbed::bpftool::program_tag(p[0].program).expect("tag")
+    };
+    let mut tags = if ebpf { vec![tag_now()] } else { Vec::new() };
+    let upgrades = while_streams_flow(&c, &sd, &format!("{tag}: upgrade"), 0, |round| {
+        install_program(&sd, &builds[round % 2]);
+        sd.systemctl(&["daemon-reload"]).expect("daemon-reload");
+        sd.systemctl(&["try-restart", "mcrd"])
+            .unwrap_or_else(|e| panic!("upgrade {round}: {e}\n{}", sd.journal("mcrd")));
+        pid = Some(sd.wait_active("mcrd", pid, MINUTES).expect("active again"));
+        if ebpf {
+            tags.push(tag_now());
+            let (was, is) = (&tags[round - 1], &tags[round]);
+            assert_eq!(was != is, differs, "upgrade {round}: program tags {was} then {is}");
+        }
+    });
+    install_program(&sd, &builds[0]);
+    // What this build counts from (an older build named by
+    // MCR_UPGRADE_BUILD may not hand its counters on).
+    let start = counted(&sd);
+    if !mcr_testbed::upgrade::other_is_named() {
+        assert_eq!(start, upgrades, "every packet counted once, across {EVENTS} upgrades");
+    }
     let restarts = while_streams_flow(&c, &sd, &format!("{tag}: systemctl restart"), 0, |round| {
         sd.systemctl(&["restart", "mcrd"])
             .unwrap_or_else(|e| panic!("restart {round}: {e}\n{}", sd.journal("mcrd")));
@@ -176,9 +219,10 @@ fn restarts_and_crashes_lose_nothing(tag: &str, daemon: &str, ebpf: bool) {
     // A worker killed with mcrd loses what it had taken and not sent; the
     // eBPF data path loses nothing.
     let bound = if ebpf { 0 } else { KILL_BOUND_PER_RING };
+    let forwarded: Vec<u64> = (0..3).map(|i| start[i] + restarts[i]).collect();
     assert_eq!(
-        counted(&sd),
-        restarts,
+        counted(&sd).to_vec(),
+        forwarded,
         "every packet counted once, across {EVENTS} restarts"
     );
     let kills = while_streams_flow(&c, &sd, &format!("{tag}: SIGKILL"), bound, |round| {
@@ -204,7 +248,7 @@ fn restarts_and_crashes_lose_nothing(tag: &str, daemon: &str, ebpf: bool) {
     // counted yet): at most a batch of each ring, each time.
     let now = counted(&sd);
     for i in 0..3 {
-        let forwarded = restarts[i] + kills[i];
+        let forwarded = start[i] + restarts[i] + kills[i];
         let off = now[i].abs_diff(forwarded);
         let most = if ebpf {
             0

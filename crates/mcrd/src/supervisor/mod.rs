@@ -218,6 +218,11 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
         ),
     }
     match carry::Before::open(std::mem::take(&mut inherited.stats)) {
+        Ok(None) if inherited.source.is_some() => sup.journal.note(
+            Level::Warn,
+            "restart: the mcrd before handed over no counters (a build older than this one): they start from zero"
+                .into(),
+        ),
         Ok(b) => sup.before = b,
         Err(why) => sup.journal.note(
             Level::Warn,

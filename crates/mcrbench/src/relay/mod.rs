@@ -262,6 +262,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         relay_cpu: a.relay_cpu,
         sink_via: a.sink.clone(),
         wrap: a.wrap.clone(),
+        settle: !a.quick,
     };
     let idle_s = a.idle_seconds.unwrap_or(if a.quick { 1 } else { 10 });
     let mut all: Vec<Outcome> = Vec::new();

@@ -20,6 +20,10 @@ pub struct Layout {
     pub sink_via: String,
     /// `mcrgen --wrap` of the test payload.
     pub wrap: String,
+    /// Wait for idle CPUs before each measurement ([`settle`]); not with
+    /// `--quick`, which checks what is delivered, not what it costs (and
+    /// in CI, beside other tests, waited up to 10 s a run for nothing).
+    pub settle: bool,
 }
 
 /// What one run measured.
@@ -65,6 +69,9 @@ pub struct Run {
 
 /// Waits (up to 10 s) until both CPUs are mostly idle.
 pub fn settle(l: &Layout) {
+    if !l.settle {
+        return;
+    }
     for _ in 0..20 {
         let a = (cpu::cpu_idle_ticks(l.load_cpu), cpu::cpu_idle_ticks(l.relay_cpu));
         let t = Instant::now();

@@ -178,7 +178,7 @@ impl Params {
             count: 2000,
             stream_counts: vec![1, 5],
             per_stream_pps: 500,
-            seconds: 2,
+            seconds: 1,
             fanouts: vec![1, 3],
             fanout_rates: vec![1000],
             dense_streams: 5,

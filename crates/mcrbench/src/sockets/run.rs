@@ -435,12 +435,16 @@ fn once(b: &dyn Backend, p: &Point, o: &Options) -> anyhow::Result<RunResult> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = p.threads;
     let last_rx = Arc::new(AtomicU64::new(0));
+    // Datagrams the receivers took, all together.
+    let rx_total = Arc::new(AtomicU64::new(0));
+    let one_receiver = rxs.len() == 1;
     let go = Arc::new(Barrier::new(2 * p.threads + 1));
 
     let receivers: Vec<std::thread::JoinHandle<RecvDone>> = rxs
         .into_iter()
         .map(|mut rx| {
             let (go, done, last_rx, send_end) = (go.clone(), senders_done.clone(), last_rx.clone(), send_end.clone());
+            let rx_total = rx_total.clone();
             // Every receiver on the CPU after the senders'.
             let (size, paced, cpu) = (p.size, o.pace.is_some(), o.cpu.map(|c| (c + 1) % cpus));
             std::thread::spawn(move || {
@@ -480,6 +484,7 @@ fn once(b: &dyn Backend, p: &Point, o: &Options) -> anyhow::Result<RunResult> {
                             let now = monotonic_ns();
                             last = Some(now);
                             last_rx.store(now, Ordering::Relaxed);
+                            rx_total.fetch_add(n as u64, Ordering::Relaxed);
                         }
                         Ok(_) => {}
                         Err(e) => {
@@ -591,10 +596,15 @@ fn once(b: &dyn Backend, p: &Point, o: &Options) -> anyhow::Result<RunResult> {
         send_end.store(monotonic_ns(), Ordering::Relaxed);
     }
     // Let the receivers drain: until nothing arrived for 300 ms (at most
-    // 3 s).
+    // 3 s), or, with one receiver, until it took every datagram sent (a
+    // counted run that lost nothing need not wait out the quiet).
     let quiet_from = monotonic_ns();
+    let sent_total: u64 = sent.iter().map(|s| s.sent).sum();
     loop {
         std::thread::sleep(Duration::from_millis(20));
+        if one_receiver && rx_total.load(Ordering::Relaxed) >= sent_total {
+            break;
+        }
         let last = last_rx.load(Ordering::Relaxed).max(quiet_from);
         let now = monotonic_ns();
         if now - last > 300_000_000 || now - quiet_from > 3_000_000_000 {

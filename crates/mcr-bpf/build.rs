@@ -1,6 +1,7 @@
 //! Compiles bpf/datapath.c into a BPF object with clang. The object is
 //! embedded in the crate (`mcr_bpf::OBJECT`), so mcrd carries its data
-//! path with it and nothing is read from disk at run time.
+//! path with it and nothing is read from disk at run time. The compiler
+//! and flags it used are kept beside it (`mcr_bpf::COMPILER`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -21,9 +22,24 @@ fn main() {
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "x86_64-linux-gnu".into());
+    let flags = [
+        "-O2".to_string(),
+        "-target".into(),
+        "bpf".into(),
+        "-mcpu=v3".into(),
+        "-Wall".into(),
+        "-Wextra".into(),
+        "-Werror".into(),
+        format!("-I/usr/include/{multiarch}"),
+    ];
+    // The compiler and its flags, one a line, for whoever must compile a
+    // variant of the source exactly as this build did (`mcr_bpf::COMPILER`).
+    let mut used = vec![clang.clone()];
+    used.extend(flags.iter().cloned());
+    let record = out.with_file_name("compiler");
+    std::fs::write(&record, used.join("\n")).unwrap_or_else(|e| panic!("writing {}: {e}", record.display()));
     let status = Command::new(&clang)
-        .args(["-O2", "-target", "bpf", "-mcpu=v3", "-Wall", "-Wextra", "-Werror"])
-        .arg(format!("-I/usr/include/{multiarch}"))
+        .args(&flags)
         .args(["-c", src, "-o"])
         .arg(&out)
         .status();

@@ -12,6 +12,12 @@ use zerocopy::IntoBytes;
 /// The compiled object (ELF, BPF target).
 pub const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/datapath.o"));
 
+/// The compiler and flags the object was built with, one a line (the
+/// compiler first), run from this crate's directory as
+/// `COMPILER -c bpf/datapath.c -o OUT`: for a test that needs a variant of
+/// the object built exactly the same way.
+pub const COMPILER: &str = include_str!(concat!(env!("OUT_DIR"), "/compiler"));
+
 /// The program's C source, so tests can hold the Rust mirrors of its
 /// layouts and constants against it.
 pub const SOURCE: &str = include_str!("../bpf/datapath.c");

@@ -29,45 +29,33 @@ fn failed(what: &str, why: impl Into<String>) -> Error {
     }
 }
 
-/// The eBPF object of the variant, compiled in `dir`.
+fn io(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        what: what.to_string(),
+        source,
+    }
+}
+
+/// The eBPF object of the variant, compiled in `dir` with the compiler and
+/// flags mcr-bpf's build used (`mcr_bpf::COMPILER`), from a directory laid
+/// out as the crate's (the object names its source file).
 pub fn variant_object(dir: &TempDir) -> Result<Vec<u8>> {
     let what = "compile the variant eBPF program";
     if !mcr_bpf::SOURCE.contains(LINE) {
         return Err(failed(what, format!("mcr-bpf's source has no line `{LINE}` to change")));
     }
     let src_dir = dir.path().join("bpf");
-    std::fs::create_dir_all(&src_dir).map_err(|source| Error::Io {
-        what: what.into(),
-        source,
-    })?;
-    std::fs::write(src_dir.join("datapath.c"), mcr_bpf::SOURCE.replacen(LINE, VARIANT, 1)).map_err(|source| {
-        Error::Io {
-            what: what.into(),
-            source,
-        }
-    })?;
-    let multiarch = Command::new("gcc")
-        .arg("-print-multiarch")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "x86_64-linux-gnu".into());
-    let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
-    // As mcr-bpf/build.rs does, from a directory laid out as the crate's
-    // (the object names its source file).
-    crate::command::run(
-        Command::new(&clang)
-            .current_dir(dir.path())
-            .args(["-O2", "-target", "bpf", "-mcpu=v3", "-Wall", "-Wextra", "-Werror"])
-            .arg(format!("-I/usr/include/{multiarch}"))
-            .args(["-c", "bpf/datapath.c", "-o", "datapath-variant.o"]),
-    )?;
-    std::fs::read(dir.path().join("datapath-variant.o")).map_err(|source| Error::Io {
-        what: what.into(),
-        source,
-    })
+    std::fs::create_dir_all(&src_dir).map_err(io(what))?;
+    std::fs::write(src_dir.join("datapath.c"), mcr_bpf::SOURCE.replacen(LINE, VARIANT, 1)).map_err(io(what))?;
+    let mut used = mcr_bpf::COMPILER.lines();
+    let clang = used.next().ok_or_else(|| failed(what, "mcr-bpf kept no compiler"))?;
+    crate::command::run(Command::new(clang).current_dir(dir.path()).args(used).args([
+        "-c",
+        "bpf/datapath.c",
+        "-o",
+        "datapath-variant.o",
+    ]))?;
+    std::fs::read(dir.path().join("datapath-variant.o")).map_err(io(what))
 }
 
 /// A copy of the workspace's mcrd, in `dir`, whose embedded eBPF object is
@@ -85,10 +73,7 @@ pub fn mcrd_with_another_program(dir: &TempDir) -> Result<PathBuf> {
     if object == own {
         return Err(failed(what, "the variant object is mcrd's own"));
     }
-    let mut binary = std::fs::read(crate::bin("mcrd")?).map_err(|source| Error::Io {
-        what: what.into(),
-        source,
-    })?;
+    let mut binary = std::fs::read(crate::bin("mcrd")?).map_err(io(what))?;
     let at: Vec<usize> = binary
         .windows(own.len())
         .enumerate()
@@ -106,15 +91,9 @@ pub fn mcrd_with_another_program(dir: &TempDir) -> Result<PathBuf> {
     };
     binary[at..at + own.len()].copy_from_slice(&object);
     let path = dir.path().join("mcrd-variant");
-    std::fs::write(&path, &binary).map_err(|source| Error::Io {
-        what: what.into(),
-        source,
-    })?;
+    std::fs::write(&path, &binary).map_err(io(what))?;
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(|source| Error::Io {
-        what: what.into(),
-        source,
-    })?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(io(what))?;
     Ok(path)
 }
 
@@ -132,10 +111,7 @@ pub fn other_build(dir: &TempDir) -> Result<(PathBuf, bool)> {
     match std::env::var_os("MCR_UPGRADE_BUILD") {
         Some(p) => {
             let path = PathBuf::from(p);
-            let binary = std::fs::read(&path).map_err(|source| Error::Io {
-                what: format!("MCR_UPGRADE_BUILD={}", path.display()),
-                source,
-            })?;
+            let binary = std::fs::read(&path).map_err(io(&format!("MCR_UPGRADE_BUILD={}", path.display())))?;
             let own = mcr_bpf::OBJECT;
             let same = binary.windows(own.len()).any(|w| w == own);
             Ok((path, !same))

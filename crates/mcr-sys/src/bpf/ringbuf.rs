@@ -17,18 +17,6 @@ const BUSY: u32 = 1 << 31;
 const DISCARD: u32 = 1 << 30;
 const HEADER: usize = 8;
 
-/// The start of `struct bpf_map_info`.
-#[repr(C)]
-#[derive(Default)]
-struct MapInfo {
-    map_type: u32,
-    id: u32,
-    key_size: u32,
-    value_size: u32,
-    max_entries: u32,
-    map_flags: u32,
-}
-
 /// A ring buffer map, mapped for reading.
 #[derive(Debug)]
 pub struct RingReader {
@@ -43,7 +31,7 @@ pub struct RingReader {
 impl RingReader {
     /// Maps the ring buffer map `fd`.
     pub fn new(fd: OwnedFd) -> io::Result<RingReader> {
-        let mut info = MapInfo::default();
+        let mut info = super::MapInfo::default();
         super::info_by_fd(fd.as_fd(), &mut info)?;
         let size = info.max_entries as usize;
         if info.map_type != MAP_TYPE_RINGBUF || !size.is_power_of_two() {

@@ -435,8 +435,9 @@ fn once(b: &dyn Backend, p: &Point, o: &Options) -> anyhow::Result<RunResult> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = p.threads;
     let last_rx = Arc::new(AtomicU64::new(0));
-    // Datagrams the receivers took, all together.
-    let rx_total = Arc::new(AtomicU64::new(0));
+    // With one receiver, the datagrams it took so far (a plain store of
+    // its own count, as cheap as `last_rx`'s).
+    let rx_got = Arc::new(AtomicU64::new(0));
     let one_receiver = rxs.len() == 1;
     let go = Arc::new(Barrier::new(2 * p.threads + 1));
 
@@ -444,7 +445,7 @@ fn once(b: &dyn Backend, p: &Point, o: &Options) -> anyhow::Result<RunResult> {
         .into_iter()
         .map(|mut rx| {
             let (go, done, last_rx, send_end) = (go.clone(), senders_done.clone(), last_rx.clone(), send_end.clone());
-            let rx_total = rx_total.clone();
+            let rx_got = rx_got.clone();
             // Every receiver on the CPU after the senders'.
             let (size, paced, cpu) = (p.size, o.pace.is_some(), o.cpu.map(|c| (c + 1) % cpus));
             std::thread::spawn(move || {
@@ -484,7 +485,7 @@ fn once(b: &dyn Backend, p: &Point, o: &Options) -> anyhow::Result<RunResult> {
                             let now = monotonic_ns();
                             last = Some(now);
                             last_rx.store(now, Ordering::Relaxed);
-                            rx_total.fetch_add(n as u64, Ordering::Relaxed);
+                            rx_got.store(got, Ordering::Relaxed);
                         }
                         Ok(_) => {}
                         Err(e) => {
@@ -602,7 +603,7 @@ fn once(b: &dyn Backend, p: &Point, o: &Options) -> anyhow::Result<RunResult> {
     let sent_total: u64 = sent.iter().map(|s| s.sent).sum();
     loop {
         std::thread::sleep(Duration::from_millis(20));
-        if one_receiver && rx_total.load(Ordering::Relaxed) >= sent_total {
+        if one_receiver && rx_got.load(Ordering::Relaxed) >= sent_total {
             break;
         }
         let last = last_rx.load(Ordering::Relaxed).max(quiet_from);

@@ -94,11 +94,13 @@ impl Carried {
         self.kernel.get(&i).copied().unwrap_or(0)
     }
 
+    /// True when nothing was carried over (or all of it let go).
+    pub fn is_empty(&self) -> bool {
+        self.workers.is_empty() && self.kernel.is_empty()
+    }
+
     /// Lets go of what was carried at these indices (slots given anew).
     pub fn forget(&mut self, indices: impl IntoIterator<Item = usize>) {
-        if self.workers.is_empty() && self.kernel.is_empty() {
-            return;
-        }
         for i in indices {
             self.workers.remove(&i);
             self.kernel.remove(&i);

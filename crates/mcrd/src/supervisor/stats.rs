@@ -187,7 +187,7 @@ impl Stats {
     pub fn zero(&mut self, c: Counters<'_>, rules: &[u32], outputs: &[u32]) {
         let l = self.layout;
         let mut carried_at = Vec::new();
-        for w in 0..l.workers {
+        for w in (0..l.workers).filter(|_| !self.carried.is_empty()) {
             for &s in rules {
                 carried_at.extend(l.rule_sums(w, s));
                 for i in 0..HEALTH_INPUTS {

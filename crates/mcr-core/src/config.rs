@@ -128,10 +128,11 @@ pub struct Settings {
 
 /// Where a relay of a fleet takes its rules from: one key per rule under
 /// `prefix`, in the config file's `[[rule]]` form.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EtcdSettings {
-    /// The etcd members' client URLs (`http://HOST:PORT`), tried in turn.
+    /// The etcd members' client URLs (`http://HOST:PORT` or
+    /// `https://HOST:PORT`, all of one scheme), tried in turn.
     pub endpoints: Vec<String>,
     /// The key prefix; a rule's key is the prefix and its name.
     pub prefix: String,
@@ -143,6 +144,24 @@ pub struct EtcdSettings {
     /// etcd cannot be reached forwards those rules until it can.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<PathBuf>,
+    /// The CA (PEM) that etcd's server certificates are checked against;
+    /// required by `https://` endpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// The relay's client certificate (PEM, its chain after it), for etcd's
+    /// `--client-cert-auth`; with `key_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    /// The private key of `cert_file` (PEM); readable by its owner only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+    /// The etcd user the relay authenticates as; with `password_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A file holding that user's password (one trailing newline is not
+    /// part of it); readable by its owner only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
 }
 
 /// Whether the relay sends.

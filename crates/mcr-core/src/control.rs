@@ -678,6 +678,10 @@ pub struct StoreStatus {
     /// Why not, when it does not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// What kind of failure that is, once the store has been tried (none
+    /// before the first attempt ends, or while forwarding the cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem_kind: Option<StoreProblem>,
     /// Seconds since it was last reached or lost.
     pub since_s: f64,
     /// The store revision of the last update applied.
@@ -691,6 +695,34 @@ pub struct StoreStatus {
     /// Keys refused, each with why (the rule it gave before, if any, stays).
     pub refused: Vec<RefusedKey>,
 }
+
+/// Why the store is not reached: what an operator has to mend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreProblem {
+    /// No answer: connection refused, a timeout, a name that does not
+    /// resolve, a member without a leader.
+    Unreachable,
+    /// TLS failed: the server's certificate does not verify (wrong CA,
+    /// wrong host, expired), or etcd refused the relay's own.
+    Certificate,
+    /// etcd refused the relay's user and password, or wants a user and
+    /// none is given.
+    Authentication,
+    /// The relay's user may not read the prefix.
+    Permission,
+}
+
+crate::named::named!(
+    StoreProblem,
+    "etcd problem",
+    [
+        (StoreProblem::Unreachable, "unreachable"),
+        (StoreProblem::Certificate, "certificate"),
+        (StoreProblem::Authentication, "authentication"),
+        (StoreProblem::Permission, "permission"),
+    ]
+);
 
 /// A key of the store whose rule was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

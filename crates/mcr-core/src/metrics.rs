@@ -125,6 +125,15 @@ fn store(out: &mut String, s: &crate::control::StoreStatus) {
         "Seconds since mcrd last reached or lost the etcd store.",
     )
     .sample(&[], float(s.since_s));
+    let mut f = family(
+        out,
+        "mcr_etcd_problem",
+        "gauge",
+        "1 for why the etcd store is not reached (unreachable, certificate, authentication, permission), 0 for the others; all 0 while mcrd follows it.",
+    );
+    for (kind, name) in <crate::control::StoreProblem as crate::named::Named>::ALL {
+        f.sample(&[("kind", name)], u8::from(s.problem_kind == Some(*kind)));
+    }
 }
 
 /// The interfaces the rules use: whether each link is up, and how often
@@ -745,6 +754,7 @@ mod tests {
                 prefix: "/mcr/".into(),
                 connected: false,
                 problem: Some("connection refused".into()),
+                problem_kind: Some(crate::control::StoreProblem::Certificate),
                 since_s: 3.0,
                 revision: 41,
                 workers_revision: 40,
@@ -869,6 +879,8 @@ mod tests {
             "mcr_etcd_workers_revision 40",
             "mcr_etcd_rules 7",
             "mcr_etcd_updates_total 9",
+            "mcr_etcd_problem{kind=\"unreachable\"} 0",
+            "mcr_etcd_problem{kind=\"certificate\"} 1",
             "mcr_interface_up{interface=\"eth0\"} 1",
             "mcr_interface_up{interface=\"eth1\"} 0",
             "mcr_interface_up{interface=\"eth2\"} 0",

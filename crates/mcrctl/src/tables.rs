@@ -30,10 +30,16 @@ fn bits(bps: f64) -> String {
 fn store_status(o: &mut String, s: &mcr_core::control::StoreStatus) {
     let state = match &s.problem {
         None => format!("following for {:.0} s", s.since_s),
-        Some(p) => format!(
-            "NOT REACHED for {:.0} s ({p}); its {} rule(s) keep forwarding as last given",
-            s.since_s, s.rules
-        ),
+        Some(p) => {
+            let kind = match s.problem_kind {
+                Some(k) if k != mcr_core::control::StoreProblem::Unreachable => format!(" [{k}]"),
+                _ => String::new(),
+            };
+            format!(
+                "NOT REACHED{kind} for {:.0} s ({p}); its {} rule(s) keep forwarding as last given",
+                s.since_s, s.rules
+            )
+        }
     };
     let _ = writeln!(
         o,

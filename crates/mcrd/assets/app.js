@@ -502,7 +502,8 @@ function renderHeader(o) {
   const store = st.store;
   let storeText = "";
   if (store && !store.connected) {
-    storeText = `etcd (${store.prefix}) is not reached: ${store.problem}. Its ${store.rules} rules keep forwarding as last given.`;
+    const kind = store.problem_kind && store.problem_kind !== "unreachable" ? ` (${store.problem_kind})` : "";
+    storeText = `etcd (${store.prefix}) is not reached${kind}: ${store.problem}. Its ${store.rules} rules keep forwarding as last given.`;
   } else if (store && store.refused.length) {
     const first = store.refused[0];
     storeText = `etcd: ${plural(store.refused.length, "key", "keys")} refused, such as ${first.key}: ${first.error}`;

@@ -192,7 +192,9 @@ fn raise_fd_limit() {
 fn check_config(path: &Path, a: &RunArgs) -> ExitCode {
     match supervisor::load_config(path) {
         Ok(c) => match supervisor::check_http(&http_options(a, &c.settings)).and_then(|()| match &c.settings.etcd {
-            Some(e) => supervisor::etcd::store_settings(e).check().map_err(anyhow::Error::from),
+            Some(e) => supervisor::etcd::store_settings(e)
+                .and_then(|s| s.check())
+                .map_err(anyhow::Error::from),
             None => Ok(()),
         }) {
             Ok(()) => {

@@ -71,8 +71,9 @@ pub enum Event<R> {
     /// `mcrctl reload` or SIGHUP: the config file as read and checked
     /// (see [`Plane::config_file`]), or why it could not be.
     Reload {
-        /// The file's content.
-        config: Result<Config, ControlError>,
+        /// The file's content (boxed: a config is large beside the other
+        /// events).
+        config: Box<Result<Config, ControlError>>,
         /// The host's interfaces now.
         interfaces: Interfaces,
         /// Where the answer goes.
@@ -440,7 +441,7 @@ impl<R> Plane<R> {
                 config,
                 interfaces,
                 reply,
-            } => self.reload(config, interfaces, reply, now, &mut out),
+            } => self.reload(*config, interfaces, reply, now, &mut out),
             Event::Switch { rule, input, reply } => self.switch(rule, input, reply, now, &mut out),
             Event::Store { update, interfaces } => self.store_update(update, interfaces, now, &mut out),
             Event::Interfaces(interfaces) => {
@@ -730,8 +731,8 @@ impl<R> Plane<R> {
             return;
         };
         let revision = match &update {
-            StoreUpdate::Unreachable { why } => {
-                if store.unreachable(why.clone(), now) {
+            StoreUpdate::Unreachable { why, kind } => {
+                if store.unreachable(why.clone(), *kind, now) {
                     out.push(Effect::Log(
                         Level::Warn,
                         format!(
@@ -1214,8 +1215,7 @@ mod tests {
                 etcd: Some(crate::config::EtcdSettings {
                     endpoints: vec!["http://127.0.0.1:2379".into()],
                     prefix: "/mcr/".into(),
-                    timeout_ms: None,
-                    cache: None,
+                    ..Default::default()
                 }),
                 ..Settings::default()
             };
@@ -1342,7 +1342,7 @@ mod tests {
                         .ok_or_else(|| ControlError::new(ErrorKind::InvalidConfig, "cannot read it"));
                     let reply = self.ask();
                     self.feed(Event::Reload {
-                        config,
+                        config: Box::new(config),
                         interfaces: ifs(&self.present),
                         reply,
                     })
@@ -1400,6 +1400,7 @@ mod tests {
                         },
                         StoreOp::Unreachable => StoreUpdate::Unreachable {
                             why: "connection refused".into(),
+                            kind: crate::control::StoreProblem::Unreachable,
                         },
                     };
                     self.feed(Event::Store {
@@ -1521,8 +1522,7 @@ mod tests {
             etcd: Some(crate::config::EtcdSettings {
                 endpoints: vec!["http://127.0.0.1:2379".into()],
                 prefix: "/mcr/".into(),
-                timeout_ms: None,
-                cache: None,
+                ..Default::default()
             }),
             ..Settings::default()
         };
@@ -1602,7 +1602,7 @@ mod tests {
             let text = Config::render(&Settings::default(), &rules).expect("render");
             p.handle(
                 Event::Reload {
-                    config: Ok(Config::parse(&text).expect("parse")),
+                    config: Box::new(Ok(Config::parse(&text).expect("parse"))),
                     interfaces: ifs(&[true, true]),
                     reply,
                 },
@@ -1624,6 +1624,7 @@ mod tests {
             Event::Store {
                 update: StoreUpdate::Unreachable {
                     why: "connection refused".into(),
+                    kind: crate::control::StoreProblem::Unreachable,
                 },
                 interfaces: on,
             },

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::config::Config;
-use crate::control::{RefusedKey, StoreStatus};
+use crate::control::{RefusedKey, StoreProblem, StoreStatus};
 use crate::rule::Rule;
 
 /// Keys (after the prefix) and their values, as the store holds them.
@@ -48,6 +48,8 @@ pub enum StoreUpdate {
     Unreachable {
         /// What failed.
         why: String,
+        /// What kind of failure it is.
+        kind: StoreProblem,
     },
 }
 
@@ -99,6 +101,8 @@ pub struct Store {
     endpoints: Vec<String>,
     /// Reachable (none) or why not, and since when.
     problem: Option<String>,
+    /// The kind of the last failure while not reachable.
+    kind: Option<StoreProblem>,
     since: Instant,
     /// Whether an update came at all.
     heard: bool,
@@ -146,6 +150,7 @@ impl Store {
             prefix,
             endpoints,
             problem: Some("not connected yet".into()),
+            kind: None,
             since: now,
             heard: false,
             revision: 0,
@@ -203,7 +208,7 @@ impl Store {
 
     /// The store cannot be reached: true when that is news (it could be
     /// before, or the reason changed).
-    pub fn unreachable(&mut self, why: String, now: Instant) -> bool {
+    pub fn unreachable(&mut self, why: String, kind: StoreProblem, now: Instant) -> bool {
         let why = match self.cached {
             Some(revision) => format!(
                 "{why}; forwarding the {} rule(s) of the cache (revision {revision}) since the start",
@@ -211,9 +216,10 @@ impl Store {
             ),
             None => why,
         };
-        if self.problem.as_deref() == Some(why.as_str()) {
+        if self.problem.as_deref() == Some(why.as_str()) && self.kind == Some(kind) {
             return false;
         }
+        self.kind = Some(kind);
         if self.problem.is_none() || !self.heard {
             self.since = now;
         }
@@ -227,6 +233,7 @@ impl Store {
         let back = self.problem.is_some();
         if back {
             self.problem = None;
+            self.kind = None;
             self.since = now;
         }
         self.heard = true;
@@ -363,6 +370,7 @@ impl Store {
             prefix: self.prefix.clone(),
             connected: self.problem.is_none(),
             problem: self.problem.clone(),
+            problem_kind: self.problem.as_ref().and(self.kind),
             since_s: now.saturating_duration_since(self.since).as_secs_f64(),
             revision: self.revision,
             workers_revision: self.workers_revision,
@@ -469,8 +477,11 @@ mod tests {
         assert_eq!(s.status(now).workers_revision, 10);
         s.acked(4);
         assert_eq!(s.status(now).workers_revision, 12);
-        assert!(s.unreachable("connection refused".into(), now));
-        assert!(!s.unreachable("connection refused".into(), now), "not news");
+        assert!(s.unreachable("connection refused".into(), StoreProblem::Unreachable, now));
+        assert!(
+            !s.unreachable("connection refused".into(), StoreProblem::Unreachable, now),
+            "not news"
+        );
         assert_eq!(s.status(now).problem.as_deref(), Some("connection refused"));
     }
 }

@@ -24,6 +24,7 @@ mod ports;
 mod privilege;
 mod restart;
 mod role;
+mod secret_file;
 mod stats;
 mod store_cache;
 mod workers;
@@ -275,6 +276,12 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
             Err(why) => sup.journal.note(Level::Warn, format!("etcd cache not used: {why}")),
         }
     }
+    // etcd's files (CA, certificate, key, password) are read now, while
+    // mcrd may still read them; the follower starts once workers run.
+    let etcd = match &opts.file_settings.etcd {
+        Some(e) => Some(etcd::store_settings(e).and_then(|s| s.prepare())?),
+        None => None,
+    };
     let http = http::open(&opts.http).await?;
     let access = privilege::settle(
         &opts.control_socket,
@@ -332,9 +339,9 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
     // Rules from etcd, when the config names a store: each update is
     // applied as it comes, on this loop, like any other change.
     let (store_tx, mut store_rx) = mpsc::unbounded_channel::<etcd::StoreUpdate>();
-    let _follower = match &opts.file_settings.etcd {
-        Some(e) => Some(
-            etcd::follow(etcd::store_settings(e), move |u| {
+    let _follower = match etcd {
+        Some(prepared) => Some(
+            etcd::follow(prepared, move |u| {
                 let _ = store_tx.send(u);
             })
             .context("follow etcd")?,
@@ -836,7 +843,7 @@ impl Supervisor {
     fn reload(&mut self, reply_to: ReplyTo) {
         let config = self.plane.config_file().and_then(config_file::load);
         self.step(Event::Reload {
-            config,
+            config: Box::new(config),
             interfaces: interfaces(),
             reply: reply_to,
         });

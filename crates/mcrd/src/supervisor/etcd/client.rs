@@ -5,6 +5,10 @@
 //! connection within [`KEEPALIVE_IDLE`] + [`KEEPALIVE_INTERVAL`] ×
 //! [`KEEPALIVE_PROBES`] even while nothing is sent.
 //!
+//! An `https://` endpoint is reached over TLS ([`Tls`]); with a user, every
+//! call carries the token etcd gave it ([`auth`](super::auth)), got again
+//! when etcd no longer takes it.
+//!
 //! Every request carries `Grpc-Metadata-Hasleader: true`, which the gateway
 //! hands to etcd as the gRPC metadata `hasleader`: etcd then refuses a call,
 //! and ends a watch stream, on a member that has lost its cluster's leader
@@ -19,11 +23,15 @@ use hyper::body::Bytes;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::http::{Method, Request, StatusCode, header};
 use hyper_util::rt::TokioIo;
+use mcr_core::control::StoreProblem;
 use serde::de::DeserializeOwned;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use super::auth::{Auth, Credentials};
 use super::endpoint::Endpoint;
-use super::wire::{ErrorBody, RangeRequest, RangeResponse};
+use super::tls::Tls;
+use super::wire::{AuthenticateRequest, AuthenticateResponse, ErrorBody, RangeRequest, RangeResponse};
 
 /// Idle time before TCP keepalive starts probing a connection.
 pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
@@ -140,6 +148,28 @@ pub enum CallError {
         /// The endpoint's URL.
         endpoint: String,
     },
+    /// etcd canceled the watch (refused it, or ended it) and said why.
+    #[error("{endpoint}: etcd canceled the watch{}", if reason.is_empty() { String::new() } else { format!(": {reason}") })]
+    Canceled {
+        /// The endpoint's URL.
+        endpoint: String,
+        /// etcd's reason (`rpc error: code = PermissionDenied desc = ...`).
+        reason: String,
+    },
+    /// The watch was silent, and the member did not answer the probe.
+    #[error("the watch was silent and the member did not answer: {0}")]
+    Silent(Box<CallError>),
+    /// etcd refused the relay, or the relay refused etcd: a certificate,
+    /// the user, or its permission. `reason` says what to mend.
+    #[error("{endpoint}: {problem}: {reason}")]
+    Denied {
+        /// The endpoint's URL.
+        endpoint: String,
+        /// What kind of refusal.
+        problem: StoreProblem,
+        /// What it means and what to do.
+        reason: String,
+    },
 }
 
 impl CallError {
@@ -156,6 +186,39 @@ impl CallError {
     pub fn is_compacted(&self) -> bool {
         matches!(self, CallError::Etcd { message, .. } if message.contains("required revision has been compacted"))
     }
+
+    /// What kind of failure it is, for the status and the metrics.
+    pub fn problem(&self) -> StoreProblem {
+        match self {
+            CallError::Denied { problem, .. } => *problem,
+            CallError::Silent(inner) => inner.problem(),
+            _ => StoreProblem::Unreachable,
+        }
+    }
+
+    /// Whether etcd no longer takes the token sent (expired, or etcd
+    /// restarted and forgot it): authenticating again mends it. An answer
+    /// without a body counts too: etcd 3.4.23's gateway sends some
+    /// refusals so (etcd-io/etcd#15256).
+    pub fn refuses_token(&self) -> bool {
+        match self {
+            CallError::Etcd { message, .. } => {
+                message.contains("invalid auth token") || message.contains("revision of auth store is old")
+            }
+            CallError::Status { status, body, .. } => *status == StatusCode::UNAUTHORIZED || body.is_empty(),
+            CallError::Canceled { reason, .. } => reason.contains("invalid auth token"),
+            _ => false,
+        }
+    }
+}
+
+/// How to reach the members: TLS, and the user to authenticate as.
+#[derive(Debug, Clone, Default)]
+pub struct Link {
+    /// For `https://` endpoints.
+    pub tls: Option<Tls>,
+    /// etcd's user, when it has authentication on.
+    pub credentials: Option<Credentials>,
 }
 
 /// Unary calls to one member, reusing one connection while it lasts.
@@ -163,24 +226,87 @@ impl CallError {
 pub struct Unary {
     endpoint: Endpoint,
     timeout: Duration,
+    tls: Option<Tls>,
+    auth: Option<Auth>,
     sender: Option<SendRequest<Full<Bytes>>>,
 }
 
 impl Unary {
     /// Calls to `endpoint`, each allowed `timeout` in all (connecting
     /// included).
-    pub fn new(endpoint: Endpoint, timeout: Duration) -> Unary {
+    pub fn new(endpoint: Endpoint, timeout: Duration, link: &Link) -> Unary {
         Unary {
             endpoint,
             timeout,
+            tls: link.tls.clone(),
+            auth: link.credentials.clone().map(Auth::new),
             sender: None,
         }
     }
 
-    /// `POST /v3/kv/range`.
+    /// `POST /v3/kv/range`, with the user's token when there is one; a
+    /// token etcd no longer takes is got again, and the call sent again,
+    /// once.
     pub async fn range(&mut self, request: &RangeRequest<'_>, what: What) -> Result<RangeResponse, CallError> {
         let body = serde_json::to_vec(request).map_err(|source| self.json_error(what, source))?;
-        self.call("/v3/kv/range", body, what).await
+        let token = self.token().await?;
+        match self.call("/v3/kv/range", body.clone(), token.as_deref(), what).await {
+            Err(e) if token.is_some() && e.refuses_token() => {
+                self.renew(&e).await?;
+                let token = self.token().await?;
+                self.call("/v3/kv/range", body, token.as_deref(), what).await
+            }
+            r => r,
+        }
+    }
+
+    /// The token to send: none without a user; otherwise the one held,
+    /// got first when there is none or it is near its end.
+    pub async fn token(&mut self) -> Result<Option<String>, CallError> {
+        let Some(auth) = self.auth.as_ref().filter(|a| a.wanted()) else {
+            return Ok(None);
+        };
+        if let Some(token) = auth.current() {
+            return Ok(Some(token));
+        }
+        self.authenticate().await
+    }
+
+    /// etcd refused the token (`why`): gets a new one.
+    pub async fn renew(&mut self, why: &CallError) -> Result<(), CallError> {
+        if let Some(auth) = &mut self.auth {
+            tracing::info!(
+                "etcd: {}: the token of user `{}` was refused ({}); authenticating again",
+                self.endpoint.url,
+                auth.user(),
+                why
+            );
+            auth.forget();
+        }
+        self.authenticate().await.map(drop)
+    }
+
+    async fn authenticate(&mut self) -> Result<Option<String>, CallError> {
+        let Some(auth) = &self.auth else {
+            return Ok(None);
+        };
+        let credentials = auth.credentials().clone();
+        let body = serde_json::to_vec(&AuthenticateRequest {
+            name: &credentials.user,
+            password: credentials.password(),
+        })
+        .map_err(|source| self.json_error("authentication", source))?;
+        let answer: Result<AuthenticateResponse, _> =
+            self.call("/v3/auth/authenticate", body, None, "authentication").await;
+        let auth = self.auth.as_mut().expect("checked above");
+        match answer {
+            Ok(r) => Ok(auth.got(r.token)),
+            Err(CallError::Etcd { message, .. }) if message.contains("authentication is not enabled") => {
+                auth.not_enabled(&self.endpoint.url);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn json_error(&self, what: What, source: serde_json::Error) -> CallError {
@@ -191,14 +317,20 @@ impl Unary {
         }
     }
 
-    async fn call<T: DeserializeOwned>(&mut self, path: &str, body: Vec<u8>, what: What) -> Result<T, CallError> {
+    async fn call<T: DeserializeOwned>(
+        &mut self,
+        path: &str,
+        body: Vec<u8>,
+        token: Option<&str>,
+        what: What,
+    ) -> Result<T, CallError> {
         let (endpoint, timeout) = (self.endpoint.clone(), self.timeout);
         let call = async {
             // A kept connection the server has closed meanwhile fails the
             // request before etcd sees it; a range is safe to send again.
             let reused = self.sender.is_some();
-            match self.call_once(path, body.clone(), what).await {
-                Err(CallError::Http { .. }) if reused => self.call_once(path, body, what).await,
+            match self.call_once(path, body.clone(), token, what).await {
+                Err(CallError::Http { .. }) if reused => self.call_once(path, body, token, what).await,
                 r => r,
             }
         };
@@ -211,16 +343,22 @@ impl Unary {
         result
     }
 
-    async fn call_once<T: DeserializeOwned>(&mut self, path: &str, body: Vec<u8>, what: What) -> Result<T, CallError> {
+    async fn call_once<T: DeserializeOwned>(
+        &mut self,
+        path: &str,
+        body: Vec<u8>,
+        token: Option<&str>,
+        what: What,
+    ) -> Result<T, CallError> {
         let kept = match self.sender.take() {
             Some(mut s) => s.ready().await.is_ok().then_some(s),
             None => None,
         };
         let mut sender = match kept {
             Some(s) => s,
-            None => connect(&self.endpoint, what).await?,
+            None => connect(&self.endpoint, self.tls.as_ref(), what).await?,
         };
-        let request = post(&self.endpoint, path, body, what)?;
+        let request = post(&self.endpoint, path, body, token, what)?;
         let http = CallError::http(&self.endpoint.url, what);
         let response = sender.send_request(request).await.map_err(&http)?;
         let status = response.status();
@@ -243,9 +381,13 @@ pub fn timed_out(endpoint: &Endpoint, what: What, timeout: Duration) -> CallErro
     }
 }
 
-/// Opens an HTTP/1.1 connection with keepalive on; tries every address the
-/// host resolves to.
-pub async fn connect(endpoint: &Endpoint, what: What) -> Result<SendRequest<Full<Bytes>>, CallError> {
+/// Opens an HTTP/1.1 connection with keepalive on, in TLS for an `https://`
+/// endpoint; tries every address the host resolves to.
+pub async fn connect(
+    endpoint: &Endpoint,
+    tls: Option<&Tls>,
+    what: What,
+) -> Result<SendRequest<Full<Bytes>>, CallError> {
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((endpoint.host.as_str(), endpoint.port))
         .await
         .map_err(|source| CallError::Resolve {
@@ -257,7 +399,26 @@ pub async fn connect(endpoint: &Endpoint, what: What) -> Result<SendRequest<Full
     let mut last = None;
     for addr in addrs {
         match TcpStream::connect(addr).await {
-            Ok(stream) => return handshake(endpoint, stream, what).await,
+            Ok(stream) => {
+                keepalive(endpoint, &stream);
+                return match (endpoint.tls, tls) {
+                    (true, Some(tls)) => match tls.connect(&endpoint.host, stream).await {
+                        Ok(stream) => handshake(endpoint, stream, what).await,
+                        Err(reason) => Err(CallError::Denied {
+                            endpoint: endpoint.url.clone(),
+                            problem: StoreProblem::Certificate,
+                            reason,
+                        }),
+                    },
+                    // Refused by the settings' check before any call.
+                    (true, None) => Err(CallError::Denied {
+                        endpoint: endpoint.url.clone(),
+                        problem: StoreProblem::Certificate,
+                        reason: "https:// needs ca_file in [daemon.etcd]".into(),
+                    }),
+                    (false, _) => handshake(endpoint, stream, what).await,
+                };
+            }
             Err(source) => {
                 last = Some(CallError::Connect {
                     endpoint: endpoint.url.clone(),
@@ -274,16 +435,22 @@ pub async fn connect(endpoint: &Endpoint, what: What) -> Result<SendRequest<Full
     }))
 }
 
-async fn handshake(endpoint: &Endpoint, stream: TcpStream, what: What) -> Result<SendRequest<Full<Bytes>>, CallError> {
+fn keepalive(endpoint: &Endpoint, stream: &TcpStream) {
     let keepalive = socket2::TcpKeepalive::new()
         .with_time(KEEPALIVE_IDLE)
         .with_interval(KEEPALIVE_INTERVAL)
         .with_retries(KEEPALIVE_PROBES);
-    let socket = socket2::SockRef::from(&stream);
+    let socket = socket2::SockRef::from(stream);
     if let Err(e) = socket.set_tcp_keepalive(&keepalive) {
         tracing::warn!("etcd: {}: cannot turn TCP keepalive on: {e}", endpoint.url);
     }
     let _ = stream.set_nodelay(true);
+}
+
+async fn handshake<S>(endpoint: &Endpoint, stream: S, what: What) -> Result<SendRequest<Full<Bytes>>, CallError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (sender, connection) = http1::handshake(TokioIo::new(stream))
         .await
         .map_err(CallError::http(&endpoint.url, what))?;
@@ -296,13 +463,26 @@ async fn handshake(endpoint: &Endpoint, stream: TcpStream, what: What) -> Result
     Ok(sender)
 }
 
-pub fn post(endpoint: &Endpoint, path: &str, body: Vec<u8>, what: What) -> Result<Request<Full<Bytes>>, CallError> {
-    Request::builder()
+/// A call's request; with `token`, etcd's `Authorization` header (the
+/// token alone, as etcd's gateway takes it).
+pub fn post(
+    endpoint: &Endpoint,
+    path: &str,
+    body: Vec<u8>,
+    token: Option<&str>,
+    what: What,
+) -> Result<Request<Full<Bytes>>, CallError> {
+    let mut request = Request::builder()
         .method(Method::POST)
         .uri(path)
         .header(header::HOST, &endpoint.authority)
         .header(header::CONTENT_TYPE, "application/json")
-        .header("grpc-metadata-hasleader", "true")
+        .header(header::ACCEPT, "application/json")
+        .header("grpc-metadata-hasleader", "true");
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, token);
+    }
+    request
         .body(Full::new(Bytes::from(body)))
         .map_err(|source| CallError::Request {
             endpoint: endpoint.url.clone(),

@@ -1,11 +1,14 @@
-//! An etcd member's client URL as a user writes it, `http://HOST:PORT`.
+//! An etcd member's client URL as a user writes it, `http://HOST:PORT` or
+//! `https://HOST:PORT`.
 
 /// The port etcd serves clients on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 2379;
 
-/// An etcd member to talk to over plain HTTP/1.1.
+/// An etcd member to talk to over HTTP/1.1, plain or in TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
+    /// `https://`: TLS.
+    pub tls: bool,
     /// The URL, as given but without a trailing `/`: how messages name it.
     pub url: String,
     /// The host name or address (an IPv6 address without its brackets).
@@ -19,13 +22,10 @@ pub struct Endpoint {
 /// An endpoint that cannot be used; says what to write instead.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum EndpointError {
-    /// `https://`: not supported yet.
+    /// Not of the form `http(s)://HOST:PORT`.
     #[error(
-        "etcd endpoint `{0}`: TLS to etcd is not supported yet; give an http:// endpoint (reachable only over a trusted network)"
+        "etcd endpoint `{endpoint}`: {why}; write it as http://HOST:PORT or https://HOST:PORT, e.g. https://127.0.0.1:2379"
     )]
-    Tls(String),
-    /// Not of the form `http://HOST:PORT`.
-    #[error("etcd endpoint `{endpoint}`: {why}; write it as http://HOST:PORT, e.g. http://127.0.0.1:2379")]
     Malformed {
         /// The endpoint as given.
         endpoint: String,
@@ -35,28 +35,30 @@ pub enum EndpointError {
 }
 
 impl Endpoint {
-    /// Reads `http://HOST[:PORT][/]` (the port defaults to 2379; an IPv6
-    /// address goes in brackets). `https://` is refused: TLS to etcd is
-    /// not supported yet.
+    /// Reads `http://HOST[:PORT][/]` or `https://...` (the port defaults
+    /// to 2379; an IPv6 address goes in brackets).
     pub fn parse(text: &str) -> Result<Endpoint, EndpointError> {
         let bad = |why: &str| EndpointError::Malformed {
             endpoint: text.to_string(),
             why: why.to_string(),
         };
         let lower = text.to_ascii_lowercase();
-        if lower.starts_with("https://") {
-            return Err(EndpointError::Tls(text.to_string()));
-        }
-        if !lower.starts_with("http://") {
-            return Err(bad("it does not start with http://"));
-        }
-        let rest = &text["http://".len()..];
+        let scheme = if lower.starts_with("https://") {
+            "https"
+        } else if lower.starts_with("http://") {
+            "http"
+        } else {
+            return Err(bad("it does not start with http:// or https://"));
+        };
+        let rest = &text[scheme.len() + "://".len()..];
         let authority = rest.strip_suffix('/').unwrap_or(rest);
         if authority.contains(['/', '?', '#']) {
             return Err(bad("it has a path; etcd's API is at the server's root"));
         }
         if authority.contains('@') {
-            return Err(bad("it has a user name; etcd's authentication is not supported"));
+            return Err(bad(
+                "it has a user name; give etcd's user as `user` and its password in `password_file` of [daemon.etcd]",
+            ));
         }
         let (host, port) = split_host_port(authority).map_err(bad)?;
         if host.is_empty() {
@@ -78,7 +80,8 @@ impl Endpoint {
             format!("{host}:{port}")
         };
         Ok(Endpoint {
-            url: format!("http://{authority}"),
+            tls: scheme == "https",
+            url: format!("{scheme}://{authority}"),
             host: host.to_string(),
             port,
             authority,
@@ -100,7 +103,7 @@ fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), &'static str
     }
     match authority.split_once(':') {
         None => Ok((authority, None)),
-        Some((_, p)) if p.contains(':') => Err("an IPv6 address goes in brackets, as in http://[::1]:2379"),
+        Some((_, p)) if p.contains(':') => Err("an IPv6 address goes in brackets, as in https://[::1]:2379"),
         Some((h, p)) => Ok((h, Some(p))),
     }
 }
@@ -126,17 +129,25 @@ mod tests {
     }
 
     #[test]
-    fn refuses_tls_saying_so() {
-        let e = Endpoint::parse("https://etcd:2379").expect_err("tls");
-        assert_eq!(e, EndpointError::Tls("https://etcd:2379".into()));
-        assert!(e.to_string().contains("TLS to etcd is not supported"), "{e}");
+    fn reads_tls_endpoints() {
+        let e = Endpoint::parse("HTTPS://etcd-1.example:2379/").expect("parse");
+        assert!(e.tls);
+        assert_eq!(e.url, "https://etcd-1.example:2379");
+        assert_eq!(e.authority, "etcd-1.example:2379");
+        let e = Endpoint::parse("https://[::1]").expect("parse");
+        assert_eq!(
+            (e.url.as_str(), e.host.as_str(), e.tls),
+            ("https://[::1]:2379", "::1", true)
+        );
+        assert!(!Endpoint::parse("http://etcd").expect("parse").tls);
     }
 
     #[test]
     fn refuses_what_is_not_http_host_port() {
         for (text, says) in [
-            ("etcd:2379", "does not start with http://"),
-            ("grpc://etcd:2379", "does not start with http://"),
+            ("etcd:2379", "does not start with http:// or https://"),
+            ("grpc://etcd:2379", "does not start with http:// or https://"),
+            ("https://etcd:2379/v3", "has a path"),
             ("http://etcd:2379/v3", "has a path"),
             ("http://user@etcd:2379", "user name"),
             ("http://:2379", "no host"),
@@ -150,7 +161,7 @@ mod tests {
         ] {
             let e = Endpoint::parse(text).expect_err(text).to_string();
             assert!(e.contains(says), "{text}: {e}");
-            assert!(e.contains("http://HOST:PORT"), "{text}: {e}");
+            assert!(e.contains("http://HOST:PORT or https://HOST:PORT"), "{text}: {e}");
         }
     }
 }

@@ -4,7 +4,11 @@
 
 use std::time::Duration;
 
-use super::client::{CallError, Unary, timed_out};
+use mcr_core::control::StoreProblem;
+use tokio::time::Instant;
+
+use super::auth::explain;
+use super::client::{CallError, Link, Unary, timed_out};
 use super::endpoint::Endpoint;
 use super::stream::WatchStream;
 use super::wire::{EventKind, KeyValue, RangeRequest, WatchCreate, WatchRequest, WatchResponse};
@@ -35,8 +39,24 @@ pub struct Plan {
     /// The time each call has.
     pub timeout: Duration,
     /// How long a watch may be silent before the member is asked whether
-    /// it still answers.
+    /// it still answers. With a user, the member is asked this often even
+    /// while changes come: an open watch goes on after the user's role is
+    /// revoked, and only a call of the relay's own learns of it.
     pub probe_after: Duration,
+    /// TLS and the user.
+    pub link: Link,
+}
+
+impl Plan {
+    /// What `e` means to an operator (see [`explain`]).
+    fn explain(&self, e: CallError) -> CallError {
+        explain(
+            e,
+            self.link.tls.as_ref(),
+            self.link.credentials.as_ref(),
+            &String::from_utf8_lossy(&self.prefix),
+        )
+    }
 }
 
 /// Follows the prefix forever, handing `deliver` what it learns.
@@ -46,16 +66,19 @@ pub async fn run(plan: Plan, deliver: &mut impl FnMut(StoreUpdate)) {
     // This outage's reasons, one per endpoint tried since the last good
     // session; reported once all have been tried.
     let mut reasons: Vec<String> = Vec::new();
+    let mut kinds: Vec<StoreProblem> = Vec::new();
     let mut reported: Option<String> = None;
     let mut pause = BACKOFF_FIRST;
     loop {
         let endpoint = &plan.endpoints[next];
         let mut progress = Progress::default();
-        let why = session(&plan, endpoint, deliver, &mut progress).await;
+        let failure = plan.explain(session(&plan, endpoint, deliver, &mut progress).await);
+        let why = failure.to_string();
         if progress.delivered_whole {
             // The receiver saw etcd back: a new outage is reported anew.
             reported = None;
             reasons.clear();
+            kinds.clear();
         }
         if progress.watching {
             pause = BACKOFF_FIRST;
@@ -68,19 +91,36 @@ pub async fn run(plan: Plan, deliver: &mut impl FnMut(StoreUpdate)) {
             tracing::debug!("etcd: {why}");
         }
         reasons.push(why);
+        kinds.push(failure.problem());
         next = (next + 1) % n;
         if reasons.len() >= n {
             let why = reasons.join("; ");
             if reported.as_deref() != Some(why.as_str()) {
+                let kind = outage_kind(&kinds);
                 tracing::warn!("etcd: no endpoint answers ({why}); trying again");
-                deliver(StoreUpdate::Unreachable { why: why.clone() });
+                deliver(StoreUpdate::Unreachable { why: why.clone(), kind });
                 reported = Some(why);
             }
             reasons.clear();
+            kinds.clear();
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(BACKOFF_MAX);
         }
     }
+}
+
+/// What an outage is, from what each endpoint said: the refusal an operator
+/// must mend first, when one refused (a certificate, then the user, then
+/// its permission), else unreachable.
+fn outage_kind(kinds: &[StoreProblem]) -> StoreProblem {
+    [
+        StoreProblem::Certificate,
+        StoreProblem::Authentication,
+        StoreProblem::Permission,
+    ]
+    .into_iter()
+    .find(|k| kinds.contains(k))
+    .unwrap_or(StoreProblem::Unreachable)
 }
 
 /// How far a session got.
@@ -97,7 +137,7 @@ enum WatchEnd {
     /// Compaction removed revisions the watch had yet to send: read whole.
     Compacted(i64),
     /// It broke; why.
-    Failed(String),
+    Failed(CallError),
 }
 
 /// Reads the prefix whole and watches it at one endpoint, again after each
@@ -107,12 +147,12 @@ async fn session(
     endpoint: &Endpoint,
     deliver: &mut impl FnMut(StoreUpdate),
     progress: &mut Progress,
-) -> String {
-    let mut unary = Unary::new(endpoint.clone(), plan.timeout);
+) -> CallError {
+    let mut unary = Unary::new(endpoint.clone(), plan.timeout, &plan.link);
     loop {
         let (revision, kvs) = match read_whole(plan, &mut unary).await {
             Ok(whole) => whole,
-            Err(e) => return e.to_string(),
+            Err(e) => return e,
         };
         tracing::info!(
             "etcd: {}: {} keys under {:?} at revision {revision}",
@@ -191,27 +231,43 @@ async fn watch(
             progress_notify: true,
         },
     };
-    let open = async {
-        let mut stream = WatchStream::open(endpoint, &request).await?;
-        let first = stream.next().await?;
-        Ok::<_, CallError>((stream, first))
+    // A token etcd refuses at the watch's creation (it expired since the
+    // read) is got again, once.
+    let mut renewed = false;
+    let (mut stream, first) = loop {
+        let token = match unary.token().await {
+            Ok(t) => t,
+            Err(e) => return WatchEnd::Failed(e),
+        };
+        let open = async {
+            let mut stream = WatchStream::open(endpoint, plan.link.tls.as_ref(), token.as_deref(), &request).await?;
+            let first = stream.next().await?;
+            Ok::<_, CallError>((stream, first))
+        };
+        let opened = match tokio::time::timeout(plan.timeout, open).await {
+            Ok(Ok(opened)) => opened,
+            Ok(Err(e)) => return WatchEnd::Failed(e),
+            Err(_) => return WatchEnd::Failed(timed_out(endpoint, "watch", plan.timeout)),
+        };
+        let refused = canceled(endpoint, &opened.1).filter(|e| token.is_some() && e.refuses_token());
+        match refused {
+            Some(e) if !renewed => {
+                renewed = true;
+                if let Err(e) = unary.renew(&e).await {
+                    return WatchEnd::Failed(e);
+                }
+            }
+            _ => break opened,
+        }
     };
-    let (mut stream, first) = match tokio::time::timeout(plan.timeout, open).await {
-        Ok(Ok(opened)) => opened,
-        Ok(Err(e)) => return WatchEnd::Failed(e.to_string()),
-        Err(_) => return WatchEnd::Failed(timed_out(endpoint, "watch", plan.timeout).to_string()),
-    };
+    // With a user, the member is asked on a schedule, changes or not.
+    let scheduled = plan.link.credentials.is_some();
+    let mut probe_at = Instant::now() + plan.probe_after;
     let mut response = first;
     loop {
         if response.canceled {
             return match response.compact_revision {
-                0 if response.cancel_reason.is_empty() => {
-                    WatchEnd::Failed(format!("{}: etcd canceled the watch", endpoint.url))
-                }
-                0 => WatchEnd::Failed(format!(
-                    "{}: etcd canceled the watch: {}",
-                    endpoint.url, response.cancel_reason
-                )),
+                0 => WatchEnd::Failed(canceled(endpoint, &response).expect("canceled")),
                 oldest => WatchEnd::Compacted(oldest),
             };
         }
@@ -220,19 +276,37 @@ async fn watch(
         } else if let Some(update) = changes(&plan.prefix, response) {
             deliver(update);
         }
+        if !scheduled {
+            probe_at = Instant::now() + plan.probe_after;
+        }
         response = loop {
-            match tokio::time::timeout(plan.probe_after, stream.next()).await {
+            match tokio::time::timeout_at(probe_at, stream.next()).await {
                 Ok(Ok(r)) => break r,
-                Ok(Err(e)) => return WatchEnd::Failed(e.to_string()),
-                // Silent for a while: is the member still there?
+                Ok(Err(e)) => return WatchEnd::Failed(e),
+                // Silent for a while (or, with a user, time to ask): is
+                // the member still there, and may the user still read?
                 Err(_) => {
-                    if let Err(e) = probe(plan, unary).await {
-                        return WatchEnd::Failed(format!("the watch was silent and the member did not answer: {e}"));
+                    probe_at = Instant::now() + plan.probe_after;
+                    match probe(plan, unary).await {
+                        Ok(()) => {}
+                        // etcd answered, and refused.
+                        Err(e @ (CallError::Etcd { .. } | CallError::Denied { .. } | CallError::Status { .. })) => {
+                            return WatchEnd::Failed(e);
+                        }
+                        Err(e) => return WatchEnd::Failed(CallError::Silent(Box::new(e))),
                     }
                 }
             }
         };
     }
+}
+
+/// The error of a watch etcd canceled, or `None` if it did not.
+fn canceled(endpoint: &Endpoint, response: &WatchResponse) -> Option<CallError> {
+    (response.canceled && response.compact_revision == 0).then(|| CallError::Canceled {
+        endpoint: endpoint.url.clone(),
+        reason: response.cancel_reason.clone(),
+    })
 }
 
 /// A linearizable count of one key: answered only by a member that is

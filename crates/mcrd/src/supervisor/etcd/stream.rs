@@ -8,6 +8,7 @@ use hyper::http::StatusCode;
 
 use super::client::{CallError, connect, post, refusal};
 use super::endpoint::Endpoint;
+use super::tls::Tls;
 use super::wire::{self, WatchLine, WatchRequest, WatchResponse};
 
 /// An open watch.
@@ -21,18 +22,24 @@ pub struct WatchStream {
 }
 
 impl WatchStream {
-    /// Connects, sends `request` and reads the answer's head (not bounded
-    /// in time here: the caller wraps it in its timeout).
-    pub async fn open(endpoint: &Endpoint, request: &WatchRequest<'_>) -> Result<WatchStream, CallError> {
+    /// Connects, sends `request` (with the user's `token`, if any) and
+    /// reads the answer's head (not bounded in time here: the caller wraps
+    /// it in its timeout).
+    pub async fn open(
+        endpoint: &Endpoint,
+        tls: Option<&Tls>,
+        token: Option<&str>,
+        request: &WatchRequest<'_>,
+    ) -> Result<WatchStream, CallError> {
         let what = "watch";
         let body = serde_json::to_vec(request).map_err(|source| CallError::Json {
             endpoint: endpoint.url.clone(),
             what,
             source,
         })?;
-        let mut sender = connect(endpoint, what).await?;
+        let mut sender = connect(endpoint, tls, what).await?;
         let response = sender
-            .send_request(post(endpoint, "/v3/watch", body, what)?)
+            .send_request(post(endpoint, "/v3/watch", body, token, what)?)
             .await
             .map_err(CallError::http(&endpoint.url, what))?;
         let status = response.status();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use mcr_testbed::etcd::Etcd;
 use mcr_testbed::{Ns, TempDir, Testbed};
 
-use super::{Changes, EndpointError, EtcdError, Follower, Kvs, StoreSettings, StoreUpdate, follow};
+use super::{Changes, EtcdError, Follower, Kvs, StoreSettings, StoreUpdate, follow};
 
 /// How long any one expected update may take.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -56,7 +56,7 @@ fn start(ns: &Ns, settings: StoreSettings, mut deliver: impl FnMut(&StoreUpdate)
     let name = ns.name().to_string();
     let follower = std::thread::spawn(move || {
         mcr_sys::netns::enter(&name).expect("enter the namespace");
-        follow(settings, move |u| {
+        follow(settings.prepare().expect("settings"), move |u| {
             let _ = tx.send(u.clone());
             deliver(&u);
         })
@@ -117,7 +117,7 @@ impl Watcher {
         let mut why = Vec::new();
         loop {
             match self.next() {
-                StoreUpdate::Unreachable { why: w } => why.push(w),
+                StoreUpdate::Unreachable { why: w, .. } => why.push(w),
                 StoreUpdate::Whole { .. } => return why,
                 other => panic!("expected Unreachable or Whole, got {other:?}"),
             }
@@ -266,7 +266,7 @@ fn a_stopped_etcd_is_unreachable_and_a_restarted_one_is_read_whole() {
     w.whole();
     bed.etcd.stop().expect("stop");
     let why = match w.next() {
-        StoreUpdate::Unreachable { why } => why,
+        StoreUpdate::Unreachable { why, .. } => why,
         other => panic!("expected Unreachable, got {other:?}"),
     };
     assert!(why.starts_with("http://127.0.0.1:2379: "), "{why}");
@@ -298,7 +298,7 @@ fn refused_connections_say_where_and_the_follower_keeps_trying() {
     bed.etcd.stop().expect("stop");
     let mut w = watch(&bed);
     let why = match w.next() {
-        StoreUpdate::Unreachable { why } => why,
+        StoreUpdate::Unreachable { why, .. } => why,
         other => panic!("expected Unreachable, got {other:?}"),
     };
     assert!(
@@ -321,7 +321,7 @@ fn the_next_endpoint_is_tried_and_an_outage_names_them_all() {
     w.whole();
     bed.etcd.stop().expect("stop");
     let why = loop {
-        if let StoreUpdate::Unreachable { why } = w.next() {
+        if let StoreUpdate::Unreachable { why, .. } = w.next() {
             break why;
         }
     };
@@ -346,7 +346,7 @@ fn a_silent_watch_on_a_stalled_etcd_is_noticed() {
     // Its connections stay open; nothing answers on them.
     bed.etcd.pause().expect("pause");
     let why = match w.next() {
-        StoreUpdate::Unreachable { why } => why,
+        StoreUpdate::Unreachable { why, .. } => why,
         other => panic!("expected Unreachable, got {other:?}"),
     };
     assert!(
@@ -377,7 +377,7 @@ fn a_member_cut_off_from_its_leader_ends_the_watch() {
     members[1].kill().expect("kill");
     members[2].kill().expect("kill");
     let why = match w.next() {
-        StoreUpdate::Unreachable { why } => why,
+        StoreUpdate::Unreachable { why, .. } => why,
         other => panic!("expected Unreachable, got {other:?}"),
     };
     assert!(why.contains("etcdserver: no leader"), "{why}");
@@ -425,12 +425,32 @@ fn dropped_from_its_own_delivery_it_ends_without_waiting_for_itself() {
 
 #[test]
 fn settings_that_cannot_work_are_refused_before_starting() {
-    let tls = follow(settings(&["http://127.0.0.1:2379", "https://etcd:2379"]), |_| {});
-    assert!(
-        matches!(&tls, Err(EtcdError::Endpoint(EndpointError::Tls(e))) if e == "https://etcd:2379"),
-        "{tls:?}"
+    let refused = |s: StoreSettings| s.check().expect_err("refused").to_string();
+    assert_eq!(
+        refused(settings(&["http://127.0.0.1:2379", "https://etcd:2379"])),
+        "[daemon.etcd]: the endpoints mix http:// and https://; give every member as https:// (a plain one would let anyone on the path change the rules)"
     );
-    assert!(matches!(follow(settings(&[]), |_| {}), Err(EtcdError::NoEndpoints)));
+    assert_eq!(
+        refused(settings(&["https://etcd:2379"])),
+        "[daemon.etcd]: https:// endpoints need ca_file (the CA that issued etcd's server certificates)"
+    );
+    let mut plain_with_ca = settings(&["http://etcd:2379"]);
+    plain_with_ca.ca_file = Some("/etc/mcr/etcd-ca.pem".into());
+    assert!(refused(plain_with_ca).contains("are for https:// endpoints"));
+    let mut clear = settings(&["http://etcd.example:2379"]);
+    clear.user = Some(("mcr".into(), "/etc/mcr/etcd-password".into()));
+    assert_eq!(
+        refused(clear),
+        "[daemon.etcd]: user `mcr` would send its password in clear to http://etcd.example:2379; write the endpoints as https:// (with ca_file)"
+    );
+    let mut missing = settings(&["https://etcd:2379"]);
+    missing.ca_file = Some("/nonexistent/etcd-ca.pem".into());
+    let absent = refused(missing);
+    assert!(
+        absent.starts_with("[daemon.etcd] ca_file /nonexistent/etcd-ca.pem: ") && absent.contains("No such file"),
+        "{absent}"
+    );
+    assert!(matches!(settings(&[]).check(), Err(EtcdError::NoEndpoints)));
     let mut zero = settings(&["http://127.0.0.1:2379"]);
     zero.timeout = Duration::ZERO;
     assert!(matches!(zero.check(), Err(EtcdError::ZeroDuration)));

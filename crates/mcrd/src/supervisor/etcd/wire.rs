@@ -147,6 +147,23 @@ pub enum EventKind {
     Delete,
 }
 
+/// `POST /v3/auth/authenticate`.
+#[derive(Serialize)]
+pub struct AuthenticateRequest<'a> {
+    /// The user.
+    pub name: &'a str,
+    /// Its password.
+    pub password: &'a str,
+}
+
+/// Its answer: the token to send in `Authorization`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct AuthenticateResponse {
+    /// A simple token (`random.index`) or a JWT.
+    pub token: String,
+}
+
 /// The body of a unary call's failure: `{"error":"...","message":"...","code":11}`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]

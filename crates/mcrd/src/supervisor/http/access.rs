@@ -35,20 +35,12 @@ pub struct Access {
 /// Reads the token from `path`: refused when others may read the file, or
 /// when it is empty or short.
 pub fn read_token(path: &Path) -> anyhow::Result<String> {
-    use std::io::Read;
-    use std::os::unix::fs::PermissionsExt;
     let shown = path.display();
-    let failed = |e: std::io::Error| anyhow::anyhow!("--http-token-file {shown}: {e}");
-    // The mode of the file read, not of whatever the path names later.
-    let mut file = std::fs::File::open(path).map_err(failed)?;
-    let mode = file.metadata().map_err(failed)?.permissions().mode() & 0o777;
-    anyhow::ensure!(
-        mode & 0o007 == 0,
-        "--http-token-file {shown} is readable or writable by others (mode {mode:04o}): anyone on this host could \
-         change the rules; `chmod 600 {shown}` (or 640 with the daemon's group)"
-    );
-    let mut text = String::new();
-    file.read_to_string(&mut text).map_err(failed)?;
+    let text = crate::supervisor::secret_file::read_private(
+        path,
+        "--http-token-file",
+        "anyone on this host could change the rules",
+    )?;
     let token = text.trim();
     anyhow::ensure!(
         token.chars().count() >= MIN_TOKEN_CHARS && !token.chars().any(char::is_whitespace),

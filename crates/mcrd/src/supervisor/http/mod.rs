@@ -34,6 +34,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use super::control::Call;
+use super::secret_file;
 pub use access::Access;
 
 /// The most connections served at once.
@@ -175,18 +176,8 @@ pub async fn open(opts: &Options) -> anyhow::Result<Option<Server>> {
 
 /// The TLS settings from a PEM certificate chain and key.
 fn tls_acceptor(cert: &Path, key: &Path) -> anyhow::Result<TlsAcceptor> {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .and_then(|i| i.collect::<Result<_, _>>())
-        .map_err(|e| anyhow::anyhow!("--http-tls-cert {}: {e}", cert.display()))?;
-    anyhow::ensure!(
-        !certs.is_empty(),
-        "--http-tls-cert {}: no certificate in it (PEM, `-----BEGIN CERTIFICATE-----`)",
-        cert.display()
-    );
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| anyhow::anyhow!("--http-tls-key {}: {e} (a PEM private key)", key.display()))?;
+    let certs = secret_file::certificates(cert, "--http-tls-cert")?;
+    let key = secret_file::private_key(key, "--http-tls-key", None)?;
     let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
         tokio_rustls::rustls::crypto::ring::default_provider(),
     ))

@@ -6,11 +6,19 @@
 //! Member N (from 1) listens on 127.0.0.N:2379 (clients) and :2380 (peers)
 //! of its namespace, so test beds never meet. It is tuned for tests (10 ms
 //! heartbeats, 100 ms elections) and logs only errors.
+//!
+//! A secure member ([`Etcd::start_secure`], certificates from
+//! [`crate::pki`]) serves its clients over TLS on :2379, optionally asking
+//! for their certificates, and can turn etcd's own users and roles on
+//! ([`Etcd::enable_auth`]). The harness's own calls then go to a plain HTTP
+//! listener, 127.0.0.N:2381 ([`ADMIN_PORT`]), which etcd serves beside the
+//! TLS one without asking for a certificate, and authenticate as `root`.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -22,10 +30,49 @@ use crate::{Error, Ns, Proc, Result, Signal};
 pub const CLIENT_PORT: u16 = 2379;
 /// The peer port.
 pub const PEER_PORT: u16 = 2380;
+/// The plain HTTP port of a secure member, on 127.0.0.N of the namespace,
+/// for the harness's own calls (no certificate asked for, but a token once
+/// authentication is on).
+pub const ADMIN_PORT: u16 = 2381;
 /// The most operations etcd takes in one transaction (`--max-txn-ops`).
 pub const MAX_TXN_OPS: usize = 128;
 /// How long starting, stopping or a call may take.
 const PATIENCE: Duration = Duration::from_secs(30);
+
+/// How a member is secured.
+#[derive(Debug, Clone)]
+pub struct Security {
+    /// The CA that signed the certificates clients present (etcd's
+    /// `--trusted-ca-file`). Given to etcd only with `client_cert_auth`:
+    /// etcd 3.4 asks every TLS client for a certificate as soon as it has a
+    /// trusted CA.
+    pub ca: PathBuf,
+    /// The server's certificate (`--cert-file`); etcd's gateway also
+    /// presents it as a client certificate, so it needs the clientAuth
+    /// extended key usage too (see [`crate::pki::Pki::server`]).
+    pub cert: PathBuf,
+    /// The server's key (`--key-file`).
+    pub key: PathBuf,
+    /// Whether every TLS client must present a certificate signed by `ca`
+    /// (`--client-cert-auth`).
+    pub client_cert_auth: bool,
+    /// How long an authentication token lasts without use
+    /// (`--auth-token-ttl`, seconds); `None`: etcd's default (300 s).
+    pub token_ttl_s: Option<u32>,
+    /// Further addresses the TLS client port also listens on (e.g.
+    /// 127.0.1.1, to test a certificate that names another host).
+    pub also_listen: Vec<Ipv4Addr>,
+}
+
+/// The harness's credentials once authentication is on.
+#[derive(Debug)]
+struct Auth {
+    /// The password of `root`.
+    root_password: String,
+    /// `root`'s token, taken on first use and again when etcd no longer
+    /// knows it.
+    token: Mutex<Option<String>>,
+}
 
 /// A running (or stopped, to be restarted) etcd member. Dropping it kills
 /// it; its data stays in the directory it was given.
@@ -40,6 +87,10 @@ pub struct Etcd {
     cluster: String,
     data_dir: PathBuf,
     proc: Option<Proc>,
+    /// TLS on the client port, for a secure member.
+    security: Option<Security>,
+    /// Set by [`Etcd::enable_auth`].
+    auth: Option<Auth>,
 }
 
 impl Etcd {
@@ -49,17 +100,34 @@ impl Etcd {
     /// started it ends (see [`Ns::command`]), so start it from the test's
     /// own thread.
     pub fn start(ns: &Ns, dir: &Path) -> Result<Etcd> {
-        let mut members = Etcd::start_cluster(ns, dir, 1)?;
-        members.pop().ok_or_else(|| Error::Io {
-            what: "start etcd".into(),
-            source: std::io::Error::other("no member"),
-        })
+        Etcd::start_one(ns, dir, None)
+    }
+
+    /// Starts a one-member etcd like [`Etcd::start`], but serving its
+    /// clients over TLS as `security` says, at `https://127.0.0.1:2379` and
+    /// port 2379 of each of `security.also_listen`, with a plain HTTP
+    /// listener at 127.0.0.1:[`ADMIN_PORT`] for the harness. Passwords are
+    /// hashed cheaply (`--bcrypt-cost 4`).
+    pub fn start_secure(ns: &Ns, dir: &Path, security: Security) -> Result<Etcd> {
+        Etcd::start_one(ns, dir, Some(security))
     }
 
     /// Starts a cluster of `members` (at most 254) in `ns`, member N at
     /// 127.0.0.N with its data in `dir/etcd-mN`, and returns once every
     /// member is healthy.
     pub fn start_cluster(ns: &Ns, dir: &Path, members: u8) -> Result<Vec<Etcd>> {
+        Etcd::start_members(ns, dir, members, None)
+    }
+
+    fn start_one(ns: &Ns, dir: &Path, security: Option<Security>) -> Result<Etcd> {
+        let mut members = Etcd::start_members(ns, dir, 1, security)?;
+        members.pop().ok_or_else(|| Error::Io {
+            what: "start etcd".into(),
+            source: std::io::Error::other("no member"),
+        })
+    }
+
+    fn start_members(ns: &Ns, dir: &Path, members: u8, security: Option<Security>) -> Result<Vec<Etcd>> {
         let addrs: Vec<Ipv4Addr> = (1..=members.min(254)).map(|n| Ipv4Addr::new(127, 0, 0, n)).collect();
         let cluster = addrs
             .iter()
@@ -77,6 +145,8 @@ impl Etcd {
                 addr,
                 cluster: cluster.clone(),
                 proc: None,
+                security: security.clone(),
+                auth: None,
             };
             etcd.spawn()?;
             started.push(etcd);
@@ -87,9 +157,80 @@ impl Etcd {
         Ok(started)
     }
 
-    /// Its client URL, as seen from inside its namespace.
+    /// Its client URL, as seen from inside its namespace:
+    /// `http://127.0.0.N:2379`, or `https://127.0.0.N:2379` for a secure
+    /// member.
     pub fn endpoint(&self) -> String {
-        format!("http://{}:{CLIENT_PORT}", self.addr)
+        let scheme = if self.security.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}:{CLIENT_PORT}", self.addr)
+    }
+
+    /// The TLS client URLs of a secure member: `https://127.0.0.N:2379`
+    /// first, then one for each address of [`Security::also_listen`]. Empty
+    /// for a member without TLS.
+    pub fn tls_endpoints(&self) -> Vec<String> {
+        let Some(security) = &self.security else {
+            return Vec::new();
+        };
+        std::iter::once(self.addr)
+            .chain(security.also_listen.iter().copied())
+            .map(|a| format!("https://{a}:{CLIENT_PORT}"))
+            .collect()
+    }
+
+    /// Turns etcd's authentication on: user `root` (with a password the
+    /// harness chose) holding role `root`; user `user` with `password`; role
+    /// `role`, which may only read the keys that start with `prefix`,
+    /// granted to `user`. From then on every call of the harness
+    /// authenticates as `root` (its token is kept, and taken anew once when
+    /// etcd answers that it no longer knows it). Called again, it only adds
+    /// another user and role; both must be new.
+    pub fn enable_auth(&mut self, user: &str, password: &str, role: &str, prefix: &str) -> Result<()> {
+        let first = self.auth.is_none();
+        let root_password = format!(
+            "mcr-testbed-{}-{}",
+            std::process::id(),
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+        );
+        if first {
+            self.call(
+                "/v3/auth/user/add",
+                &json!({ "name": "root", "password": root_password }),
+            )?;
+            self.grant_role("root", "root")?;
+        }
+        self.call("/v3/auth/user/add", &json!({ "name": user, "password": password }))?;
+        self.call("/v3/auth/role/add", &json!({ "name": role }))?;
+        // etcdctl's `role grant-permission --prefix ROLE read PREFIX`.
+        let (key, range_end) = prefix_range(prefix.as_bytes());
+        self.call(
+            "/v3/auth/role/grant",
+            &json!({ "name": role, "perm": { "permType": "READ", "key": b64(&key), "range_end": b64(&range_end) } }),
+        )?;
+        self.grant_role(user, role)?;
+        if first {
+            self.call("/v3/auth/enable", &json!({}))?;
+            self.auth = Some(Auth {
+                root_password,
+                token: Mutex::new(None),
+            });
+        }
+        Ok(())
+    }
+
+    /// Takes `role` from `user` (`etcdctl user revoke-role`).
+    pub fn revoke_role(&self, user: &str, role: &str) -> Result<()> {
+        self.call("/v3/auth/user/revoke", &json!({ "name": user, "role": role }))
+            .map(|_| ())
+    }
+
+    /// Gives `role` to `user` (`etcdctl user grant-role`).
+    pub fn grant_role(&self, user: &str, role: &str) -> Result<()> {
+        self.call("/v3/auth/user/grant", &json!({ "user": user, "role": role }))
+            .map(|_| ())
     }
 
     /// Its process id, while it runs.
@@ -187,26 +328,58 @@ impl Etcd {
     }
 
     fn spawn(&mut self) -> Result<()> {
-        let client = format!("http://{}:{CLIENT_PORT}", self.addr);
+        let client = self.endpoint();
+        let listen = match &self.security {
+            None => client.clone(),
+            Some(_) => {
+                let mut urls = self.tls_endpoints();
+                urls.push(format!("http://{}:{ADMIN_PORT}", self.addr));
+                urls.join(",")
+            }
+        };
         let peer = format!("http://{}:{PEER_PORT}", self.addr);
         let mut cmd = self.ns.command("etcd");
         cmd.arg("--name")
             .arg(&self.name)
             .arg("--data-dir")
             .arg(&self.data_dir)
-            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-client-urls", &listen, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &self.cluster])
             .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
             .args(["--logger", "zap", "--log-level", "error"]);
+        if let Some(security) = &self.security {
+            cmd.arg("--cert-file")
+                .arg(&security.cert)
+                .arg("--key-file")
+                .arg(&security.key)
+                .args(["--bcrypt-cost", "4"]);
+            if security.client_cert_auth {
+                cmd.arg("--client-cert-auth").arg("--trusted-ca-file").arg(&security.ca);
+            }
+            if let Some(ttl_s) = security.token_ttl_s {
+                cmd.arg("--auth-token-ttl").arg(ttl_s.to_string());
+            }
+        }
         self.proc = Some(self.ns.spawn(cmd)?);
         Ok(())
+    }
+
+    /// The port the harness's own calls go to.
+    fn admin_port(&self) -> u16 {
+        if self.security.is_some() {
+            ADMIN_PORT
+        } else {
+            CLIENT_PORT
+        }
     }
 
     fn wait_healthy(&mut self) -> Result<()> {
         let start = Instant::now();
         loop {
-            let health = http(&self.ns, self.addr, "GET", "/health", None);
+            // etcd 3.4 answers /health without a token, also with
+            // authentication on.
+            let health = http(&self.ns, (self.addr, self.admin_port()), "GET", "/health", None, None);
             if matches!(&health, Ok(h) if h["health"] == "true") {
                 return Ok(());
             }
@@ -226,9 +399,75 @@ impl Etcd {
         }
     }
 
+    /// POSTs `body` to `path`, as `root` once authentication is on.
     fn call(&self, path: &str, body: &Value) -> Result<Value> {
-        http(&self.ns, self.addr, "POST", path, Some(body))
+        let post = |token: Option<&str>| {
+            http(
+                &self.ns,
+                (self.addr, self.admin_port()),
+                "POST",
+                path,
+                Some(body),
+                token,
+            )
+        };
+        let Some(auth) = &self.auth else {
+            return post(None);
+        };
+        let kept = auth.token.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let token = match kept {
+            Some(token) => token,
+            None => self.authenticate(auth)?,
+        };
+        match post(Some(&token)) {
+            // Expired, or forgotten by a restarted etcd.
+            Err(e) if is_invalid_token(&e) => post(Some(&self.authenticate(auth)?)),
+            answer => answer,
+        }
     }
+
+    /// Takes a new token for `root` and keeps it.
+    fn authenticate(&self, auth: &Auth) -> Result<String> {
+        let body = json!({ "name": "root", "password": auth.root_password });
+        let r = http(
+            &self.ns,
+            (self.addr, self.admin_port()),
+            "POST",
+            "/v3/auth/authenticate",
+            Some(&body),
+            None,
+        )?;
+        let token = r["token"].as_str().ok_or_else(|| Error::Report {
+            what: "etcd".into(),
+            reason: "no token in its answer to /v3/auth/authenticate".into(),
+            stdout: r.to_string(),
+            stderr: String::new(),
+        })?;
+        *auth.token.lock().unwrap_or_else(PoisonError::into_inner) = Some(token.to_string());
+        Ok(token.to_string())
+    }
+}
+
+/// Whether etcd refused a call because it does not know (any more) the token
+/// it was sent: HTTP 401, "etcdserver: invalid auth token".
+fn is_invalid_token(e: &Error) -> bool {
+    matches!(e, Error::Command { status, stderr, .. } if status.contains(" 401 ") && stderr.contains("invalid auth token"))
+}
+
+/// The key and range end of every key that starts with `prefix` (as
+/// etcdctl's `--prefix` makes them): `prefix` and `prefix` with its last
+/// byte below 0xff increased, the bytes after it dropped; `\0`, `\0` (every
+/// key) for an empty prefix or one of only 0xff bytes.
+fn prefix_range(prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return (prefix.to_vec(), end);
+        }
+    }
+    let key = if prefix.is_empty() { vec![0] } else { prefix.to_vec() };
+    (key, vec![0])
 }
 
 fn b64(bytes: &[u8]) -> String {
@@ -248,18 +487,27 @@ fn revision_of(response: &Value) -> Result<i64> {
 }
 
 /// One HTTP/1.0 request (answered without chunking, then closed) to the
-/// member at `addr` in `ns`, from a thread that enters it; the JSON answer.
-fn http(ns: &Ns, addr: Ipv4Addr, method: &str, path: &str, body: Option<&Value>) -> Result<Value> {
+/// member at `(addr, port)` in `ns`, from a thread that enters it, with
+/// `token` in the `Authorization` header if given; the JSON answer.
+fn http(
+    ns: &Ns,
+    (addr, port): (Ipv4Addr, u16),
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    token: Option<&str>,
+) -> Result<Value> {
     let body = body.map(Value::to_string).unwrap_or_default();
+    let authorization = token.map(|t| format!("Authorization: {t}\r\n")).unwrap_or_default();
     let request = format!(
-        "{method} {path} HTTP/1.0\r\nHost: {addr}:{CLIENT_PORT}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.0\r\nHost: {addr}:{port}\r\n{authorization}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     let name = ns.name().to_string();
-    let what = format!("{method} {path} to etcd at {addr} in {name}");
+    let what = format!("{method} {path} to etcd at {addr}:{port} in {name}");
     let exchange = move || -> std::io::Result<Vec<u8>> {
         mcr_sys::netns::enter(&name)?;
-        let addr = SocketAddr::from((addr, CLIENT_PORT));
+        let addr = SocketAddr::from((addr, port));
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
         s.set_read_timeout(Some(PATIENCE))?;
         s.set_write_timeout(Some(PATIENCE))?;
@@ -291,4 +539,17 @@ fn http(ns: &Ns, addr: Ipv4Addr, method: &str, path: &str, body: Option<&Value>)
         stdout: body.to_string(),
         stderr: String::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_range;
+
+    #[test]
+    fn a_prefix_range_ends_past_its_last_key() {
+        assert_eq!(prefix_range(b"/mcr/"), (b"/mcr/".to_vec(), b"/mcr0".to_vec()));
+        assert_eq!(prefix_range(b"a\xff\xff"), (b"a\xff\xff".to_vec(), b"b".to_vec()));
+        assert_eq!(prefix_range(b"\xff"), (b"\xff".to_vec(), vec![0]));
+        assert_eq!(prefix_range(b""), (vec![0], vec![0]));
+    }
 }

@@ -36,6 +36,7 @@ mod lock;
 pub mod metrics;
 mod naming;
 mod ns;
+pub mod pki;
 pub mod presets;
 mod process;
 pub mod relay;

@@ -157,9 +157,13 @@ pub fn explain(e: CallError, tls: Option<&Tls>, credentials: Option<&Credentials
         CallError::Http {
             ref endpoint,
             ref source,
-            ..
+            what,
         } => match tls.and_then(|t| t.reason(host_of(endpoint), source)) {
             Some(reason) => denied(endpoint, StoreProblem::Certificate, reason),
+            None if source.is_incomplete_message() && endpoint.starts_with("http://") => CallError::NoAnswer {
+                endpoint: endpoint.clone(),
+                what,
+            },
             None => e,
         },
         CallError::Silent(inner) => match explain(*inner, tls, credentials, prefix) {

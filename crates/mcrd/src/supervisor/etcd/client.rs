@@ -87,6 +87,15 @@ pub enum CallError {
         /// hyper's error.
         source: hyper::Error,
     },
+    /// A plain HTTP connection closed without an answer: what a TLS port
+    /// does to a request that is not TLS.
+    #[error("{endpoint}: {what}: etcd closed the connection without an answer; if it serves TLS there, write https://")]
+    NoAnswer {
+        /// The endpoint's URL.
+        endpoint: String,
+        /// The call.
+        what: What,
+    },
     /// The request could not be made (a host hyper refuses in `Host`).
     #[error("{endpoint}: {what}: cannot make the request: {source}")]
     Request {

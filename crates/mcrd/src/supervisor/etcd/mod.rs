@@ -65,6 +65,8 @@ mod auth;
 mod client;
 mod endpoint;
 mod follower;
+#[cfg(test)]
+mod secure_tests;
 mod stream;
 #[cfg(test)]
 mod tests;

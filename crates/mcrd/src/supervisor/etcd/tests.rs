@@ -13,8 +13,8 @@ use mcr_testbed::{Ns, TempDir, Testbed};
 use super::{Changes, EtcdError, Follower, Kvs, StoreSettings, StoreUpdate, follow};
 
 /// How long any one expected update may take.
-const PATIENCE: Duration = Duration::from_secs(60);
-const PREFIX: &str = "/mcr/rules/";
+pub(super) const PATIENCE: Duration = Duration::from_secs(60);
+pub(super) const PREFIX: &str = "/mcr/rules/";
 
 /// A namespace with etcd in it; all removed on drop.
 struct Bed {
@@ -39,19 +39,23 @@ fn bed(tag: &str) -> Bed {
 
 /// A follower whose updates arrive on a channel; a model of the prefix
 /// built from them.
-struct Watcher {
+pub(super) struct Watcher {
     follower: Option<Follower>,
-    updates: Receiver<StoreUpdate>,
+    pub(super) updates: Receiver<StoreUpdate>,
     model: BTreeMap<String, Vec<u8>>,
 }
 
-fn settings(endpoints: &[&str]) -> StoreSettings {
+pub(super) fn settings(endpoints: &[&str]) -> StoreSettings {
     StoreSettings::new(endpoints.iter().map(|e| e.to_string()).collect(), PREFIX)
 }
 
 /// Starts the follower inside `ns`; `deliver` sees each update once it is
 /// sent to the channel (and may hold the follower there for a while).
-fn start(ns: &Ns, settings: StoreSettings, mut deliver: impl FnMut(&StoreUpdate) + Send + 'static) -> Watcher {
+pub(super) fn start(
+    ns: &Ns,
+    settings: StoreSettings,
+    mut deliver: impl FnMut(&StoreUpdate) + Send + 'static,
+) -> Watcher {
     let (tx, updates) = channel();
     let name = ns.name().to_string();
     let follower = std::thread::spawn(move || {
@@ -77,7 +81,7 @@ fn watch(bed: &Bed) -> Watcher {
 
 impl Watcher {
     /// The next update, applied to the model.
-    fn next(&mut self) -> StoreUpdate {
+    pub(super) fn next(&mut self) -> StoreUpdate {
         let u = match self.updates.recv_timeout(PATIENCE) {
             Ok(u) => u,
             Err(e) => panic!("no update within {PATIENCE:?}: {e}"),
@@ -97,14 +101,14 @@ impl Watcher {
         u
     }
 
-    fn whole(&mut self) -> (i64, Kvs) {
+    pub(super) fn whole(&mut self) -> (i64, Kvs) {
         match self.next() {
             StoreUpdate::Whole { revision, kvs } => (revision, kvs),
             other => panic!("expected Whole, got {other:?}"),
         }
     }
 
-    fn changes(&mut self) -> (i64, Changes) {
+    pub(super) fn changes(&mut self) -> (i64, Changes) {
         match self.next() {
             StoreUpdate::Changes { revision, changes } => (revision, changes),
             other => panic!("expected Changes, got {other:?}"),

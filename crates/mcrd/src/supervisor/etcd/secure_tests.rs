@@ -1,0 +1,271 @@
+//! The follower against a real etcd that runs TLS with client certificates
+//! and its own users: what it delivers, and each refusal with its kind and
+//! its words. Certificates are made by the test (`mcr_testbed::pki`).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mcr_core::control::StoreProblem;
+use mcr_testbed::etcd::{Etcd, Security};
+use mcr_testbed::pki::Pki;
+use mcr_testbed::{Ns, TempDir, Testbed};
+
+use super::StoreSettings;
+use super::StoreUpdate;
+use super::tests::{PREFIX, Watcher, settings, start};
+
+const PASSWORD: &str = "mcr-password-1";
+
+/// etcd with TLS, `--client-cert-auth` and authentication on, with user
+/// `mcr` whose role `mcr-read` may only read [`PREFIX`].
+struct SecureBed {
+    etcd: Etcd,
+    pki: Pki,
+    ns: Ns,
+    dir: TempDir,
+    _bed: Testbed,
+}
+
+fn secure_bed(tag: &str, token_ttl_s: Option<u32>) -> SecureBed {
+    let mut testbed = Testbed::new(tag).expect("test bed");
+    let ns = testbed.ns("etcd").expect("namespace");
+    let dir = TempDir::new(&format!("etcd-{tag}")).expect("temp dir");
+    let pki = Pki::new(dir.path(), "plant").expect("CA");
+    let (cert, key) = pki.server("etcd", &["IP:127.0.0.1"]).expect("server certificate");
+    let mut etcd = Etcd::start_secure(
+        &ns,
+        dir.path(),
+        Security {
+            ca: pki.ca(),
+            cert,
+            key,
+            client_cert_auth: true,
+            token_ttl_s,
+            also_listen: vec![std::net::Ipv4Addr::new(127, 0, 1, 1)],
+        },
+    )
+    .expect("etcd");
+    etcd.enable_auth("mcr", PASSWORD, "mcr-read", PREFIX).expect("auth");
+    SecureBed {
+        etcd,
+        pki,
+        ns,
+        dir,
+        _bed: testbed,
+    }
+}
+
+impl SecureBed {
+    fn password_file(&self, name: &str, password: &str) -> PathBuf {
+        let p = self.dir.file(name, &format!("{password}\n")).expect("password file");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        p
+    }
+
+    /// Settings that work: the CA, a client certificate without a CN, user
+    /// `mcr` with its password.
+    fn good(&self) -> StoreSettings {
+        let mut s = settings(&[&self.etcd.endpoint()]);
+        s.ca_file = Some(self.pki.ca());
+        s.client_cert = Some(self.pki.client("relay", None).expect("client certificate"));
+        s.user = Some(("mcr".into(), self.password_file("password", PASSWORD)));
+        s
+    }
+}
+
+/// The first `Unreachable` the follower sends: its reasons and kind.
+fn refused(ns: &Ns, settings: StoreSettings) -> (String, StoreProblem) {
+    let mut w = start(ns, settings, |_| {});
+    match w.next() {
+        StoreUpdate::Unreachable { why, kind } => (why, kind),
+        other => panic!("expected Unreachable, got {other:?}"),
+    }
+}
+
+fn other_ca(dir: &Path) -> Pki {
+    Pki::new(dir, "elsewhere").expect("another CA")
+}
+
+#[test]
+fn over_tls_with_a_user_the_prefix_arrives_and_each_refusal_says_what_to_mend() {
+    let bed = secure_bed("etcd-tls", None);
+    bed.etcd.put(format!("{PREFIX}a"), "1").expect("put");
+    // Outside the prefix: the user may not read it, and is not asked to.
+    bed.etcd.put("/elsewhere/x", "1").expect("put");
+
+    let mut w: Watcher = start(&bed.ns, bed.good(), |_| {});
+    let (_, kvs) = w.whole();
+    assert_eq!(kvs, [("a".to_string(), b"1".to_vec())]);
+    let revision = bed.etcd.put(format!("{PREFIX}b"), "2").expect("put");
+    assert_eq!(w.changes(), (revision, vec![("b".to_string(), Some(b"2".to_vec()))]));
+    drop(w);
+
+    let url = bed.etcd.endpoint();
+    let mut s = bed.good();
+    let elsewhere = other_ca(bed.dir.path());
+    s.ca_file = Some(elsewhere.ca());
+    let (why, kind) = refused(&bed.ns, s);
+    eprintln!("wrong CA: {why}");
+    assert_eq!(kind, StoreProblem::Certificate);
+    assert_eq!(
+        why,
+        format!(
+            "{url}: certificate: etcd's server certificate is not signed by the CA in ca_file {} (unknown issuer); give the CA that issued etcd's certificates",
+            elsewhere.ca().display()
+        )
+    );
+
+    let mut s = bed.good();
+    s.endpoints = vec![bed.etcd.tls_endpoints()[1].clone()];
+    let (why, kind) = refused(&bed.ns, s);
+    eprintln!("wrong host: {why}");
+    assert_eq!(kind, StoreProblem::Certificate);
+    assert_eq!(
+        why,
+        "https://127.0.1.1:2379: certificate: etcd's server certificate is not valid for 127.0.1.1: it names IP:127.0.0.1 (mcrd checks the endpoint's host against the certificate's subjectAltName, never its CN)"
+    );
+
+    let mut s = bed.good();
+    s.client_cert = None;
+    let (why, kind) = refused(&bed.ns, s);
+    eprintln!("no client certificate: {why}");
+    assert_eq!(kind, StoreProblem::Certificate);
+    assert!(
+        why.starts_with(&format!(
+            "{url}: certificate: etcd requires a client certificate and mcrd gives none (TLS alert "
+        )) && why.ends_with("); set cert_file and key_file in [daemon.etcd]"),
+        "{why}"
+    );
+
+    let mut s = bed.good();
+    s.client_cert = Some(elsewhere.client("stranger", None).expect("client certificate"));
+    let (why, kind) = refused(&bed.ns, s);
+    eprintln!("client certificate of another CA: {why}");
+    assert_eq!(kind, StoreProblem::Certificate);
+    assert!(why.contains("etcd refused the client certificate cert_file"), "{why}");
+
+    let mut s = bed.good();
+    s.client_cert = Some(bed.pki.client("named", Some("mcr-relay")).expect("client certificate"));
+    let (why, kind) = refused(&bed.ns, s);
+    eprintln!("client certificate with a CN: {why}");
+    assert_eq!(kind, StoreProblem::Certificate);
+    assert!(
+        why.starts_with(&format!(
+            "{url}: certificate: etcd refuses client certificates that have a Common Name while its authentication is on"
+        )) && why.ends_with("issue cert_file with an empty subject and its name in subjectAltName"),
+        "{why}"
+    );
+
+    let mut s = bed.good();
+    let wrong = bed.password_file("wrong", "not-the-password");
+    s.user = Some(("mcr".into(), wrong.clone()));
+    let (why, kind) = refused(&bed.ns, s);
+    eprintln!("wrong password: {why}");
+    assert_eq!(kind, StoreProblem::Authentication);
+    assert_eq!(
+        why,
+        format!(
+            "{url}: authentication: etcd refused user `mcr` with the password in {} (etcd says \"etcdserver: authentication failed, invalid user ID or password\")",
+            wrong.display()
+        )
+    );
+    assert!(!why.contains("not-the-password"));
+
+    let mut s = bed.good();
+    s.user = None;
+    let (why, kind) = refused(&bed.ns, s);
+    eprintln!("no user: {why}");
+    assert_eq!(
+        (why, kind),
+        (
+            format!(
+                "{url}: authentication: etcd has authentication on and mcrd gives no user; set user and password_file in [daemon.etcd]"
+            ),
+            StoreProblem::Authentication
+        )
+    );
+
+    // A plain http:// client to the TLS port gets no answer it can read.
+    let mut s = settings(&[&url.replace("https://", "http://")]);
+    s.timeout = Duration::from_secs(1);
+    let (why, kind) = refused(&bed.ns, s);
+    eprintln!("plain HTTP to the TLS port: {why}");
+    assert_eq!(
+        (why, kind),
+        (
+            format!(
+                "{}: range: etcd closed the connection without an answer; if it serves TLS there, write https://",
+                url.replace("https://", "http://")
+            ),
+            StoreProblem::Unreachable
+        )
+    );
+}
+
+#[test]
+fn a_role_revoked_while_watching_is_noticed_and_a_grant_brings_the_prefix_back() {
+    let bed = secure_bed("etcd-revoke", None);
+    bed.etcd.put(format!("{PREFIX}a"), "1").expect("put");
+    let mut s = bed.good();
+    s.probe_after = Duration::from_millis(500);
+    let mut w = start(&bed.ns, s, |_| {});
+    assert_eq!(w.whole().1.len(), 1);
+    bed.etcd.revoke_role("mcr", "mcr-read").expect("revoke");
+    // A change after the revocation may still come through the open watch;
+    // the next probe ends it.
+    let (why, kind) = loop {
+        match w.next() {
+            StoreUpdate::Unreachable { why, kind } => break (why, kind),
+            StoreUpdate::Changes { .. } => {}
+            other => panic!("expected Unreachable, got {other:?}"),
+        }
+    };
+    eprintln!("role revoked: {why}");
+    assert_eq!(kind, StoreProblem::Permission);
+    assert_eq!(
+        why,
+        format!(
+            "{}: permission: user `mcr` may not read {PREFIX} (etcd says \"etcdserver: permission denied\"); grant its role read on the prefix: etcdctl role grant-permission ROLE --prefix=true read {PREFIX}",
+            bed.etcd.endpoint()
+        )
+    );
+    bed.etcd.put(format!("{PREFIX}b"), "2").expect("put");
+    bed.etcd.grant_role("mcr", "mcr-read").expect("grant");
+    loop {
+        match w.next() {
+            StoreUpdate::Whole { kvs, .. } => {
+                assert_eq!(kvs.len(), 2, "{kvs:?}");
+                break;
+            }
+            StoreUpdate::Unreachable { kind, .. } => assert_eq!(kind, StoreProblem::Permission),
+            other => panic!("expected Whole, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_token_that_expires_is_renewed_and_nothing_stops() {
+    // Tokens live 1 s without use; the follower uses its token every 3 s
+    // (the probe), so each probe finds it expired and gets another.
+    let bed = secure_bed("etcd-ttl", Some(1));
+    let mut s = bed.good();
+    s.probe_after = Duration::from_secs(3);
+    let mut w = start(&bed.ns, s, |_| {});
+    w.whole();
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        let revision = bed
+            .etcd
+            .put(format!("{PREFIX}k"), format!("{:?}", Instant::now()))
+            .expect("put");
+        // Each change arrives as a change: the session never broke.
+        let (got, changes) = w.changes();
+        assert_eq!((got, changes.len()), (revision, 1));
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    assert!(
+        w.updates.try_recv().is_err(),
+        "nothing else arrived (no Unreachable, no new Whole)"
+    );
+}

@@ -553,3 +553,88 @@ mod tests {
         assert_eq!(prefix_range(b""), (vec![0], vec![0]));
     }
 }
+
+/// The user a secured store gives the relay (see [`Etcd::start_fleet_store`]).
+pub const RELAY_USER: &str = "mcr";
+/// The role that user holds: read of the relay's prefix, nothing else.
+pub const RELAY_ROLE: &str = "mcr-read";
+
+/// What a relay needs to follow a store that [`Etcd::start_fleet_store`]
+/// secured: the CA, its own client certificate and key, and its user's
+/// password in a file only its owner may read.
+#[derive(Debug, Clone)]
+pub struct RelayFiles {
+    /// The CA that issued etcd's certificates.
+    pub ca: PathBuf,
+    /// The relay's client certificate (no CN, `DNS:mcr-relay`).
+    pub cert: PathBuf,
+    /// Its key (mode 0600).
+    pub key: PathBuf,
+    /// The password of [`RELAY_USER`] (mode 0600).
+    pub password_file: PathBuf,
+    /// The CA itself, to issue more certificates.
+    pub pki: crate::pki::Pki,
+}
+
+impl RelayFiles {
+    /// The `[daemon.etcd]` keys that use these files, one per line.
+    pub fn toml(&self) -> String {
+        format!(
+            "ca_file = \"{}\"\ncert_file = \"{}\"\nkey_file = \"{}\"\nuser = \"{RELAY_USER}\"\npassword_file = \"{}\"\n",
+            self.ca.display(),
+            self.cert.display(),
+            self.key.display(),
+            self.password_file.display()
+        )
+    }
+}
+
+impl Etcd {
+    /// A store as production runs one: TLS with a CA made here (a
+    /// certificate for 127.0.0.1), `--client-cert-auth`, and authentication
+    /// on, with [`RELAY_USER`] whose role [`RELAY_ROLE`] may only read
+    /// `prefix`. The harness's own calls (puts, deletes) are root's. With
+    /// `token_ttl_s`, tokens end that long after their last use.
+    pub fn start_fleet_store(
+        ns: &Ns,
+        dir: &Path,
+        prefix: &str,
+        token_ttl_s: Option<u32>,
+    ) -> Result<(Etcd, RelayFiles)> {
+        let pki = crate::pki::Pki::new(dir, "fleet")?;
+        let (cert, key) = pki.server("etcd", &["IP:127.0.0.1"])?;
+        let mut etcd = Etcd::start_secure(
+            ns,
+            dir,
+            Security {
+                ca: pki.ca(),
+                cert,
+                key,
+                client_cert_auth: true,
+                token_ttl_s,
+                also_listen: Vec::new(),
+            },
+        )?;
+        let password = format!("relay-{}", std::process::id());
+        etcd.enable_auth(RELAY_USER, &password, RELAY_ROLE, prefix)?;
+        let (cert, key) = pki.client("relay", None)?;
+        let password_file = dir.join("relay-password");
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |source| Error::Io { what, source }
+        };
+        std::fs::write(&password_file, format!("{password}\n")).map_err(io("write the relay's password"))?;
+        std::fs::set_permissions(&password_file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .map_err(io("chmod the relay's password"))?;
+        Ok((
+            etcd,
+            RelayFiles {
+                ca: pki.ca(),
+                cert,
+                key,
+                password_file,
+                pki,
+            },
+        ))
+    }
+}

@@ -5,14 +5,20 @@
 //! change lose nothing; a broken key is refused alone; while etcd is away
 //! the relay forwards its last rules and says so, and it catches up when
 //! etcd is back. Every packet of the untouched streams is checked.
+//!
+//! Each runs against etcd as production runs it ([`Mode::Secure`]): TLS,
+//! client certificates, and a user whose role may only read the prefix.
+//! The cache test runs over plain HTTP as well; `MCR_FLEET_PLAIN=1` runs
+//! them all over plain HTTP, to compare (the latency of a change).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mcr_core::control::{Origin, Reply, Request, Response, StoreStatus};
-use mcr_testbed::etcd::Etcd;
+use mcr_core::control::{Origin, Reply, Request, Response, StoreProblem, StoreStatus};
+use mcr_testbed::Ns;
+use mcr_testbed::etcd::{Etcd, RelayFiles};
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
 use mcr_testbed::traffic::Mcrgen;
@@ -88,10 +94,45 @@ fn churn_rule(i: u32, port: u16) -> String {
     )
 }
 
-fn config(dir: &TempDir) -> String {
+/// How the relay reaches etcd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Plain HTTP, no user.
+    Plain,
+    /// TLS with the relay's client certificate, as user `mcr` whose role
+    /// may only read [`PREFIX`].
+    Secure,
+}
+
+impl Mode {
+    /// Secure, unless `MCR_FLEET_PLAIN` is set.
+    fn chosen() -> Mode {
+        match std::env::var_os("MCR_FLEET_PLAIN") {
+            Some(_) => Mode::Plain,
+            None => Mode::Secure,
+        }
+    }
+}
+
+/// etcd in `ns`, and (secure) the relay's files for it.
+fn store(ns: &Ns, dir: &TempDir, mode: Mode) -> (Etcd, Option<RelayFiles>) {
+    match mode {
+        Mode::Plain => (Etcd::start(ns, dir.path()).expect("etcd"), None),
+        Mode::Secure => {
+            let (etcd, files) = Etcd::start_fleet_store(ns, dir.path(), PREFIX, None).expect("etcd");
+            (etcd, Some(files))
+        }
+    }
+}
+
+fn config(dir: &TempDir, files: Option<&RelayFiles>) -> String {
     let cache = dir.path().join("etcd-cache.json");
+    let (scheme, secure) = match files {
+        Some(f) => ("https", f.toml()),
+        None => ("http", String::new()),
+    };
     let text = format!(
-        "[daemon]\nworkers = 2\n\n[daemon.etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\nprefix = \"{PREFIX}\"\ncache = \"{}\"\n",
+        "[daemon]\nworkers = 2\n\n[daemon.etcd]\nendpoints = [\"{scheme}://127.0.0.1:2379\"]\nprefix = \"{PREFIX}\"\ncache = \"{}\"\n{secure}",
         cache.display()
     );
     dir.file("mcrd.toml", &text)
@@ -110,10 +151,11 @@ fn a_thousand_rules_come_change_and_go_in_etcd_while_ten_untouched_streams_lose_
     let _lock = traffic_lock().expect("lock");
     let c = Chain::new("fleet-churn").expect("chain");
     let dir = TempDir::new("fleet-churn").expect("dir");
-    let etcd = Etcd::start(&c.relay, dir.path()).expect("etcd");
+    let mode = Mode::chosen();
+    let (etcd, files) = store(&c.relay, &dir, mode);
     let streams: Vec<(String, String)> = (0..10).map(|i| (format!("{PREFIX}s{i}"), stream_rule(i))).collect();
     let rev = etcd.txn_put(&streams).expect("stream rules");
-    let relay = Relay::start(&c.relay, &["--config", &config(&dir)]).expect("mcrd");
+    let relay = Relay::start(&c.relay, &["--config", &config(&dir, files.as_ref())]).expect("mcrd");
     let mut ctl = Control::open(relay.socket());
     ctl.until_workers_run(rev);
     let list = relay.rules().expect("list");
@@ -188,7 +230,7 @@ fn a_thousand_rules_come_change_and_go_in_etcd_while_ten_untouched_streams_lose_
     let mut sorted = latencies.clone();
     sorted.sort();
     eprintln!(
-        "etcd change -> every worker, over {} changes with 1,010 rules: median {:?}, p99 {:?}, max {:?}",
+        "etcd ({mode:?}) change -> every worker, over {} changes with 1,010 rules: median {:?}, p99 {:?}, max {:?}",
         sorted.len(),
         percentile(&sorted, 0.5),
         percentile(&sorted, 0.99),
@@ -202,10 +244,10 @@ fn a_broken_key_is_refused_alone_and_etcd_away_for_30_s_stops_nothing() {
     let _lock = traffic_lock().expect("lock");
     let c = Chain::new("fleet-away").expect("chain");
     let dir = TempDir::new("fleet-away").expect("dir");
-    let mut etcd = Etcd::start(&c.relay, dir.path()).expect("etcd");
+    let (mut etcd, files) = store(&c.relay, &dir, Mode::chosen());
     let streams: Vec<(String, String)> = (0..3).map(|i| (format!("{PREFIX}s{i}"), stream_rule(i))).collect();
     let rev = etcd.txn_put(&streams).expect("stream rules");
-    let relay = Relay::start(&c.relay, &["--config", &config(&dir)]).expect("mcrd");
+    let relay = Relay::start(&c.relay, &["--config", &config(&dir, files.as_ref())]).expect("mcrd");
     let mut ctl = Control::open(relay.socket());
     ctl.until_workers_run(rev);
 
@@ -273,11 +315,16 @@ fn a_broken_key_is_refused_alone_and_etcd_away_for_30_s_stops_nothing() {
             std::thread::sleep(Duration::from_millis(50));
         };
         assert!(away.problem.is_some() && away.rules == 3, "{away:?}");
+        assert_eq!(away.problem_kind, Some(StoreProblem::Unreachable), "{away:?}");
         let metrics = c
             .relay
             .exec("curl", ["-s", "http://127.0.0.1:9808/metrics"])
             .expect("curl");
         assert!(metrics.contains("mcr_etcd_connected 0"), "{metrics}");
+        assert!(
+            metrics.contains("mcr_etcd_problem{kind=\"unreachable\"} 1"),
+            "{metrics}"
+        );
         let stats = relay.stats().expect("stats");
         assert!(stats.store.is_some_and(|s| !s.connected));
         std::thread::sleep(Duration::from_secs(30));
@@ -305,13 +352,23 @@ fn a_broken_key_is_refused_alone_and_etcd_away_for_30_s_stops_nothing() {
 
 #[test]
 fn a_relay_started_while_etcd_is_away_forwards_what_etcd_gave_last() {
+    started_while_etcd_is_away(Mode::chosen());
+}
+
+#[test]
+fn a_relay_started_while_etcd_is_away_forwards_what_etcd_gave_last_over_plain_http() {
+    started_while_etcd_is_away(Mode::Plain);
+}
+
+fn started_while_etcd_is_away(mode: Mode) {
     let _lock = traffic_lock().expect("lock");
-    let c = Chain::new("fleet-cache").expect("chain");
-    let dir = TempDir::new("fleet-cache").expect("dir");
-    let mut etcd = Etcd::start(&c.relay, dir.path()).expect("etcd");
+    let tag = format!("fleet-cache-{}", if mode == Mode::Plain { "plain" } else { "tls" });
+    let c = Chain::new(&tag).expect("chain");
+    let dir = TempDir::new(&tag).expect("dir");
+    let (mut etcd, files) = store(&c.relay, &dir, mode);
     let streams: Vec<(String, String)> = (0..2).map(|i| (format!("{PREFIX}s{i}"), stream_rule(i))).collect();
     let rev = etcd.txn_put(&streams).expect("stream rules");
-    let config = config(&dir);
+    let config = config(&dir, files.as_ref());
     let relay = Relay::start(&c.relay, &["--config", &config]).expect("mcrd");
     Control::open(relay.socket()).until_workers_run(rev);
     // The cache is written within a second of the change.

@@ -6,7 +6,9 @@
 //! for another host, no client certificate, a wrong password, a role
 //! revoked while it runs) shows its kind and reason in `mcrctl store`, the
 //! API and `/metrics`, while the rules it had keep forwarding every packet;
-//! a token that expires while mcrd runs is renewed without a break.
+//! a token that expires while mcrd runs is renewed without a break. One
+//! test walks through all of it on one etcd, to spare the test beds'
+//! setting up.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -135,11 +137,14 @@ fn wait_for_cache(dir: &Path, revision: i64) {
 }
 
 #[test]
-fn each_refusal_is_named_where_an_operator_looks_and_the_rules_forward_meanwhile() {
+fn a_secured_store_renews_the_token_notices_a_revocation_and_names_each_refusal() {
     let _lock = traffic_lock().expect("lock");
-    let c = Chain::new("fleet-refused").expect("chain");
-    let dir = TempDir::new("fleet-refused").expect("dir");
-    let (etcd, files): (Etcd, RelayFiles) = Etcd::start_fleet_store(&c.relay, dir.path(), PREFIX, None).expect("etcd");
+    let c = Chain::new("fleet-secured").expect("chain");
+    let dir = TempDir::new("fleet-secured").expect("dir");
+    // Tokens end 2 s after their last use; mcrd uses its own every 10 s, so
+    // each of its probes finds it expired.
+    let (etcd, files): (Etcd, RelayFiles) =
+        Etcd::start_fleet_store(&c.relay, dir.path(), PREFIX, Some(2)).expect("etcd");
     let url = "https://127.0.0.1:2379";
     let streams: Vec<(String, String)> = (0..2).map(|i| (format!("{PREFIX}s{i}"), stream_rule(i))).collect();
     let rev = etcd.txn_put(&streams).expect("the admin puts the rules");
@@ -154,7 +159,82 @@ fn each_refusal_is_named_where_an_operator_looks_and_the_rules_forward_meanwhile
     let relay = Relay::start(&c.relay, &["--config", &good]).expect("mcrd");
     until(&relay, "running the store's rules", |s| s.workers_revision >= rev);
     both_streams_cross(&c);
-    wait_for_cache(dir.path(), rev);
+    let since = store(&relay).since_s;
+
+    // While two streams flow: the token expires and is renewed with no
+    // break; a change made after that arrives as a change; the relay's
+    // role revoked is noticed (within the 10 s probe interval, the open
+    // watch notwithstanding), and granted again the relay follows the
+    // store. The streams lose nothing.
+    let n: u64 = 75_000;
+    let rx = Mcrgen::streams("239.10.1.1+2:6001", Chain::SINK_IF)
+        .expect(n)
+        .arg("--first-packet-timeout")
+        .arg("60s")
+        .recv(&c.sink)
+        .expect("recv");
+    let last = std::thread::scope(|s| {
+        let sender = s.spawn(|| {
+            Mcrgen::streams("239.1.1.1+2:5001", Chain::GEN_IF)
+                .count(n)
+                .rate("3k")
+                .send(&c.generator, MINUTES)
+                .expect("send")
+        });
+        let renewed = "was refused (";
+        let deadline = Instant::now() + MINUTES;
+        while !relay.log().contains(renewed) {
+            let s = store(&relay);
+            assert!(s.connected && s.since_s >= since, "{s:?}\n{}", relay.log());
+            assert!(Instant::now() < deadline, "no renewal:\n{}", relay.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let log = relay.log();
+        let line = log.lines().find(|l| l.contains(renewed)).unwrap_or_default();
+        eprintln!("renewed: {line}");
+        assert!(line.contains("invalid auth token"), "{line}");
+        let rev = etcd.put(format!("{PREFIX}s2"), stream_rule(2)).expect("put");
+        let s = until(&relay, "running the change", |s| s.workers_revision >= rev);
+        assert!(s.connected && s.since_s >= since && s.rules == 3, "{s:?}");
+        assert_eq!(s.updates, 2, "a whole read, then one change: no new session");
+
+        etcd.revoke_role(RELAY_USER, RELAY_ROLE).expect("revoke");
+        let s = until(&relay, "refused its permission", |s| {
+            s.problem_kind == Some(StoreProblem::Permission)
+        });
+        let problem = s.problem.unwrap_or_default();
+        eprintln!("revoked: {problem}");
+        assert!(
+            problem.contains(&format!("user `{RELAY_USER}` may not read {PREFIX}")),
+            "{problem}"
+        );
+        assert!(metrics(&c).contains("mcr_etcd_problem{kind=\"permission\"} 1"));
+        assert!(
+            relay
+                .ctl_ok(&["store"])
+                .expect("store")
+                .contains("NOT REACHED [permission]")
+        );
+        assert_eq!(s.rules, 3, "its rules stay");
+        etcd.grant_role(RELAY_USER, RELAY_ROLE).expect("grant");
+        let rev = etcd.delete(format!("{PREFIX}s2")).expect("delete");
+        let back = until(&relay, "following again", |s| s.connected && s.workers_revision >= rev);
+        assert_eq!((back.rules, back.problem_kind), (2, None));
+        assert!(metrics(&c).contains("mcr_etcd_problem{kind=\"permission\"} 0"));
+        assert_eq!(sender.join().expect("sender").packets, 2 * n);
+        rev
+    });
+    let got = rx.finish(MINUTES).expect("recv done");
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    for st in &got.report.streams {
+        assert_eq!(
+            (st.unique, st.lost, st.duplicated, st.reordered, st.corrupted),
+            (n, 0, 0, 0, 0),
+            "{st:?}\n{}",
+            relay.log()
+        );
+    }
+    wait_for_cache(dir.path(), last);
     relay.stop().expect("stopped");
 
     // Each refusal at a start: the cache's rules forward meanwhile.
@@ -213,116 +293,6 @@ fn each_refusal_is_named_where_an_operator_looks_and_the_rules_forward_meanwhile
             wrong.display()
         ),
     );
-
-    // A role revoked while mcrd runs: noticed within the probe interval
-    // (10 s), while a stream flows; granted again, it follows the store.
-    let relay = Relay::start(&c.relay, &["--config", &good]).expect("mcrd");
-    until(&relay, "connected", |s| s.connected);
-    let n: u64 = 45_000;
-    let rx = Mcrgen::streams("239.10.1.1+2:6001", Chain::SINK_IF)
-        .expect(n)
-        .arg("--first-packet-timeout")
-        .arg("60s")
-        .recv(&c.sink)
-        .expect("recv");
-    std::thread::scope(|s| {
-        let sender = s.spawn(|| {
-            Mcrgen::streams("239.1.1.1+2:5001", Chain::GEN_IF)
-                .count(n)
-                .rate("3k")
-                .send(&c.generator, MINUTES)
-                .expect("send")
-        });
-        etcd.revoke_role(RELAY_USER, RELAY_ROLE).expect("revoke");
-        let s = until(&relay, "refused its permission", |s| {
-            s.problem_kind == Some(StoreProblem::Permission)
-        });
-        let problem = s.problem.unwrap_or_default();
-        eprintln!("revoked: {problem}");
-        assert!(
-            problem.contains(&format!("user `{RELAY_USER}` may not read {PREFIX}")),
-            "{problem}"
-        );
-        assert!(metrics(&c).contains("mcr_etcd_problem{kind=\"permission\"} 1"));
-        assert_eq!(s.rules, 2, "its rules stay");
-        etcd.grant_role(RELAY_USER, RELAY_ROLE).expect("grant");
-        let rev = etcd.put(format!("{PREFIX}s2"), stream_rule(2)).expect("put");
-        let back = until(&relay, "following again", |s| s.connected && s.workers_revision >= rev);
-        assert_eq!((back.rules, back.problem_kind), (3, None));
-        assert!(metrics(&c).contains("mcr_etcd_problem{kind=\"permission\"} 0"));
-        assert_eq!(sender.join().expect("sender").packets, 2 * n);
-    });
-    let got = rx.finish(MINUTES).expect("recv done");
-    for st in &got.report.streams {
-        assert_eq!(
-            (st.unique, st.lost, st.duplicated, st.reordered, st.corrupted),
-            (n, 0, 0, 0, 0),
-            "{st:?}\n{}",
-            relay.log()
-        );
-    }
-    relay.stop().expect("stopped");
-}
-
-#[test]
-fn a_token_that_expires_while_mcrd_runs_is_renewed_and_nothing_stops() {
-    let _lock = traffic_lock().expect("lock");
-    let c = Chain::new("fleet-token").expect("chain");
-    let dir = TempDir::new("fleet-token").expect("dir");
-    // Tokens end 2 s after their last use; mcrd uses its own every 10 s.
-    let (etcd, files) = Etcd::start_fleet_store(&c.relay, dir.path(), PREFIX, Some(2)).expect("etcd");
-    let rev = etcd.put(format!("{PREFIX}s0"), stream_rule(0)).expect("put");
-    let good = config(&dir, "mcrd.toml", "https://127.0.0.1:2379", &files.toml());
-    let relay = Relay::start(&c.relay, &["--config", &good]).expect("mcrd");
-    until(&relay, "running the store's rules", |s| s.workers_revision >= rev);
-    let since = store(&relay).since_s;
-    let n: u64 = 45_000;
-    let rx = Mcrgen::streams("239.10.1.1+1:6001", Chain::SINK_IF)
-        .expect(n)
-        .arg("--first-packet-timeout")
-        .arg("60s")
-        .recv(&c.sink)
-        .expect("recv");
-    std::thread::scope(|s| {
-        let sender = s.spawn(|| {
-            Mcrgen::streams("239.1.1.1+1:5001", Chain::GEN_IF)
-                .count(n)
-                .rate("3k")
-                .send(&c.generator, MINUTES)
-                .expect("send")
-        });
-        // Until the token was refused and renewed, the store never stops
-        // being followed.
-        let renewed = "was refused (";
-        let deadline = Instant::now() + MINUTES;
-        while !relay.log().contains(renewed) {
-            let s = store(&relay);
-            assert!(s.connected && s.since_s >= since, "{s:?}\n{}", relay.log());
-            assert!(Instant::now() < deadline, "no renewal:\n{}", relay.log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let log = relay.log();
-        let line = log.lines().find(|l| l.contains(renewed)).unwrap_or_default();
-        eprintln!("renewed: {line}");
-        assert!(line.contains("invalid auth token"), "{line}");
-        // A change made after the renewal arrives, as a change (a rule
-        // whose stream is not sent here).
-        let rev = etcd.put(format!("{PREFIX}s1"), stream_rule(1)).expect("put");
-        let s = until(&relay, "running the change", |s| s.workers_revision >= rev);
-        assert!(s.connected && s.since_s >= since && s.rules == 2, "{s:?}");
-        assert_eq!(s.updates, 2, "a whole read, then one change: no new session");
-        assert_eq!(sender.join().expect("sender").packets, n);
-    });
-    let got = rx.finish(MINUTES).expect("recv done");
-    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
-    let s0 = &got.report.streams[0];
-    assert_eq!(
-        (s0.unique, s0.lost, s0.duplicated, s0.reordered, s0.corrupted),
-        (n, 0, 0, 0, 0),
-        "{s0:?}\n{}",
-        relay.log()
-    );
-    relay.stop().expect("stopped");
 }
 
 #[test]

@@ -140,6 +140,11 @@ pub struct EtcdSettings {
     /// absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u32>,
+    /// How often mcrd asks etcd whether it still answers while the watch is
+    /// silent, and, with a `user`, whether the user may still read the
+    /// prefix, in ms (100 to 600000; 10000 if absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_ms: Option<u32>,
     /// Where mcrd keeps what the store gave last, so that a start while
     /// etcd cannot be reached forwards those rules until it can.
     #[serde(default, skip_serializing_if = "Option::is_none")]

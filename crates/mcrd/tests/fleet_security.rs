@@ -141,16 +141,16 @@ fn a_secured_store_renews_the_token_notices_a_revocation_and_names_each_refusal(
     let _lock = traffic_lock().expect("lock");
     let c = Chain::new("fleet-secured").expect("chain");
     let dir = TempDir::new("fleet-secured").expect("dir");
-    // Tokens end 2 s after their last use; mcrd uses its own every 10 s, so
-    // each of its probes finds it expired.
+    // Tokens end 1 s after their last use; mcrd uses its own every 3 s
+    // (`probe_ms`), so each of its probes finds it expired.
     let (etcd, files): (Etcd, RelayFiles) =
-        Etcd::start_fleet_store(&c.relay, dir.path(), PREFIX, Some(2)).expect("etcd");
+        Etcd::start_fleet_store(&c.relay, dir.path(), PREFIX, Some(1)).expect("etcd");
     let url = "https://127.0.0.1:2379";
     let streams: Vec<(String, String)> = (0..2).map(|i| (format!("{PREFIX}s{i}"), stream_rule(i))).collect();
     let rev = etcd.txn_put(&streams).expect("the admin puts the rules");
 
     // The admin's rules reach the workers over TLS, as the relay's user.
-    let good = config(&dir, "good.toml", url, &files.toml());
+    let good = config(&dir, "good.toml", url, &format!("{}probe_ms = 3000\n", files.toml()));
     let check = std::process::Command::new(mcr_testbed::bin("mcrd").expect("mcrd"))
         .args(["--check-config", &good])
         .output()
@@ -163,10 +163,10 @@ fn a_secured_store_renews_the_token_notices_a_revocation_and_names_each_refusal(
 
     // While two streams flow: the token expires and is renewed with no
     // break; a change made after that arrives as a change; the relay's
-    // role revoked is noticed (within the 10 s probe interval, the open
-    // watch notwithstanding), and granted again the relay follows the
+    // role revoked is noticed (within the probe interval, the open watch
+    // notwithstanding), and granted again the relay follows the
     // store. The streams lose nothing.
-    let n: u64 = 75_000;
+    let n: u64 = 45_000;
     let rx = Mcrgen::streams("239.10.1.1+2:6001", Chain::SINK_IF)
         .expect(n)
         .arg("--first-packet-timeout")

@@ -341,10 +341,13 @@ impl Drop for Follower {
 
 /// The follower's settings from the config file's `[daemon.etcd]`.
 pub fn store_settings(e: &mcr_core::config::EtcdSettings) -> Result<StoreSettings, EtcdError> {
-    pairs(e)?;
+    check_keys(e)?;
     let mut s = StoreSettings::new(e.endpoints.clone(), e.prefix.clone());
     if let Some(ms) = e.timeout_ms {
         s.timeout = Duration::from_millis(u64::from(ms));
+    }
+    if let Some(ms) = e.probe_ms {
+        s.probe_after = Duration::from_millis(u64::from(ms));
     }
     s.ca_file.clone_from(&e.ca_file);
     s.client_cert = match (&e.cert_file, &e.key_file) {
@@ -355,9 +358,16 @@ pub fn store_settings(e: &mcr_core::config::EtcdSettings) -> Result<StoreSetting
     Ok(s)
 }
 
-/// What `[daemon.etcd]` gives in halves: a certificate without its key, a
-/// user without a password file, and the reverse.
-fn pairs(e: &mcr_core::config::EtcdSettings) -> Result<(), EtcdError> {
+/// What `[daemon.etcd]` gives out of range, or in halves: a certificate
+/// without its key, a user without a password file, and the reverse.
+fn check_keys(e: &mcr_core::config::EtcdSettings) -> Result<(), EtcdError> {
+    for (key, value, most) in [("timeout_ms", e.timeout_ms, 60_000), ("probe_ms", e.probe_ms, 600_000)] {
+        if let Some(ms) = value
+            && !(100..=most).contains(&ms)
+        {
+            return Err(EtcdError::Settings(format!("{key} = {ms}: give 100 to {most} (ms)")));
+        }
+    }
     let half = |a: bool, b: bool, one: &str, other: &str| {
         if a == b {
             Ok(())

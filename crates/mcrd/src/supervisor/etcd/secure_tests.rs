@@ -269,3 +269,62 @@ fn a_token_that_expires_is_renewed_and_nothing_stops() {
         "nothing else arrived (no Unreachable, no new Whole)"
     );
 }
+
+#[test]
+fn config_keys_out_of_range_or_in_halves_are_refused() {
+    use mcr_core::config::EtcdSettings;
+    let base = EtcdSettings {
+        endpoints: vec!["https://etcd:2379".into()],
+        prefix: PREFIX.into(),
+        ..EtcdSettings::default()
+    };
+    let refused = |e: EtcdSettings| super::store_settings(&e).expect_err("refused").to_string();
+    assert_eq!(
+        refused(EtcdSettings {
+            probe_ms: Some(50),
+            ..base.clone()
+        }),
+        "[daemon.etcd]: probe_ms = 50: give 100 to 600000 (ms)"
+    );
+    assert_eq!(
+        refused(EtcdSettings {
+            timeout_ms: Some(120_000),
+            ..base.clone()
+        }),
+        "[daemon.etcd]: timeout_ms = 120000: give 100 to 60000 (ms)"
+    );
+    assert_eq!(
+        refused(EtcdSettings {
+            key_file: Some("/k".into()),
+            ..base.clone()
+        }),
+        "[daemon.etcd]: key_file needs cert_file"
+    );
+    assert_eq!(
+        refused(EtcdSettings {
+            user: Some("mcr".into()),
+            ..base.clone()
+        }),
+        "[daemon.etcd]: user needs password_file"
+    );
+    let s = super::store_settings(&EtcdSettings {
+        probe_ms: Some(2500),
+        timeout_ms: Some(700),
+        ca_file: Some("/ca".into()),
+        cert_file: Some("/c".into()),
+        key_file: Some("/k".into()),
+        user: Some("mcr".into()),
+        password_file: Some("/p".into()),
+        ..base
+    })
+    .expect("settings");
+    assert_eq!(
+        (s.probe_after, s.timeout, s.client_cert, s.user),
+        (
+            Duration::from_millis(2500),
+            Duration::from_millis(700),
+            Some(("/c".into(), "/k".into())),
+            Some(("mcr".into(), "/p".into()))
+        )
+    );
+}

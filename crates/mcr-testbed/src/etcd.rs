@@ -59,6 +59,9 @@ pub struct Security {
     /// How long an authentication token lasts without use
     /// (`--auth-token-ttl`, seconds); `None`: etcd's default (300 s).
     pub token_ttl_s: Option<u32>,
+    /// The kind of token (`--auth-token`): `None` for etcd's simple
+    /// tokens, or e.g. `jwt,pub-key=P,priv-key=K,sign-method=RS256,ttl=4s`.
+    pub auth_token: Option<String>,
     /// Further addresses the TLS client port also listens on (e.g.
     /// 127.0.1.1, to test a certificate that names another host).
     pub also_listen: Vec<Ipv4Addr>,
@@ -360,6 +363,9 @@ impl Etcd {
             if let Some(ttl_s) = security.token_ttl_s {
                 cmd.arg("--auth-token-ttl").arg(ttl_s.to_string());
             }
+            if let Some(kind) = &security.auth_token {
+                cmd.arg("--auth-token").arg(kind);
+            }
         }
         self.proc = Some(self.ns.spawn(cmd)?);
         Ok(())
@@ -612,6 +618,7 @@ impl Etcd {
                 key,
                 client_cert_auth: true,
                 token_ttl_s,
+                auth_token: None,
                 also_listen: Vec::new(),
             },
         )?;

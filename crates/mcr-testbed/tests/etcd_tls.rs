@@ -92,6 +92,7 @@ fn pki(dir: &Path) -> (Pki, Security, (PathBuf, PathBuf)) {
         key,
         client_cert_auth: true,
         token_ttl_s: Some(2),
+        auth_token: None,
         // Not named by the server certificate.
         also_listen: vec!["127.0.1.1".parse().expect("address")],
     };

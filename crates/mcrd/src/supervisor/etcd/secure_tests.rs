@@ -28,9 +28,16 @@ struct SecureBed {
 }
 
 fn secure_bed(tag: &str, token_ttl_s: Option<u32>) -> SecureBed {
+    secure_bed_with(tag, token_ttl_s, |_| None)
+}
+
+/// As [`secure_bed`], with the `--auth-token` that `token` makes in the
+/// bed's directory.
+fn secure_bed_with(tag: &str, token_ttl_s: Option<u32>, token: impl FnOnce(&Path) -> Option<String>) -> SecureBed {
     let mut testbed = Testbed::new(tag).expect("test bed");
     let ns = testbed.ns("etcd").expect("namespace");
     let dir = TempDir::new(&format!("etcd-{tag}")).expect("temp dir");
+    let auth_token = token(dir.path());
     let pki = Pki::new(dir.path(), "plant").expect("CA");
     let (cert, key) = pki.server("etcd", &["IP:127.0.0.1"]).expect("server certificate");
     let mut etcd = Etcd::start_secure(
@@ -42,6 +49,7 @@ fn secure_bed(tag: &str, token_ttl_s: Option<u32>) -> SecureBed {
             key,
             client_cert_auth: true,
             token_ttl_s,
+            auth_token,
             also_listen: vec![std::net::Ipv4Addr::new(127, 0, 1, 1)],
         },
     )
@@ -327,4 +335,74 @@ fn config_keys_out_of_range_or_in_halves_are_refused() {
             Some(("mcr".into(), "/p".into()))
         )
     );
+}
+
+#[test]
+fn a_jwt_is_renewed_before_it_ends_and_nothing_stops() {
+    // JWTs that end 4 s after they are given (etcd refuses them after
+    // that, whether used or not); the follower renews at 80 % of that.
+    let bed = secure_bed_with("etcd-jwt", None, |dir| {
+        let (private, public) = (dir.join("jwt.key"), dir.join("jwt.pub"));
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .output()
+                .expect("openssl");
+            assert!(out.status.success(), "openssl {args:?}: {out:?}");
+        };
+        let (private_s, public_s) = (private.to_str().expect("utf-8"), public.to_str().expect("utf-8"));
+        run(&["genrsa", "-out", private_s, "2048"]);
+        run(&["rsa", "-in", private_s, "-pubout", "-out", public_s]);
+        Some(format!(
+            "jwt,pub-key={public_s},priv-key={private_s},sign-method=RS256,ttl=4s"
+        ))
+    });
+    // The follower's log, to tell a renewal before the end from one after
+    // etcd refused the token (which says so).
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let sink = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || Capture(sink.clone()))
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).expect("this test's process logs to it");
+    let mut s = bed.good();
+    s.probe_after = Duration::from_millis(500);
+    let mut w = start(&bed.ns, s, |_| {});
+    w.whole();
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        let revision = bed
+            .etcd
+            .put(format!("{PREFIX}k"), format!("{:?}", Instant::now()))
+            .expect("put");
+        let (got, changes) = w.changes();
+        assert_eq!((got, changes.len()), (revision, 1));
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    assert!(
+        w.updates.try_recv().is_err(),
+        "nothing else arrived (no Unreachable, no new Whole)"
+    );
+    drop(w);
+    let log = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+    assert!(
+        log.contains("etcd: https://127.0.0.1:2379: "),
+        "the log is captured: {log}"
+    );
+    assert!(!log.contains("was refused"), "each JWT renewed before its end: {log}");
+}
+
+/// A writer into a shared buffer.
+struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

@@ -645,3 +645,23 @@ impl Etcd {
         ))
     }
 }
+
+/// Waits (up to `patience`) until the relay's etcd cache at `path` holds
+/// `revision`; panics with what it holds otherwise. mcrd writes it within
+/// a second of a change.
+pub fn wait_for_cache(path: &Path, revision: i64, patience: Duration) {
+    let deadline = Instant::now() + patience;
+    loop {
+        let written: Option<Value> = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        if written.as_ref().is_some_and(|w| w["revision"] == revision) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no cache of revision {revision}: {written:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -371,19 +371,7 @@ fn started_while_etcd_is_away(mode: Mode) {
     let config = config(&dir, files.as_ref());
     let relay = Relay::start(&c.relay, &["--config", &config]).expect("mcrd");
     Control::open(relay.socket()).until_workers_run(rev);
-    // The cache is written within a second of the change.
-    let cache = dir.path().join("etcd-cache.json");
-    let deadline = Instant::now() + MINUTES;
-    loop {
-        let written: Option<serde_json::Value> = std::fs::read_to_string(&cache)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok());
-        if written.as_ref().is_some_and(|w| w["revision"] == rev) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no cache of revision {rev}: {written:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    mcr_testbed::etcd::wait_for_cache(&dir.path().join("etcd-cache.json"), rev, MINUTES);
     relay.stop().expect("stopped");
     etcd.stop().expect("etcd stopped");
 

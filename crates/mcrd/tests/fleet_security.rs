@@ -118,24 +118,6 @@ fn refused_at_start(c: &Chain, dir: &TempDir, name: &str, endpoint: &str, keys: 
     relay.stop().expect("stopped");
 }
 
-fn wait_for_cache(dir: &Path, revision: i64) {
-    let cache = dir.join("etcd-cache.json");
-    let deadline = Instant::now() + MINUTES;
-    loop {
-        let written: Option<serde_json::Value> = std::fs::read_to_string(&cache)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok());
-        if written.as_ref().is_some_and(|w| w["revision"] == revision) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no cache of revision {revision}: {written:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn a_secured_store_renews_the_token_notices_a_revocation_and_names_each_refusal() {
     let _lock = traffic_lock().expect("lock");
@@ -234,7 +216,7 @@ fn a_secured_store_renews_the_token_notices_a_revocation_and_names_each_refusal(
             relay.log()
         );
     }
-    wait_for_cache(dir.path(), last);
+    mcr_testbed::etcd::wait_for_cache(&dir.path().join("etcd-cache.json"), last, MINUTES);
     relay.stop().expect("stopped");
 
     // Each refusal at a start: the cache's rules forward meanwhile.

@@ -358,6 +358,71 @@ pub struct OutputStats {
     /// sent).
     #[serde(default)]
     pub held: u64,
+    /// An SRT output: its listener or call, and every connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub srt: Option<SrtStatus>,
+}
+
+/// An SRT output as its worker last saw it (once a second).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SrtStatus {
+    /// `listening`, `calling` or `connected`, or `failed` (see `error`).
+    pub state: String,
+    /// Why the endpoint does not work, if it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The worker that holds its connections.
+    pub worker: usize,
+    /// A listener: callers refused since its worker started, by reason
+    /// (`not_found`: a stream ID no output on the port serves, `overload`:
+    /// more callers than max-callers, `handshake`: taken by stream ID but
+    /// never connected, a wrong passphrase or a caller that gave up).
+    /// Counted for the listener's port, so outputs that share the port
+    /// show the same.
+    #[serde(default)]
+    pub refused: BTreeMap<String, u64>,
+    /// The last caller the hook refused, and why (a caller whose handshake
+    /// failed later, on its passphrase say, is only counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_refusal: Option<String>,
+    /// Every connection, the oldest first.
+    #[serde(default)]
+    pub connections: Vec<SrtConnection>,
+}
+
+/// One SRT connection, from libsrt's statistics.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SrtConnection {
+    /// The peer's address and port.
+    pub peer: String,
+    /// The stream ID it sent (empty if none).
+    pub stream_id: String,
+    /// libsrt's state of the socket (`connected`, `broken`, ...).
+    pub state: String,
+    /// Seconds since it connected.
+    pub connected_s: u64,
+    /// The smoothed round-trip time, in ms.
+    pub rtt_ms: f64,
+    /// What it sends, in Mbit/s.
+    pub send_mbps: f64,
+    /// What it receives, in Mbit/s.
+    pub recv_mbps: f64,
+    /// Packets it sent (unique, without retransmissions).
+    pub packets: u64,
+    /// Packets retransmitted.
+    pub retransmitted: u64,
+    /// Packets the peer reported lost (each loss may be recovered by a
+    /// retransmission).
+    pub lost: u64,
+    /// Packets dropped because they were too late to be of use.
+    pub dropped_too_late: u64,
+    /// Packets MCR could not hand to the connection: its send buffer was
+    /// full (a peer too slow for the stream).
+    pub queue_full: u64,
+    /// What waits in the send buffer, in ms.
+    pub buffer_ms: u64,
+    /// The latency both ends agreed on, in ms.
+    pub latency_ms: u64,
 }
 
 /// How many rule names a "no rule named" message lists.

@@ -319,6 +319,8 @@ pub enum Ineligible {
     NoProgram,
     /// The rule has several inputs, which one worker combines.
     Redundancy,
+    /// An output is SRT: a worker holds its connections.
+    SrtOutput,
 }
 
 impl std::fmt::Display for Ineligible {
@@ -329,6 +331,7 @@ impl std::fmt::Display for Ineligible {
             Ineligible::TooManyOutputs(n) => write!(f, "{n} outputs (the kernel path takes up to {MAX_FANOUT})"),
             Ineligible::NoProgram => f.write_str("no tc program on the input interface"),
             Ineligible::Redundancy => f.write_str("several inputs (a worker merges them or fails over)"),
+            Ineligible::SrtOutput => f.write_str("an SRT output (a worker holds its connections)"),
         }
     }
 }
@@ -350,6 +353,7 @@ pub fn outputs_of(r: &CompiledRule, input: IpAddr, layout: &StatsLayout) -> Resu
             }
             OutputKind::Frame(_) => Err(Ineligible::Translation),
             OutputKind::Udp { .. } => Err(Ineligible::UnicastOutput),
+            OutputKind::Srt(_) => Err(Ineligible::SrtOutput),
         })
         .collect()
 }

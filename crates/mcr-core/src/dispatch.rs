@@ -54,6 +54,10 @@ pub enum Verdict<'t> {
         /// The TOS byte or traffic class it leaves with.
         tos: u8,
     },
+    /// Send the payload on every connection of the output's SRT endpoint
+    /// (it re-originates the stream, so the input's TTL does not bound
+    /// it).
+    Srt,
     /// Send nothing; count it for the output by this reason.
     Drop(OutputCounter),
 }
@@ -87,6 +91,7 @@ impl<'t> Taken<'t> {
                 Ok((ttl, tos)) => Verdict::Datagram { ttl, tos },
                 Err(reason) => Verdict::Drop(reason),
             },
+            OutputKind::Srt(_) => Verdict::Srt,
         }
     }
 }

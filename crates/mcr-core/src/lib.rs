@@ -43,6 +43,7 @@ pub mod named;
 pub mod plane;
 pub mod rule;
 pub mod snapshot;
+pub mod srt;
 pub mod stats;
 pub mod table;
 pub mod validate;

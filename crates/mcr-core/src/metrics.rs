@@ -7,6 +7,8 @@
 
 use std::fmt::Write;
 
+mod srt;
+
 use crate::control::{RuleStatus, StatsReport, WorkerStatus};
 
 /// The content type of [`render`]'s output.
@@ -467,6 +469,7 @@ pub fn render(version: &str, stats: &StatsReport, rules: &[RuleStatus], workers:
             f.sample(&[("rule", &r.name), ("output", &o.output)], o.held);
         }
     }
+    srt::render(&mut out, stats);
     if let Some(role) = &stats.role {
         self::role(&mut out, role);
     }
@@ -655,6 +658,7 @@ mod tests {
                         bps: 81_920.0,
                         drops: drops.clone(),
                         held: 5,
+                        srt: None,
                     }],
                     problems: Vec::new(),
                     datapath: "ebpf".into(),

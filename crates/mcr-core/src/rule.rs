@@ -24,6 +24,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::srt::SrtEndpoint;
+
 /// A forwarding rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -330,9 +332,20 @@ pub struct Input {
 }
 
 /// One place a rule sends its stream.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Output {
+    /// Datagrams to a multicast group or a unicast host, through an
+    /// interface.
+    Udp(UdpOutput),
+    /// An SRT endpoint: a listener that serves the callers that ask, or a
+    /// caller.
+    Srt(SrtEndpoint),
+}
+
+/// An output that sends UDP datagrams.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Output {
+pub struct UdpOutput {
     /// The interface it leaves on.
     pub interface: String,
     /// The 802.1Q VLAN id every frame is tagged with, or none: untagged.
@@ -349,6 +362,66 @@ pub struct Output {
     /// Source address of what leaves.
     #[serde(default, skip_serializing_if = "SourcePolicy::is_default")]
     pub source: SourcePolicy,
+}
+
+impl Output {
+    /// The UDP output, if it is one.
+    pub fn as_udp(&self) -> Option<&UdpOutput> {
+        match self {
+            Output::Udp(u) => Some(u),
+            Output::Srt(_) => None,
+        }
+    }
+
+    /// The SRT endpoint, if it is one.
+    pub fn as_srt(&self) -> Option<&SrtEndpoint> {
+        match self {
+            Output::Srt(e) => Some(e),
+            Output::Udp(_) => None,
+        }
+    }
+
+    /// The interface it leaves on, if it names one (an SRT output's
+    /// packets go where the kernel routes them).
+    pub fn interface(&self) -> Option<&str> {
+        self.as_udp().map(|u| u.interface.as_str())
+    }
+}
+
+/// The JSON form of an SRT output: `{"srt": {...}}`, beside a UDP
+/// output's fields.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SrtForm<E> {
+    srt: E,
+}
+
+impl Serialize for Output {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Output::Udp(u) => u.serialize(s),
+            Output::Srt(e) => SrtForm { srt: e }.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Output {
+    /// A UDP output's fields, `{"srt": {...}}`, or any output's text form
+    /// (`"srt://0.0.0.0:9000,latency=400"`); a mistake is named as the
+    /// form it was meant for names it.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let v = serde_json::Value::deserialize(d)?;
+        if let Some(text) = v.as_str() {
+            return text.parse().map_err(D::Error::custom);
+        }
+        if v.get("srt").is_some() {
+            let f: SrtForm<SrtEndpoint> = serde_json::from_value(v).map_err(D::Error::custom)?;
+            f.srt.check().map_err(|m| D::Error::custom(format!("srt: {m}")))?;
+            return Ok(Output::Srt(f.srt));
+        }
+        serde_json::from_value(v).map(Output::Udp).map_err(D::Error::custom)
+    }
 }
 
 /// The TTL of an output.
@@ -629,8 +702,19 @@ impl FromStr for Input {
 impl FromStr for Output {
     type Err = String;
     fn from_str(spec: &str) -> Result<Self, String> {
+        if spec.trim_start().starts_with("srt://") {
+            spec.parse().map(Output::Srt)
+        } else {
+            spec.parse().map(Output::Udp)
+        }
+    }
+}
+
+impl FromStr for UdpOutput {
+    type Err = String;
+    fn from_str(spec: &str) -> Result<Self, String> {
         let p = split_spec(spec)?;
-        let mut out = Output {
+        let mut out = UdpOutput {
             interface: p.interface,
             vlan: None,
             destination: p.destination,
@@ -673,6 +757,15 @@ impl fmt::Display for Input {
 }
 
 impl fmt::Display for Output {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Output::Udp(u) => u.fmt(f),
+            Output::Srt(e) => e.fmt(f),
+        }
+    }
+}
+
+impl fmt::Display for UdpOutput {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write_addr(f, &self.interface, &self.destination)?;
         if let Some(v) = self.vlan {
@@ -718,6 +811,50 @@ mod tests {
         ] {
             let o: Output = s.parse().expect(s);
             assert_eq!(o.to_string(), s);
+        }
+    }
+
+    #[test]
+    fn outputs_of_both_kinds_have_a_json_form() {
+        let r: Rule = serde_json::from_str(
+            r#"{"name":"a","input":{"interface":"veth1","destination":"239.1.1.1:5001"},
+                "outputs":[{"interface":"veth2","destination":"239.10.1.1:6001"},
+                           {"srt":{"mode":"listener","address":"0.0.0.0:9000","latency_ms":400}},
+                           "srt://0.0.0.0:9001,streamid=b"]}"#,
+        )
+        .expect("rule");
+        let texts: Vec<String> = r.outputs.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            texts,
+            [
+                "veth2:239.10.1.1:6001",
+                "srt://0.0.0.0:9000,mode=listener,latency=400",
+                "srt://0.0.0.0:9001,mode=listener,streamid=b"
+            ]
+        );
+        let j = serde_json::to_string(&r).expect("json");
+        assert!(
+            j.contains(r#"{"srt":{"mode":"listener","address":"0.0.0.0:9001","stream_id":"b"}}"#),
+            "{j}"
+        );
+        assert_eq!(serde_json::from_str::<Rule>(&j).expect("back"), r);
+        for (bad, needle) in [
+            (
+                r#"{"srt":{"mode":"listener","address":"0.0.0.0:9000","colour":1}}"#,
+                "unknown field `colour`",
+            ),
+            (
+                r#"{"srt":{"mode":"listener","address":"0.0.0.0:0"}}"#,
+                "srt: 0.0.0.0:0: give a UDP port",
+            ),
+            (
+                r#"{"interface":"veth2","destination":"239.1.1.1:1","colour":1}"#,
+                "unknown field `colour`",
+            ),
+            (r#""srt://0.0.0.0:9000,colour=red""#, "unknown SRT option"),
+        ] {
+            let e = serde_json::from_str::<Output>(bad).expect_err(bad).to_string();
+            assert!(e.contains(needle), "{bad}: {e}");
         }
     }
 
@@ -798,7 +935,10 @@ mod tests {
         );
         let word = j.replace(r#""ttl":8"#, r#""ttl":"decrement""#);
         assert_eq!(
-            serde_json::from_str::<Rule>(&word).expect("word").outputs[0].ttl,
+            serde_json::from_str::<Rule>(&word).expect("word").outputs[0]
+                .as_udp()
+                .expect("udp")
+                .ttl,
             Ttl::Decrement
         );
     }

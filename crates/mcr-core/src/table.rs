@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use rustc_hash::FxHashMap;
 
 use crate::forward::FrameRewrite;
-use crate::rule::{Dscp, Mode, SourcePolicy, Ttl};
+use crate::rule::{Dscp, Mode, Output, SourcePolicy, SrtEndpoint, Ttl};
 use crate::snapshot::TableSnapshot;
 use crate::wire::ethernet;
 
@@ -29,6 +29,9 @@ pub enum OutputKind {
         /// DSCP policy.
         dscp: Dscp,
     },
+    /// An SRT output: the payload sent on every connection of the
+    /// endpoint, by the worker that owns it.
+    Srt(SrtEndpoint),
 }
 
 /// One output, ready to send.
@@ -36,9 +39,9 @@ pub enum OutputKind {
 pub struct CompiledOutput {
     /// Its statistics slot.
     pub slot: u32,
-    /// The index of its interface.
+    /// The index of its interface (0: none, an SRT output).
     pub ifindex: u32,
-    /// The interface's name.
+    /// The interface's name (empty: none, an SRT output).
     pub interface: String,
     /// How it sends.
     pub kind: OutputKind,
@@ -57,6 +60,15 @@ pub struct CompiledRule {
     pub redundancy: Option<CompiledRedundancy>,
     /// Whether the health of its inputs is followed.
     pub health: bool,
+}
+
+impl CompiledRule {
+    /// Whether only worker 0 may take this rule's frames: it has several
+    /// inputs (one worker sees every copy) or an SRT output (worker 0
+    /// holds the connections).
+    pub fn on_worker_zero(&self) -> bool {
+        self.redundancy.is_some() || self.outputs.iter().any(|o| matches!(o.kind, OutputKind::Srt(_)))
+    }
 }
 
 /// How the inputs of a rule with several make one stream.
@@ -196,6 +208,18 @@ impl MatchTable {
             }
             let mut outputs = Vec::with_capacity(r.outputs.len());
             for (o, &slot) in r.outputs.iter().zip(&sr.output_slots) {
+                let o = match o {
+                    Output::Udp(u) => u,
+                    Output::Srt(e) => {
+                        outputs.push(CompiledOutput {
+                            slot,
+                            ifindex: 0,
+                            interface: String::new(),
+                            kind: OutputKind::Srt(e.clone()),
+                        });
+                        continue;
+                    }
+                };
                 let iface = interfaces
                     .get(&o.interface)
                     .ok_or_else(|| bad(format!("output interface `{}` is unknown", o.interface)))?;
@@ -341,15 +365,15 @@ impl MatchTable {
         v
     }
 
-    /// The destinations on interface `ifindex` that inputs of rules with
-    /// several inputs take: one worker must see all of such a rule's
-    /// inputs ([`crate::bpf::fanout_program`] pins them).
+    /// The destinations on interface `ifindex` that rules only worker 0
+    /// may take ([`CompiledRule::on_worker_zero`]) take
+    /// ([`crate::bpf::fanout_program`] pins them).
     pub fn pinned_inputs(&self, ifindex: u32) -> Vec<(IpAddr, u16)> {
         let mut v: Vec<(IpAddr, u16)> = self
             .entries
             .iter()
             .filter(|(k, e)| {
-                let several = |t: &Taker| self.rules[t.rule].redundancy.is_some();
+                let several = |t: &Taker| self.rules[t.rule].on_worker_zero();
                 k.ifindex == ifindex
                     && (e.any_source.iter().any(several) || e.by_source.iter().any(|(_, t)| several(t)))
             })

@@ -6,7 +6,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use crate::field::{Field, Part};
 use crate::interfaces::Interfaces;
-use crate::rule::{Input, Rule, SourcePolicy, Ttl};
+use crate::rule::{Input, Output, Rule, SourcePolicy, Ttl, UdpOutput};
+use crate::srt::{SrtEndpoint, SrtMode};
 
 /// The most outputs one rule may have.
 pub const MAX_OUTPUTS_PER_RULE: usize = 4096;
@@ -73,6 +74,9 @@ pub struct RuleIndex<'a> {
     /// Outputs by segment and destination: the rule, the output's index and
     /// its interface.
     output_places: HashMap<Place<'a>, Vec<(&'a str, usize, &'a str)>>,
+    /// SRT listeners by UDP port: the rule, the output's index and the
+    /// endpoint.
+    srt_listeners: HashMap<u16, Vec<(&'a str, usize, &'a SrtEndpoint)>>,
 }
 
 impl<'a> RuleIndex<'a> {
@@ -95,7 +99,15 @@ impl<'a> RuleIndex<'a> {
                     .or_default()
                     .push((&r.name, &input.interface));
             }
-            for (j, o) in r.outputs.iter().enumerate() {
+            for (j, e) in r.outputs.iter().enumerate().filter_map(|(j, o)| Some((j, o.as_srt()?))) {
+                if e.mode == SrtMode::Listener {
+                    ix.srt_listeners
+                        .entry(e.address.port())
+                        .or_default()
+                        .push((&r.name, j, e));
+                }
+            }
+            for (j, o) in r.outputs.iter().enumerate().filter_map(|(j, o)| Some((j, o.as_udp()?))) {
                 ix.output_places
                     .entry((interfaces.segment(&o.interface), o.vlan.unwrap_or(0), o.destination))
                     .or_default()
@@ -175,8 +187,11 @@ pub fn check_rule_in(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces
             ),
         ));
     }
-    for i in 0..rule.outputs.len() {
-        check_output(rule, i, interfaces)?;
+    for (i, o) in rule.outputs.iter().enumerate() {
+        match o {
+            Output::Udp(u) => check_output(rule, i, u, interfaces)?,
+            Output::Srt(e) => check_srt_output(rule, i, e, index)?,
+        }
     }
     for (k, input) in rule.inputs().enumerate() {
         let taken = index.inputs.get(&input_place(input)).and_then(|v| {
@@ -305,7 +320,7 @@ fn check_name(rule: &Rule) -> Result<(), RuleError> {
 /// waits for them, and starts when they appear.
 pub fn missing_interfaces<'a>(rule: &'a Rule, interfaces: &Interfaces) -> Vec<&'a str> {
     let mut v: Vec<&str> = Vec::new();
-    for n in (rule.inputs().map(|i| i.interface.as_str())).chain(rule.outputs.iter().map(|o| o.interface.as_str())) {
+    for n in (rule.inputs().map(|i| i.interface.as_str())).chain(rule.outputs.iter().filter_map(Output::interface)) {
         if interfaces.get(n).is_none() && !v.contains(&n) {
             v.push(n);
         }
@@ -440,8 +455,82 @@ fn check_input(rule: &Rule, k: usize, input: &Input, interfaces: &Interfaces) ->
     Ok(())
 }
 
-fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), RuleError> {
-    let o = &rule.outputs[i];
+/// An SRT output: sound settings, and a listener port that no other
+/// output claims for the same callers.
+fn check_srt_output(rule: &Rule, i: usize, e: &SrtEndpoint, index: &RuleIndex<'_>) -> Result<(), RuleError> {
+    let whole = Field::Output(i, Part::Whole);
+    e.check().map_err(|m| err(rule, whole, m))?;
+    if e.mode != SrtMode::Listener {
+        return Ok(());
+    }
+    let this_rule = rule
+        .outputs
+        .iter()
+        .enumerate()
+        .filter_map(|(j, o)| Some((rule.name.as_str(), j, o.as_srt()?)))
+        .filter(|&(_, j, _)| j < i);
+    let others = index
+        .srt_listeners
+        .get(&e.address.port())
+        .into_iter()
+        .flatten()
+        .copied()
+        .filter(|(n, _, _)| *n != rule.name);
+    for (n, j, other) in this_rule.chain(others) {
+        if other.mode != SrtMode::Listener {
+            continue;
+        }
+        let (a, b) = (e.address.ip(), other.address.ip());
+        let overlap = a == b || a.is_unspecified() || b.is_unspecified();
+        if !overlap {
+            continue;
+        }
+        let whose = if n == rule.name {
+            format!("this rule's outputs[{j}]")
+        } else {
+            format!("rule `{n}` (its outputs[{j}])")
+        };
+        match (&e.stream_id, &other.stream_id) {
+            (Some(x), Some(y)) if x != y => {
+                if a != b {
+                    return Err(err(
+                        rule,
+                        whole,
+                        format!(
+                            "{whose} listens on {} and this on {}: listeners that share a port share one address (both {}, or both the same address)",
+                            other.address,
+                            e.address,
+                            other.address.ip()
+                        ),
+                    ));
+                }
+            }
+            (Some(x), Some(_)) => {
+                return Err(err(
+                    rule,
+                    whole,
+                    format!(
+                        "{whose} already serves streamid {x} on {}; give each stream on a port its own streamid",
+                        other.address
+                    ),
+                ));
+            }
+            _ => {
+                return Err(err(
+                    rule,
+                    whole,
+                    format!(
+                        "{whose} also listens on {}: outputs that share a listener port each need a streamid (callers choose by it)",
+                        other.address
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_output(rule: &Rule, i: usize, o: &UdpOutput, interfaces: &Interfaces) -> Result<(), RuleError> {
     let f = |part: Part| Field::Output(i, part);
     check_interface(rule, f(Part::Interface), &o.interface, interfaces)?;
     let dst = o.destination.ip();
@@ -532,10 +621,10 @@ fn check_output(rule: &Rule, i: usize, interfaces: &Interfaces) -> Result<(), Ru
             "a unicast output sends through the kernel from the interface's address; source=keep and source=ADDRESS are for multicast outputs",
         ));
     }
-    if let Some(j) = rule.outputs[..i]
-        .iter()
-        .position(|p| p.interface == o.interface && p.vlan == o.vlan && p.destination == o.destination)
-    {
+    if let Some(j) = rule.outputs[..i].iter().position(|p| {
+        p.as_udp()
+            .is_some_and(|p| p.interface == o.interface && p.vlan == o.vlan && p.destination == o.destination)
+    }) {
         return Err(err(
             rule,
             f(Part::Destination),
@@ -556,7 +645,12 @@ fn check_loops(
 ) -> Result<(), RuleError> {
     let input_segment = interfaces.segment(&input.interface);
     let input_vlan = input.vlan.unwrap_or(0);
-    for (i, o) in rule.outputs.iter().enumerate() {
+    for (i, o) in rule
+        .outputs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| Some((i, o.as_udp()?)))
+    {
         let segment = interfaces.segment(&o.interface);
         let vlan = o.vlan.unwrap_or(0);
         if segment == input_segment && vlan == input_vlan && o.destination == input.destination {
@@ -775,12 +869,77 @@ mod tests {
     }
 
     #[test]
+    fn srt_listeners_share_a_port_only_by_stream_id() {
+        let ok = |r: &Rule, others: &[Rule]| check_rule(r, others, &ifaces()).expect("accepted");
+        let a = rule("a", "veth1:239.1.1.1:5001", &["srt://0.0.0.0:9000,streamid=feed-a"]);
+        let b = rule("b", "veth1:239.1.1.2:5001", &["srt://0.0.0.0:9000,streamid=feed-b"]);
+        ok(&a, &[]);
+        ok(&b, std::slice::from_ref(&a));
+        // The same stream ID twice on one port.
+        let b2 = rule("b", "veth1:239.1.1.2:5001", &["srt://0.0.0.0:9000,streamid=feed-a"]);
+        let e = refused(&b2, std::slice::from_ref(&a));
+        assert_eq!(e.field, "outputs[0]");
+        assert!(
+            e.reason
+                .contains("rule `a` (its outputs[0]) already serves streamid feed-a"),
+            "{e}"
+        );
+        // A listener without one cannot share.
+        let c = rule("c", "veth1:239.1.1.3:5001", &["srt://0.0.0.0:9000"]);
+        let e = refused(&c, std::slice::from_ref(&a));
+        assert!(e.reason.contains("each need a streamid"), "{e}");
+        // Nor one on a specific address of the wildcard's port.
+        let d = rule(
+            "d",
+            "veth1:239.1.1.4:5001",
+            &["srt://10.0.1.1:9000,mode=listener,streamid=feed-d"],
+        );
+        let e = refused(&d, std::slice::from_ref(&a));
+        assert!(e.reason.contains("share one address"), "{e}");
+        // Within one rule too; and another port, or a caller, is free.
+        let two = rule(
+            "two",
+            "veth1:239.1.1.5:5001",
+            &["srt://0.0.0.0:9100", "srt://0.0.0.0:9100,streamid=x"],
+        );
+        let e = refused(&two, &[]);
+        assert_eq!(e.field, "outputs[1]");
+        assert!(e.reason.contains("this rule's outputs[0]"), "{e}");
+        ok(
+            &rule("e", "veth1:239.1.1.6:5001", &["srt://0.0.0.0:9001"]),
+            std::slice::from_ref(&a),
+        );
+        ok(
+            &rule("f", "veth1:239.1.1.7:5001", &["srt://10.9.9.9:9000,mode=caller"]),
+            std::slice::from_ref(&a),
+        );
+        // A rule replacing itself does not clash with its old self.
+        ok(&a, std::slice::from_ref(&a));
+    }
+
+    #[test]
+    fn srt_settings_are_checked_even_as_json() {
+        let mut r = rule("j", "veth1:239.1.1.1:5001", &["srt://0.0.0.0:9000"]);
+        let Output::Srt(e) = &mut r.outputs[0] else {
+            unreachable!("an SRT output")
+        };
+        e.pbkeylen = Some(20);
+        e.passphrase_file = Some("/k".into());
+        let e = refused(&r, &[]);
+        assert_eq!(e.field, "outputs[0]");
+        assert!(e.reason.contains("16, 24 or 32"), "{e}");
+    }
+
+    #[test]
     fn vlan_ids_out_of_range_are_refused_even_as_json() {
         let mut r = rule("j", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]);
         r.input.vlan = Some(0);
         assert_eq!(refused(&r, &[]).field, "input.vlan");
         r.input.vlan = None;
-        r.outputs[0].vlan = Some(4095);
+        let Output::Udp(o) = &mut r.outputs[0] else {
+            unreachable!("a UDP output")
+        };
+        o.vlan = Some(4095);
         let e = refused(&r, &[]);
         assert_eq!(e.field, "outputs[0].vlan");
         assert!(e.reason.contains("outside 1-4094"), "{e}");

@@ -15,8 +15,11 @@
 //! descriptors passed between processes ([`fdpass`]) and handed from one
 //! mcrd to the next ([`handover`]),
 //! users, groups and capabilities
-//! ([`privilege`]) and network namespaces
-//! ([`netns`]).
+//! ([`privilege`]), network namespaces
+//! ([`netns`]), and SRT through the system's libsrt 1.5 with hand-written
+//! bindings ([`srt`]: sockets, the listen hook that accepts or rejects
+//! callers, SRT's epoll and statistics; build.rs links libsrt with
+//! pkg-config and checks the mirrored structs against its header).
 
 #![warn(
     clippy::cast_possible_truncation,
@@ -44,6 +47,7 @@ pub mod ring;
 pub mod shm;
 pub mod sockaddr;
 pub mod sockopt;
+pub mod srt;
 #[cfg(feature = "uring")]
 pub mod uring;
 

@@ -16,6 +16,7 @@
 //! its keys.
 //! [`vrrp`] runs keepalived for a hot-standby pair of relays, with MCR's
 //! notify script, and reads the roles that script set.
+//! [`srt`] runs third-party SRT peers (srt-live-transmit).
 //! [`systemd`] boots systemd as PID 1 of a container (systemd-nspawn)
 //! whose network is a test bed's namespace, to run mcrd as a service.
 //!
@@ -40,6 +41,7 @@ pub mod pki;
 pub mod presets;
 mod process;
 pub mod relay;
+pub mod srt;
 pub mod systemd;
 mod temp_dir;
 pub mod traffic;

@@ -58,7 +58,8 @@ enum Command {
         /// brings it first) or failover[,loss-of-signal=200ms][,hold=10s][,errors=N].
         #[arg(long, value_parser = |s: &str| s.parse::<Mode>())]
         mode: Option<Mode>,
-        /// IFACE:ADDRESS:PORT[,vlan=ID][,ttl=N|decrement][,dscp=D|keep][,source=interface|keep|ADDRESS]:
+        /// IFACE:ADDRESS:PORT[,vlan=ID][,ttl=N|decrement][,dscp=D|keep][,source=interface|keep|ADDRESS],
+        /// or srt://HOST:PORT[,latency=MS][,passphrase-file=PATH][,streamid=ID][,max-callers=N]:
         /// where to send it; repeat for several outputs.
         #[arg(long = "output", short, required = true)]
         outputs: Vec<Output>,

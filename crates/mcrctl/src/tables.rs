@@ -414,6 +414,9 @@ fn stats(o: &mut String, s: &StatsReport) {
             if out.held > 0 {
                 let _ = writeln!(o, "     held while standby: {}", out.held);
             }
+            if let Some(srt) = &out.srt {
+                srt_lines(o, srt);
+            }
         }
     }
     let _ = writeln!(o);
@@ -525,6 +528,46 @@ fn utc(at_ms: u64) -> String {
         ms / 1000 % 60,
         ms % 1000
     )
+}
+
+/// An SRT output's endpoint and connections, under its counters.
+fn srt_lines(o: &mut String, s: &mcr_core::control::SrtStatus) {
+    let refused = mcr_core::control::nonzero_drops(&s.refused);
+    let _ = writeln!(
+        o,
+        "     srt {} on worker {}, {} caller(s){}{}",
+        s.state,
+        s.worker,
+        s.connections.len(),
+        s.error.as_deref().map_or_else(String::new, |e| format!(": {e}")),
+        refused.map_or_else(String::new, |r| format!("; refused {r}"))
+    );
+    if let Some(r) = &s.last_refusal {
+        let _ = writeln!(o, "     last refused: {r}");
+    }
+    for c in &s.connections {
+        let id = if c.stream_id.is_empty() {
+            String::new()
+        } else {
+            format!(" `{}`", c.stream_id)
+        };
+        let _ = writeln!(
+            o,
+            "     caller {}{id} {} {} s: rtt {:.1} ms, {:.2} Mb/s, sent {}, retransmitted {}, lost {}, too late {}, queue full {}, buffer {} ms, latency {} ms",
+            c.peer,
+            c.state,
+            c.connected_s,
+            c.rtt_ms,
+            c.send_mbps,
+            c.packets,
+            c.retransmitted,
+            c.lost,
+            c.dropped_too_late,
+            c.queue_full,
+            c.buffer_ms,
+            c.latency_ms
+        );
+    }
 }
 
 #[cfg(test)]

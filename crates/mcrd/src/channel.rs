@@ -27,7 +27,7 @@ pub enum ToWorker {
 }
 
 /// Worker to supervisor.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "snake_case")]
 pub enum FromWorker {
     /// Started; ready for a table.
@@ -43,6 +43,11 @@ pub enum FromWorker {
         /// What could not be set up.
         #[serde(default)]
         problems: Vec<Problem>,
+    },
+    /// Its SRT outputs (by output slot), once a second while it has any.
+    Srt {
+        /// Each output's endpoint and connections.
+        outputs: Vec<(u32, mcr_core::control::SrtStatus)>,
     },
 }
 
@@ -73,7 +78,7 @@ impl Problem {
         match &self.scope {
             Scope::Rule(name) => *name == rule.name,
             Scope::Input(i) => *i == rule.input.interface,
-            Scope::Output(i) => rule.outputs.iter().any(|o| o.interface == *i),
+            Scope::Output(i) => rule.outputs.iter().any(|o| o.interface() == Some(i.as_str())),
         }
     }
 }

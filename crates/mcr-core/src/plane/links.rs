@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use crate::control::InterfaceStatus;
 use crate::interfaces::Interfaces;
-use crate::rule::Rule;
+use crate::rule::{Output, Rule};
 use crate::snapshot::SlottedRule;
 
 /// The interfaces `rules` read from and send on, with the names of the
@@ -22,8 +22,8 @@ pub fn carried(rules: &[SlottedRule]) -> BTreeMap<&str, (Vec<&str>, Vec<&str>)> 
         for i in r.inputs() {
             push_once(&mut carried.entry(i.interface.as_str()).or_default().0, &r.name);
         }
-        for o in &r.outputs {
-            push_once(&mut carried.entry(o.interface.as_str()).or_default().1, &r.name);
+        for o in r.outputs.iter().filter_map(Output::interface) {
+            push_once(&mut carried.entry(o).or_default().1, &r.name);
         }
     }
     carried
@@ -85,7 +85,7 @@ pub fn changed(rules: &[SlottedRule], before: &Interfaces, now: &Interfaces) -> 
 /// problem per link, "input link `in0` down (no carrier)".
 pub fn problems(rule: &Rule, interfaces: &Interfaces) -> Vec<String> {
     let inputs = rule.inputs().map(|i| ("input", i.interface.as_str()));
-    let outputs = rule.outputs.iter().map(|o| ("output", o.interface.as_str()));
+    let outputs = rule.outputs.iter().filter_map(|o| Some(("output", o.interface()?)));
     let mut out: Vec<String> = Vec::new();
     for (side, name) in inputs.chain(outputs) {
         let Some(why) = interfaces.get(name).and_then(|i| i.link.why_down()) else {

@@ -1007,7 +1007,7 @@ impl<R> Plane<R> {
             .iter()
             .flat_map(|r| {
                 (r.rule.inputs().map(|i| i.interface.as_str()))
-                    .chain(r.rule.outputs.iter().map(|o| o.interface.as_str()))
+                    .chain(r.rule.outputs.iter().filter_map(crate::rule::Output::interface))
             })
             .collect();
         used.into_iter()

@@ -369,7 +369,7 @@ impl RuleTable {
             .iter()
             .flat_map(|r| {
                 (r.rule.inputs().map(|i| i.interface.as_str()))
-                    .chain(r.rule.outputs.iter().map(|o| o.interface.as_str()))
+                    .chain(r.rule.outputs.iter().filter_map(crate::rule::Output::interface))
             })
             .collect();
         TableSnapshot {

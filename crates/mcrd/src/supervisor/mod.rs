@@ -658,6 +658,7 @@ impl Supervisor {
                         w.problems = problems;
                         self.step(Event::WorkerApplied { index, version });
                     }
+                    FromWorker::Srt { outputs } => w.srt = outputs,
                 }
             }
             WorkerEvent::Exited {
@@ -943,6 +944,18 @@ impl Supervisor {
         for (w, s) in self.workers.iter().zip(&mut report.workers) {
             s.cpu_s = w.cpu_s();
             s.busy = w.busy;
+        }
+        let srt: std::collections::HashMap<u32, &mcr_core::control::SrtStatus> = self
+            .workers
+            .iter()
+            .flat_map(|w| w.srt.iter().map(|(k, v)| (*k, v)))
+            .collect();
+        if !srt.is_empty() {
+            for (r, s) in self.plane.rules().iter().zip(&mut report.rules) {
+                for (slot, o) in r.output_slots.iter().zip(&mut s.outputs) {
+                    o.srt = srt.get(slot).map(|&x| x.clone());
+                }
+            }
         }
         self.fill_datapath(&mut report);
         let held = report.rules.iter().flat_map(|r| &r.outputs).map(|o| o.held).sum();

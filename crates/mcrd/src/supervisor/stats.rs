@@ -360,6 +360,7 @@ impl Stats {
                                     .map(|(k, name)| (name.to_string(), self.sum_output(c, s, *k)))
                                     .collect(),
                                 held: self.sum_output(c, s, OutputCounter::Held),
+                                srt: None,
                             }
                         })
                         .collect(),

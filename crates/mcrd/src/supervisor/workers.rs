@@ -93,6 +93,9 @@ pub struct WorkerSlot {
     pub pid: Option<u32>,
     /// What it could not set up for that table.
     pub problems: Vec<Problem>,
+    /// Its SRT outputs as it last said (by output slot); none once it
+    /// ends, since its connections end with it.
+    pub srt: Vec<(u32, mcr_core::control::SrtStatus)>,
     /// CPU seconds of its earlier processes.
     cpu_before_s: f64,
     /// CPU seconds of the current process when last sampled, and when.
@@ -120,6 +123,7 @@ impl WorkerSlot {
             cpu,
             pid: None,
             problems: Vec::new(),
+            srt: Vec::new(),
             cpu_before_s: 0.0,
             cpu_now: None,
             busy: 0.0,
@@ -290,6 +294,7 @@ impl WorkerSlot {
     pub fn ended(&mut self, rings: KeptRings) {
         self.pid = None;
         self.ring_tx = None;
+        self.srt.clear();
         self.kept.extend(rings);
         self.cpu_before_s += self.cpu_now.take().map_or(0.0, |(_, s)| s);
         self.busy = 0.0;

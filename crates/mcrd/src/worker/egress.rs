@@ -357,13 +357,16 @@ pub struct Egress {
     routes: FxHashMap<u32, ((u32, IpAddr), usize)>,
     dests: Vec<RawSockAddr>,
     slab: UdpSlab,
+    /// The SRT outputs (worker 0's).
+    pub srt: super::srt::SrtOutputs,
 }
 
 impl Egress {
     /// Nothing to send with yet; unicast payloads queue in a slab of
     /// `pending` entries.
-    pub fn new(pending: usize) -> Egress {
+    pub fn new(pending: usize, worker: usize) -> Egress {
         Egress {
+            srt: super::srt::SrtOutputs::new(worker),
             frames: FxHashMap::default(),
             udp: FxHashMap::default(),
             routes: FxHashMap::default(),
@@ -415,6 +418,7 @@ impl Egress {
                         dests.push(RawSockAddr::new(*destination));
                         routes.insert(o.slot, (key, dests.len() - 1));
                     }
+                    OutputKind::Srt(_) => {}
                 }
             }
         }

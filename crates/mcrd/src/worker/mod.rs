@@ -8,6 +8,7 @@ mod health;
 mod ingress;
 mod keeper;
 mod redundancy;
+mod srt;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -136,6 +137,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
     for t in troubles {
         tracing::warn!("worker {}: {t}; the ring is opened afresh", args.index);
     }
+    let egress = Egress::new(MAX_UDP_PENDING, args.index);
     let mut w = Worker {
         ingress,
         args,
@@ -144,7 +146,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         channel,
         inbox: Vec::new(),
         table: MatchTable::default(),
-        egress: Egress::new(MAX_UDP_PENDING),
+        egress,
         redundancy: Redundancy::default(),
         health: Health::default(),
         kernel_health,
@@ -192,9 +194,11 @@ impl Worker {
             let mut errored: Vec<u32> = Vec::new();
             // Wake for what a rule with several inputs waits for (a gap a
             // merge gives up, a failover's loss of signal), at the latest.
-            let mut timeout_ms = self.redundancy.deadline().map_or(100, |d| {
+            // (And, with SRT outputs, to take their callers within 10 ms.)
+            let idle_ms = if self.egress.srt.active() { 10 } else { 100 };
+            let mut timeout_ms = self.redundancy.deadline().map_or(idle_ms, |d| {
                 let wait = d.saturating_sub(mcr_sys::clock::monotonic_ns());
-                wait.div_ceil(1_000_000).min(100) as i32
+                wait.div_ceil(1_000_000).min(idle_ms as u64) as i32
             });
             // And for the kernel data path's health records: at once if
             // some were left waiting, else on the reading timer.
@@ -219,6 +223,9 @@ impl Worker {
             self.forward_ready();
             records_wait = self.read_kernel_health();
             self.poll_timed();
+            if let Some(outputs) = self.egress.srt.poll(mcr_sys::clock::monotonic_ns()) {
+                self.say(&FromWorker::Srt { outputs })?;
+            }
             if table_msg && self.read_channel(&mut epoll)? {
                 return Ok(());
             }
@@ -294,6 +301,7 @@ impl Worker {
         // Egress: a frame batch per output interface, a UDP sender per
         // (interface, source) of unicast outputs.
         problems.extend(self.egress.reconcile(&table, &snap.interfaces));
+        problems.extend(self.egress.srt.reconcile(&table));
         self.redundancy.reconcile(&table, mcr_sys::clock::monotonic_ns());
         let counts = Counts {
             counters: &self.counters,
@@ -451,6 +459,10 @@ fn send(egress: &mut Egress, rule: &CompiledRule, frame: &[u8], d: &Datagram, co
             Verdict::Datagram { ttl, tos } => {
                 let payload = &frame[d.payload_at..d.payload_at + d.payload_len];
                 egress.datagram(payload, o.slot, ttl, tos, counts);
+            }
+            Verdict::Srt => {
+                let payload = &frame[d.payload_at..d.payload_at + d.payload_len];
+                egress.srt.send(o.slot, payload, counts);
             }
         }
     }

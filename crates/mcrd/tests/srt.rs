@@ -1,0 +1,164 @@
+//! SRT outputs against a third-party peer: Debian's srt-live-transmit
+//! (its own build of libsrt) calls MCR's listener and puts what it gets
+//! back on multicast, where `mcrgen recv` checks every packet (sequence,
+//! payload, MPEG-TS continuity).
+
+use std::time::{Duration, Instant};
+
+use mcr_core::control::{SrtStatus, StatsReport};
+use mcr_testbed::TempDir;
+use mcr_testbed::presets::Chain;
+use mcr_testbed::relay::Relay;
+use mcr_testbed::srt::LiveTransmit;
+use mcr_testbed::traffic::Mcrgen;
+use mcr_testbed::traffic_lock;
+
+const MINUTES: Duration = Duration::from_secs(180);
+const PASSPHRASE: &str = "correct horse battery";
+
+/// The SRT status of output `k` of rule `rule`.
+fn srt_of(stats: &StatsReport, rule: &str, k: usize) -> SrtStatus {
+    let r = stats.rules.iter().find(|r| r.name == rule).expect("the rule");
+    r.outputs[k].srt.clone().expect("an SRT status")
+}
+
+/// Waits until `what` holds of the SRT status of `rule`'s first output.
+fn wait_for(relay: &Relay, rule: &str, what: &str, ok: impl Fn(&SrtStatus) -> bool) -> SrtStatus {
+    let start = Instant::now();
+    loop {
+        let stats = relay.stats().expect("stats");
+        if let Some(s) = stats
+            .rules
+            .iter()
+            .find(|r| r.name == rule)
+            .and_then(|r| r.outputs[0].srt.clone())
+            && ok(&s)
+        {
+            return s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no {what} within 60 s: {:?}\n{}",
+            stats.rules.iter().find(|r| r.name == rule).map(|r| &r.outputs),
+            relay.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn one_listener_serves_its_callers_every_packet_and_refuses_the_wrong_ones() {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("srt-listener").expect("chain");
+    let dir = TempDir::new("srt-listener").expect("dir");
+    let key = dir.file("feed.key", &format!("{PASSPHRASE}\n")).expect("key");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    let output = format!(
+        "srt://0.0.0.0:9000,latency=200,passphrase-file={},streamid=feed-a,max-callers=2",
+        key.display()
+    );
+    relay
+        .add_rule("feed", "veth1:239.1.1.1:5001", &[&output])
+        .expect("rule added");
+    // Another rule on the same port, chosen by its own stream ID.
+    let other = format!(
+        "srt://0.0.0.0:9000,latency=200,passphrase-file={},streamid=feed-b",
+        key.display()
+    );
+    relay
+        .add_rule("feed-b", "veth1:239.1.1.2:5001", &[&other])
+        .expect("second rule added");
+    let listening = wait_for(&relay, "feed", "listener", |s| s.state == "listening");
+    assert_eq!(listening.error, None);
+
+    // Two callers, one by the plain stream ID and one by SRT's
+    // access-control form, each back out to a group of its own.
+    let caller = |id: &str, pass: &str, group: &str| {
+        LiveTransmit::start(
+            &c.sink,
+            &format!(
+                "srt://{}:9000?streamid={id}&latency=200&passphrase={pass}",
+                Chain::RELAY_OUT_ADDR
+            ),
+            &format!("udp://{group}:6000?adapter={}", Chain::SINK_ADDR),
+            0,
+        )
+        .expect("srt-live-transmit")
+    };
+    let plain = caller("feed-a", PASSPHRASE, "239.9.9.1");
+    let by_resource = caller("#!::r=feed-a,m=request", PASSPHRASE, "239.9.9.2");
+    let two = wait_for(&relay, "feed", "two callers", |s| s.connections.len() == 2);
+    let mut ids: Vec<&str> = two.connections.iter().map(|c| c.stream_id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["#!::r=feed-a,m=request", "feed-a"]);
+
+    // Refused: a stream ID nothing serves, a third caller of feed-a
+    // (max-callers is 2), a wrong passphrase (for feed-b: the hook lets
+    // it in, and libsrt's key exchange refuses it). Each is counted by
+    // reason for the port, and the callers that are in lose nothing.
+    let mut unknown = caller("feed-z", PASSPHRASE, "239.9.9.3");
+    let mut third = caller("feed-a", PASSPHRASE, "239.9.9.4");
+    let mut wrong = caller("feed-b", "not the passphrase", "239.9.9.5");
+    let refused = wait_for(&relay, "feed", "every refusal", |s| {
+        ["not_found", "overload", "handshake"]
+            .iter()
+            .all(|k| s.refused.get(*k).copied().unwrap_or(0) > 0)
+    });
+    assert_eq!(refused.connections.len(), 2, "{refused:?}");
+    unknown
+        .wait_for("REJECT", Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}\n{}", unknown.log()));
+    third
+        .wait_for("REJECT", Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}\n{}", third.log()));
+    wrong
+        .wait_for("REJECT", Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}\n{}", wrong.log()));
+    let b = srt_of(&relay.stats().expect("stats"), "feed-b", 0);
+    assert_eq!((b.refused, b.connections.len()), (refused.refused.clone(), 0));
+
+    // Every packet reaches both callers' groups, intact and in order.
+    let rx = Mcrgen::streams("239.9.9.1+2:6000", Chain::SINK_IF)
+        .ids("0")
+        .wrap("ts")
+        .expect(3000)
+        .recv(&c.sink)
+        .expect("recv");
+    Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+        .count(3000)
+        .rate(500)
+        .wrap("ts")
+        .send(&c.generator, MINUTES)
+        .expect("send");
+    let got = rx.finish(MINUTES).expect("recv done");
+    assert_eq!(
+        got.code,
+        Some(0),
+        "{:?}\n{}\n--- caller 1\n{}\n--- caller 2\n{}",
+        got.report.problems,
+        relay.log(),
+        plain.log(),
+        by_resource.log()
+    );
+    assert_eq!(got.report.total.received, 6000);
+
+    let stats = relay.stats().expect("stats");
+    let out = &stats.rules[0].outputs[0];
+    assert_eq!(out.packets, 3000, "{out:?}");
+    assert_eq!(out.drops.values().sum::<u64>(), 0, "{out:?}");
+    // libsrt's counts, read once a second, reach what was sent.
+    let s = wait_for(&relay, "feed", "every packet counted", |s| {
+        s.connections.iter().all(|c| c.packets == 3000)
+    });
+    assert_eq!(s.connections.len(), 2, "{s:?}");
+    for conn in &s.connections {
+        assert_eq!(conn.latency_ms, 200, "{conn:?}");
+        assert_eq!(conn.queue_full, 0, "{conn:?}");
+    }
+    let shown = relay.ctl_ok(&["stats"]).expect("mcrctl stats");
+    assert!(
+        shown.contains("srt listening on worker 0, 2 caller(s); refused"),
+        "{shown}"
+    );
+    assert!(shown.contains("caller 10.0.1.2:"), "{shown}");
+}

@@ -24,6 +24,11 @@ fn srt_of(stats: &StatsReport, rule: &str, k: usize) -> SrtStatus {
 
 /// Waits until `what` holds of the SRT status of `rule`'s first output.
 fn wait_for(relay: &Relay, rule: &str, what: &str, ok: impl Fn(&SrtStatus) -> bool) -> SrtStatus {
+    wait_for_output(relay, rule, 0, what, ok)
+}
+
+/// Waits until `what` holds of the SRT status of `rule`'s output `k`.
+fn wait_for_output(relay: &Relay, rule: &str, k: usize, what: &str, ok: impl Fn(&SrtStatus) -> bool) -> SrtStatus {
     let start = Instant::now();
     loop {
         let stats = relay.stats().expect("stats");
@@ -31,7 +36,7 @@ fn wait_for(relay: &Relay, rule: &str, what: &str, ok: impl Fn(&SrtStatus) -> bo
             .rules
             .iter()
             .find(|r| r.name == rule)
-            .and_then(|r| r.outputs[0].srt.clone())
+            .and_then(|r| r.outputs[k].srt.clone())
             && ok(&s)
         {
             return s;
@@ -47,18 +52,28 @@ fn wait_for(relay: &Relay, rule: &str, what: &str, ok: impl Fn(&SrtStatus) -> bo
 }
 
 #[test]
-fn one_listener_serves_its_callers_every_packet_and_refuses_the_wrong_ones() {
+fn srt_outputs_serve_their_callers_and_call_out_with_every_packet_and_refuse_the_wrong_callers() {
     let _lock = traffic_lock().expect("lock");
     let c = Chain::new("srt-listener").expect("chain");
     let dir = TempDir::new("srt-listener").expect("dir");
     let key = dir.file("feed.key", &format!("{PASSPHRASE}\n")).expect("key");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    // A remote listener the rule calls: srt-live-transmit, serving one
+    // caller, back out to a group.
+    let remote = LiveTransmit::start(
+        &c.sink,
+        "srt://:9100?mode=listener&latency=200&streamid=ignored",
+        &format!("udp://239.9.9.3:6000?adapter={}", Chain::SINK_ADDR),
+        0,
+    )
+    .expect("srt-live-transmit listener");
     let output = format!(
         "srt://0.0.0.0:9000,latency=200,passphrase-file={},streamid=feed-a,max-callers=2",
         key.display()
     );
+    let calls = format!("srt://{}:9100,latency=200,streamid=from-mcr", Chain::SINK_ADDR);
     relay
-        .add_rule("feed", "veth1:239.1.1.1:5001", &[&output])
+        .add_rule("feed", "veth1:239.1.1.1:5001", &[&output, &calls])
         .expect("rule added");
     // Another rule on the same port, chosen by its own stream ID.
     let other = format!(
@@ -96,9 +111,9 @@ fn one_listener_serves_its_callers_every_packet_and_refuses_the_wrong_ones() {
     // (max-callers is 2), a wrong passphrase (for feed-b: the hook lets
     // it in, and libsrt's key exchange refuses it). Each is counted by
     // reason for the port, and the callers that are in lose nothing.
-    let mut unknown = caller("feed-z", PASSPHRASE, "239.9.9.3");
-    let mut third = caller("feed-a", PASSPHRASE, "239.9.9.4");
-    let mut wrong = caller("feed-b", "not the passphrase", "239.9.9.5");
+    let mut unknown = caller("feed-z", PASSPHRASE, "239.9.9.7");
+    let mut third = caller("feed-a", PASSPHRASE, "239.9.9.8");
+    let mut wrong = caller("feed-b", "not the passphrase", "239.9.9.9");
     let refused = wait_for(&relay, "feed", "every refusal", |s| {
         ["not_found", "overload", "handshake"]
             .iter()
@@ -117,8 +132,13 @@ fn one_listener_serves_its_callers_every_packet_and_refuses_the_wrong_ones() {
     let b = srt_of(&relay.stats().expect("stats"), "feed-b", 0);
     assert_eq!((b.refused, b.connections.len()), (refused.refused.clone(), 0));
 
-    // Every packet reaches both callers' groups, intact and in order.
-    let rx = Mcrgen::streams("239.9.9.1+2:6000", Chain::SINK_IF)
+    // The call is made (srt-live-transmit says whom it accepted).
+    let called = wait_for_output(&relay, "feed", 1, "the call", |s| s.state == "connected");
+    assert_eq!(called.connections[0].stream_id, "from-mcr");
+
+    // Every packet reaches the callers' groups and the called one,
+    // intact and in order.
+    let rx = Mcrgen::streams("239.9.9.1+3:6000", Chain::SINK_IF)
         .ids("0")
         .wrap("ts")
         .expect(3000)
@@ -134,13 +154,14 @@ fn one_listener_serves_its_callers_every_packet_and_refuses_the_wrong_ones() {
     assert_eq!(
         got.code,
         Some(0),
-        "{:?}\n{}\n--- caller 1\n{}\n--- caller 2\n{}",
+        "{:?}\n{}\n--- caller 1\n{}\n--- caller 2\n{}\n--- called\n{}",
         got.report.problems,
         relay.log(),
         plain.log(),
-        by_resource.log()
+        by_resource.log(),
+        remote.log()
     );
-    assert_eq!(got.report.total.received, 6000);
+    assert_eq!(got.report.total.received, 9000);
 
     let stats = relay.stats().expect("stats");
     let out = &stats.rules[0].outputs[0];
@@ -155,6 +176,24 @@ fn one_listener_serves_its_callers_every_packet_and_refuses_the_wrong_ones() {
         assert_eq!(conn.latency_ms, 200, "{conn:?}");
         assert_eq!(conn.queue_full, 0, "{conn:?}");
     }
+    let called = srt_of(&relay.stats().expect("stats"), "feed", 1);
+    assert_eq!(called.connections[0].peer, format!("{}:9100", Chain::SINK_ADDR));
+
+    // The called listener goes away: the rule calls again, with backoff,
+    // saying why the calls fail, and takes up the new one.
+    drop(remote.stop());
+    let failing = wait_for_output(&relay, "feed", 1, "a failed call", |s| {
+        s.state == "calling" && s.error.is_some()
+    });
+    assert!(failing.connections.is_empty(), "{failing:?}");
+    let _again = LiveTransmit::start(
+        &c.sink,
+        "srt://:9100?mode=listener&latency=200",
+        &format!("udp://239.9.9.3:6000?adapter={}", Chain::SINK_ADDR),
+        0,
+    )
+    .expect("srt-live-transmit listener");
+    wait_for_output(&relay, "feed", 1, "the call made again", |s| s.state == "connected");
     let shown = relay.ctl_ok(&["stats"]).expect("mcrctl stats");
     assert!(
         shown.contains("srt listening on worker 0, 2 caller(s); refused"),

@@ -9,6 +9,7 @@ mod ingress;
 mod keeper;
 mod redundancy;
 mod srt;
+mod srt_call;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};

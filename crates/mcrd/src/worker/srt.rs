@@ -1,6 +1,7 @@
 //! SRT outputs: a listener per address that serves every caller of the
-//! outputs bound there, chosen by the caller's stream ID, and the datagrams
-//! of each output handed to every one of its connections.
+//! outputs bound there, chosen by the caller's stream ID, callers that call
+//! their peer ([`super::srt_call`]), and the datagrams of each output
+//! handed to every one of its connections.
 //!
 //! Worker 0 holds every SRT endpoint (the fanout program pins the inputs
 //! of rules with an SRT output to it, as it does those of rules with
@@ -28,6 +29,7 @@ use mcr_core::table::{MatchTable, OutputKind};
 use mcr_sys::srt::{self as sys, HookRequest, ListenHook, RejectCode, SrtSocket, SrtState};
 
 use super::egress::Counts;
+use super::srt_call::Call;
 use crate::channel::{Problem, Scope};
 
 /// How often listeners are asked for new connections, at most.
@@ -99,6 +101,8 @@ struct Route {
 
 struct Output {
     endpoint: SrtEndpoint,
+    /// A caller's calls (none for a listener's output).
+    call: Option<Call>,
     conns: Vec<Conn>,
     connected: Arc<AtomicUsize>,
     /// Why it serves no one, if it does not.
@@ -231,18 +235,11 @@ impl SrtOutputs {
         for (rule, slot, e) in &wanted {
             let out = self.outputs.entry(*slot).or_insert_with(|| Output {
                 endpoint: (*e).clone(),
+                call: None,
                 conns: Vec::new(),
                 connected: Arc::new(AtomicUsize::new(0)),
                 problem: None,
             });
-            if e.mode == SrtMode::Caller {
-                out.problem = Some("SRT caller outputs are not carried yet; use mode=listener".into());
-                problems.push(Problem {
-                    scope: Scope::Rule(rule.clone()),
-                    error: format!("SRT output {e}: callers are not carried yet"),
-                });
-                continue;
-            }
             let passphrase = match e.passphrase_file.as_deref().map(read_passphrase).transpose() {
                 Ok(p) => p,
                 Err(why) => {
@@ -255,6 +252,12 @@ impl SrtOutputs {
                 }
             };
             out.problem = None;
+            if e.mode == SrtMode::Caller {
+                if out.call.is_none() {
+                    out.call = Some(Call::new((*e).clone(), passphrase));
+                }
+                continue;
+            }
             by_listener.entry(e.address).or_default().push(Route {
                 slot: *slot,
                 endpoint: (*e).clone(),
@@ -266,6 +269,10 @@ impl SrtOutputs {
         for (addr, routes) in by_listener {
             let epoll = &mut self.epoll;
             let l = self.listeners.entry(addr).or_insert_with(|| open_listener(addr, epoll));
+            if l.socket.is_err() {
+                // Taken before: perhaps free now.
+                *l = open_listener(addr, epoll);
+            }
             if let Ok(mut t) = l.routes.table.lock() {
                 let slots: Vec<u32> = routes.iter().map(|r| r.slot).collect();
                 t.pending.retain(|_, (s, _)| slots.contains(s));
@@ -340,6 +347,7 @@ impl SrtOutputs {
         if now.saturating_sub(self.last_accept_ns) >= ACCEPT_EVERY_NS {
             self.last_accept_ns = now;
             self.accept(now);
+            self.call(now);
         }
         if now.saturating_sub(self.last_status_ns) < STATUS_EVERY_NS {
             return None;
@@ -408,6 +416,27 @@ impl SrtOutputs {
         }
     }
 
+    /// Moves the calls of caller outputs without a connection on.
+    fn call(&mut self, now: u64) {
+        for o in self.outputs.values_mut() {
+            let Some(call) = &mut o.call else { continue };
+            if !o.conns.is_empty() {
+                continue;
+            }
+            if let Some((socket, peer)) = call.step(now) {
+                tracing::info!("SRT output {}: connected to {peer}", o.endpoint);
+                o.conns.push(Conn {
+                    socket,
+                    peer,
+                    stream_id: o.endpoint.stream_id.clone().unwrap_or_default(),
+                    since_ns: now,
+                    queue_full: 0,
+                });
+                o.connected.store(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     fn status(&mut self, now: u64) -> Vec<(u32, SrtStatus)> {
         let mut v = Vec::with_capacity(self.outputs.len());
         for (slot, o) in &mut self.outputs {
@@ -419,7 +448,11 @@ impl SrtOutputs {
                 alive
             });
             o.connected.store(o.conns.len(), Ordering::Relaxed);
-            let listener = self.listeners.get(&o.endpoint.address);
+            let listener = o
+                .call
+                .is_none()
+                .then(|| self.listeners.get(&o.endpoint.address))
+                .flatten();
             let refused = listener
                 .map(|l| {
                     [
@@ -433,9 +466,11 @@ impl SrtOutputs {
                 })
                 .unwrap_or_default();
             let last_refusal = listener.and_then(|l| l.routes.last_refusal.lock().ok()?.clone());
-            let (state, error) = match &o.problem {
-                Some(p) => ("failed", Some(p.clone())),
-                None => ("listening", None),
+            let (state, error) = match (&o.problem, &o.call) {
+                (Some(p), _) => ("failed", Some(p.clone())),
+                (None, None) => ("listening", None),
+                (None, Some(_)) if !o.conns.is_empty() => ("connected", None),
+                (None, Some(c)) => ("calling", c.last_error.clone()),
             };
             v.push((
                 *slot,

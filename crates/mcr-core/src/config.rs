@@ -820,7 +820,8 @@ outputs = ["eth1:239.10.1.1:6001,vlan=200,ttl=4,dscp=ef", "eth1:[ff3e::10]:6001,
         let c = Config::parse(text).expect("parses");
         c.check(text, &Interfaces::new(ifs)).expect("valid");
         let r = &c.rules[0];
-        assert_eq!((r.input.vlan, r.input.sources.len()), (Some(100), 2));
+        let input = r.input.as_udp().expect("udp");
+        assert_eq!((input.vlan, input.sources.len()), (Some(100), 2));
         assert_eq!(r.outputs[0].to_string(), "eth1:239.10.1.1:6001,vlan=200,ttl=4,dscp=46");
         assert_eq!(r.outputs[1].to_string(), "eth1:[ff3e::10]:6001");
         let back =

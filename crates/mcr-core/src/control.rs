@@ -496,6 +496,20 @@ pub struct RuleStats {
     /// Why the inputs' health is not shown, when it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_not_followed: Option<String>,
+    /// Its SRT inputs: each endpoint and its connection.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub srt_inputs: Vec<SrtInputStatus>,
+}
+
+/// An SRT input of a rule, as its worker last saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SrtInputStatus {
+    /// The input, in the rule's text form.
+    pub input: String,
+    /// Which of the rule's inputs (from 0).
+    pub index: usize,
+    /// Its endpoint and connection (what that connection received).
+    pub srt: SrtStatus,
 }
 
 /// An input is said to have no signal when nothing came on it for this

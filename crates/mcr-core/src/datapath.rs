@@ -321,6 +321,8 @@ pub enum Ineligible {
     Redundancy,
     /// An output is SRT: a worker holds its connections.
     SrtOutput,
+    /// An input is SRT: a worker takes its datagrams from libsrt.
+    SrtInput,
 }
 
 impl std::fmt::Display for Ineligible {
@@ -332,6 +334,7 @@ impl std::fmt::Display for Ineligible {
             Ineligible::NoProgram => f.write_str("no tc program on the input interface"),
             Ineligible::Redundancy => f.write_str("several inputs (a worker merges them or fails over)"),
             Ineligible::SrtOutput => f.write_str("an SRT output (a worker holds its connections)"),
+            Ineligible::SrtInput => f.write_str("an SRT input (a worker takes its datagrams from libsrt)"),
         }
     }
 }

@@ -5,9 +5,12 @@
 //! TTL and TOS decided for both by [`leaves_with`]) or why not. A worker
 //! only moves the bytes.
 
+use std::net::{Ipv4Addr, SocketAddrV4};
+
 use crate::forward::{Datagram, FrameRewrite, RxChecksum, kernel_tag, leaves_with, parse};
 use crate::stats::{OutputCounter, WorkerCounter};
 use crate::table::{CompiledOutput, CompiledRule, Lookup, MatchTable, OutputKind};
+use crate::wire::{UdpFrameSpec, write_udp_v4_frame};
 
 /// What the ring says about a frame besides its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +81,34 @@ pub fn take<'t>(table: &'t MatchTable, ifindex: u32, frame: &[u8], meta: RxMeta)
     }
 }
 
+/// The TTL a datagram that came in over SRT starts with (a host's
+/// default): an output whose TTL is `decrement` sends it with 63.
+pub const CARRIED_IN_TTL: u8 = 64;
+
+/// A datagram that came in over a transport in user space (SRT), made a
+/// frame the rest of the path takes as if a ring had handed it over: its
+/// payload already sits at [`crate::wire::UDP_V4_HEADERS`] in `frame`, and the headers
+/// are written before it (from `from`, the peer, to the unspecified
+/// address: every output writes its own destination).
+pub fn carried_in(
+    frame: &mut [u8],
+    payload_len: usize,
+    from: SocketAddrV4,
+    ident: u16,
+) -> Result<Datagram, WorkerCounter> {
+    let spec = UdpFrameSpec {
+        dst_mac: [0; 6],
+        src_mac: [0; 6],
+        src: from,
+        dst: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+        ttl: CARRIED_IN_TTL,
+        dscp: 0,
+        ident,
+    };
+    let len = write_udp_v4_frame(frame, &spec, payload_len).map_err(|_| WorkerCounter::BadLength)?;
+    parse(&frame[..len], len, RxChecksum::Valid, None)
+}
+
 impl<'t> Taken<'t> {
     /// What output `o` of the rule sends.
     #[inline]
@@ -128,6 +159,28 @@ mod tests {
         };
         write_udp_v4_frame(&mut f, &spec, payload.len()).expect("fits");
         f
+    }
+
+    #[test]
+    fn a_datagram_carried_in_leaves_like_one_that_arrived() {
+        let t = table(&[("a", "in0:239.1.1.1:5001", &["out0:239.10.1.1:6001"])]);
+        let payload = b"carried over SRT";
+        let mut f = vec![0u8; UDP_V4_HEADERS + payload.len()];
+        f[UDP_V4_HEADERS..].copy_from_slice(payload);
+        let from = SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 5), 40000);
+        let d = carried_in(&mut f, payload.len(), from, 9).expect("a datagram");
+        assert_eq!(&f[d.payload_at..d.payload_at + d.payload_len], payload);
+        assert_eq!((d.src, d.ttl), (std::net::IpAddr::V4(*from.ip()), CARRIED_IN_TTL));
+        let taken = Taken {
+            datagram: d,
+            rule: &t.rules()[0],
+            input: 0,
+        };
+        let Verdict::Frame { ttl, .. } = taken.verdict(&taken.rule.outputs[0]) else {
+            panic!("a frame");
+        };
+        assert_eq!(ttl, CARRIED_IN_TTL - 1);
+        assert!(carried_in(&mut [0u8; 10], 100, from, 0).is_err());
     }
 
     fn meta(f: &[u8]) -> RxMeta {

@@ -685,6 +685,7 @@ mod tests {
                         }),
                     }],
                     health_not_followed: None,
+                    srt_inputs: Vec::new(),
                 },
                 RuleStats {
                     name: "news".into(),
@@ -722,6 +723,7 @@ mod tests {
                     }),
                     health: Vec::new(),
                     health_not_followed: None,
+                    srt_inputs: Vec::new(),
                 },
             ],
             workers: vec![WorkerStats {

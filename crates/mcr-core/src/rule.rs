@@ -73,6 +73,16 @@ impl Rule {
         std::iter::once(&self.input).chain(self.redundancy.iter().flat_map(|r| r.inputs.iter()))
     }
 
+    /// Every input taken at layer 2, with its place among the inputs.
+    pub fn udp_inputs(&self) -> impl Iterator<Item = (usize, &UdpInput)> {
+        self.inputs().enumerate().filter_map(|(k, i)| Some((k, i.as_udp()?)))
+    }
+
+    /// The first input taken at layer 2, if any: its family is the rule's.
+    pub fn first_udp_input(&self) -> Option<&UdpInput> {
+        self.udp_inputs().next().map(|(_, u)| u)
+    }
+
     /// How many inputs.
     pub fn input_count(&self) -> usize {
         1 + self.redundancy.as_ref().map_or(0, |r| r.inputs.len())
@@ -312,10 +322,71 @@ impl FromStr for Mode {
     }
 }
 
-/// The stream a rule takes.
+/// Where a rule takes its stream from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Input {
+    /// Datagrams to a group or an address of this host, taken at layer 2
+    /// on an interface.
+    Udp(UdpInput),
+    /// An SRT endpoint: a listener a remote encoder calls to push the
+    /// stream, or a caller that pulls it from a remote listener.
+    Srt(SrtEndpoint),
+}
+
+impl Input {
+    /// The UDP input, if it is one.
+    pub fn as_udp(&self) -> Option<&UdpInput> {
+        match self {
+            Input::Udp(u) => Some(u),
+            Input::Srt(_) => None,
+        }
+    }
+
+    /// The SRT endpoint, if it is one.
+    pub fn as_srt(&self) -> Option<&SrtEndpoint> {
+        match self {
+            Input::Srt(e) => Some(e),
+            Input::Udp(_) => None,
+        }
+    }
+
+    /// The interface it arrives on, if it names one.
+    pub fn interface(&self) -> Option<&str> {
+        self.as_udp().map(|u| u.interface.as_str())
+    }
+}
+
+impl Serialize for Input {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Input::Udp(u) => u.serialize(s),
+            Input::Srt(e) => SrtForm { srt: e }.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Input {
+    /// A UDP input's fields, `{"srt": {...}}`, or any input's text form.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let v = serde_json::Value::deserialize(d)?;
+        if let Some(text) = v.as_str() {
+            return text.parse().map_err(D::Error::custom);
+        }
+        if v.get("srt").is_some() {
+            let f: SrtForm<SrtEndpoint> = serde_json::from_value(v).map_err(D::Error::custom)?;
+            f.srt.check().map_err(|m| D::Error::custom(format!("srt: {m}")))?;
+            return Ok(Input::Srt(f.srt));
+        }
+        serde_json::from_value(v).map(Input::Udp).map_err(D::Error::custom)
+    }
+}
+
+/// A stream taken at layer 2: datagrams to a group or an address of the
+/// host.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Input {
+pub struct UdpInput {
     /// The interface it arrives on.
     pub interface: String,
     /// The 802.1Q VLAN id it carries on that interface (a trunk), or none
@@ -678,8 +749,19 @@ fn split_spec(spec: &str) -> Result<SpecParts, String> {
 impl FromStr for Input {
     type Err = String;
     fn from_str(spec: &str) -> Result<Self, String> {
+        if spec.trim_start().starts_with("srt://") {
+            spec.parse().map(Input::Srt)
+        } else {
+            spec.parse().map(Input::Udp)
+        }
+    }
+}
+
+impl FromStr for UdpInput {
+    type Err = String;
+    fn from_str(spec: &str) -> Result<Self, String> {
         let p = split_spec(spec)?;
-        let mut input = Input {
+        let mut input = UdpInput {
             interface: p.interface,
             vlan: None,
             destination: p.destination,
@@ -744,6 +826,15 @@ fn write_addr(f: &mut fmt::Formatter<'_>, iface: &str, a: &SocketAddr) -> fmt::R
 }
 
 impl fmt::Display for Input {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Input::Udp(u) => u.fmt(f),
+            Input::Srt(e) => e.fmt(f),
+        }
+    }
+}
+
+impl fmt::Display for UdpInput {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write_addr(f, &self.interface, &self.destination)?;
         if let Some(v) = self.vlan {
@@ -998,7 +1089,7 @@ mod tests {
         let typo = j.replace("differential_ms", "diferential_ms");
         assert!(serde_json::from_str::<Rule>(&typo).is_err(), "unknown setting refused");
         assert_eq!(
-            r.inputs().map(|i| i.interface.as_str()).collect::<Vec<_>>(),
+            r.inputs().filter_map(Input::interface).collect::<Vec<_>>(),
             ["veth1", "veth3"]
         );
     }

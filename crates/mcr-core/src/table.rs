@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use rustc_hash::FxHashMap;
 
 use crate::forward::FrameRewrite;
-use crate::rule::{Dscp, Mode, Output, SourcePolicy, SrtEndpoint, Ttl};
+use crate::rule::{Dscp, Input, Mode, Output, SourcePolicy, SrtEndpoint, Ttl};
 use crate::snapshot::TableSnapshot;
 use crate::wire::ethernet;
 
@@ -60,14 +60,18 @@ pub struct CompiledRule {
     pub redundancy: Option<CompiledRedundancy>,
     /// Whether the health of its inputs is followed.
     pub health: bool,
+    /// Its SRT inputs: which input (from 0) and the endpoint.
+    pub srt_inputs: Vec<(usize, SrtEndpoint)>,
 }
 
 impl CompiledRule {
     /// Whether only worker 0 may take this rule's frames: it has several
-    /// inputs (one worker sees every copy) or an SRT output (worker 0
-    /// holds the connections).
+    /// inputs (one worker sees every copy) or an SRT input or output
+    /// (worker 0 holds the connections).
     pub fn on_worker_zero(&self) -> bool {
-        self.redundancy.is_some() || self.outputs.iter().any(|o| matches!(o.kind, OutputKind::Srt(_)))
+        self.redundancy.is_some()
+            || !self.srt_inputs.is_empty()
+            || self.outputs.iter().any(|o| matches!(o.kind, OutputKind::Srt(_)))
     }
 }
 
@@ -193,17 +197,25 @@ impl MatchTable {
                 reason,
             };
             let mut inputs = Vec::with_capacity(r.input_count());
+            let mut srt_inputs = Vec::new();
             for (k, input) in r.inputs().enumerate() {
+                let input = match input {
+                    Input::Udp(u) => u,
+                    Input::Srt(e) => {
+                        srt_inputs.push((k, e.clone()));
+                        continue;
+                    }
+                };
                 match interfaces.get(&input.interface) {
                     Some(i) => inputs.push((k, input, i.index)),
                     None => partly.push(bad(format!("input interface `{}` is unknown", input.interface))),
                 }
             }
-            if inputs.is_empty() {
+            if inputs.is_empty() && srt_inputs.is_empty() {
                 // Said above, once per input.
                 return Err(partly.pop().unwrap_or_else(|| bad("no input".into())));
             }
-            if r.redundancy.is_none() && inputs.len() < r.input_count() {
+            if r.redundancy.is_none() && inputs.len() + srt_inputs.len() < r.input_count() {
                 return Err(partly.pop().unwrap_or_else(|| bad("no input".into())));
             }
             let mut outputs = Vec::with_capacity(r.outputs.len());
@@ -233,7 +245,12 @@ impl MatchTable {
                         dst,
                         dst_port: o.destination.port(),
                         src: match o.source {
-                            SourcePolicy::Keep if r.input.destination.is_ipv4() == dst.is_ipv4() => None,
+                            // (An SRT input's datagrams are IPv4.)
+                            SourcePolicy::Keep
+                                if r.first_udp_input().is_none_or(|u| u.destination.is_ipv4()) == dst.is_ipv4() =>
+                            {
+                                None
+                            }
                             SourcePolicy::Keep => {
                                 return Err(bad(format!("source=keep cannot carry a source into {family}")));
                             }
@@ -276,6 +293,7 @@ impl MatchTable {
                     forced: sr.forced_input,
                 }),
                 health: r.health,
+                srt_inputs,
             });
             for (k, input, ifindex) in inputs {
                 let key = InputKey {

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use crate::field::{Field, Part};
 use crate::interfaces::Interfaces;
-use crate::rule::{Input, Output, Rule, SourcePolicy, Ttl, UdpOutput};
+use crate::rule::{Input, Output, Rule, SourcePolicy, Ttl, UdpInput, UdpOutput};
 use crate::srt::{SrtEndpoint, SrtMode};
 
 /// The most outputs one rule may have.
@@ -74,9 +74,9 @@ pub struct RuleIndex<'a> {
     /// Outputs by segment and destination: the rule, the output's index and
     /// its interface.
     output_places: HashMap<Place<'a>, Vec<(&'a str, usize, &'a str)>>,
-    /// SRT listeners by UDP port: the rule, the output's index and the
-    /// endpoint.
-    srt_listeners: HashMap<u16, Vec<(&'a str, usize, &'a SrtEndpoint)>>,
+    /// SRT listeners (of inputs and outputs) by UDP port: the rule, which
+    /// of its fields, and the endpoint.
+    srt_listeners: HashMap<u16, Vec<(&'a str, Field, &'a SrtEndpoint)>>,
 }
 
 impl<'a> RuleIndex<'a> {
@@ -85,7 +85,15 @@ impl<'a> RuleIndex<'a> {
     pub fn new(rules: impl IntoIterator<Item = &'a Rule>, interfaces: &'a Interfaces) -> Self {
         let mut ix = RuleIndex::default();
         for r in rules {
-            for input in r.inputs() {
+            for (f, e) in srt_endpoints(r) {
+                if e.mode == SrtMode::Listener {
+                    ix.srt_listeners
+                        .entry(e.address.port())
+                        .or_default()
+                        .push((&r.name, f, e));
+                }
+            }
+            for (_, input) in r.udp_inputs() {
                 ix.inputs
                     .entry(input_place(input))
                     .or_default()
@@ -99,14 +107,6 @@ impl<'a> RuleIndex<'a> {
                     .or_default()
                     .push((&r.name, &input.interface));
             }
-            for (j, e) in r.outputs.iter().enumerate().filter_map(|(j, o)| Some((j, o.as_srt()?))) {
-                if e.mode == SrtMode::Listener {
-                    ix.srt_listeners
-                        .entry(e.address.port())
-                        .or_default()
-                        .push((&r.name, j, e));
-                }
-            }
             for (j, o) in r.outputs.iter().enumerate().filter_map(|(j, o)| Some((j, o.as_udp()?))) {
                 ix.output_places
                     .entry((interfaces.segment(&o.interface), o.vlan.unwrap_or(0), o.destination))
@@ -118,7 +118,21 @@ impl<'a> RuleIndex<'a> {
     }
 }
 
-fn input_place(i: &Input) -> InputPlace<'_> {
+/// Every SRT endpoint of `rule`, inputs first, with its field.
+fn srt_endpoints(rule: &Rule) -> impl Iterator<Item = (Field, &SrtEndpoint)> {
+    let inputs = rule
+        .inputs()
+        .enumerate()
+        .filter_map(|(k, i)| Some((Field::input(k, Part::Whole), i.as_srt()?)));
+    let outputs = rule
+        .outputs
+        .iter()
+        .enumerate()
+        .filter_map(|(j, o)| Some((Field::Output(j, Part::Whole), o.as_srt()?)));
+    inputs.chain(outputs)
+}
+
+fn input_place(i: &UdpInput) -> InputPlace<'_> {
     (&i.interface, i.vlan.unwrap_or(0), i.destination)
 }
 
@@ -171,7 +185,10 @@ pub fn check_rule(rule: &Rule, others: &[Rule], interfaces: &Interfaces) -> Resu
 pub fn check_rule_in(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces) -> Result<(), RuleError> {
     check_name(rule)?;
     for (k, input) in rule.inputs().enumerate() {
-        check_input(rule, k, input, interfaces)?;
+        match input {
+            Input::Udp(u) => check_input(rule, k, u, interfaces)?,
+            Input::Srt(e) => check_srt_input(rule, k, e)?,
+        }
     }
     check_redundancy(rule)?;
     if rule.outputs.is_empty() {
@@ -188,12 +205,16 @@ pub fn check_rule_in(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces
         ));
     }
     for (i, o) in rule.outputs.iter().enumerate() {
-        match o {
-            Output::Udp(u) => check_output(rule, i, u, interfaces)?,
-            Output::Srt(e) => check_srt_output(rule, i, e, index)?,
+        if let Output::Udp(u) = o {
+            check_output(rule, i, u, interfaces)?;
         }
     }
-    for (k, input) in rule.inputs().enumerate() {
+    let mine: Vec<(Field, &SrtEndpoint)> = srt_endpoints(rule).collect();
+    for (n, (field, e)) in mine.iter().enumerate() {
+        e.check().map_err(|m| err(rule, *field, m))?;
+        check_srt_port(rule, *field, e, &mine[..n], index)?;
+    }
+    for (k, input) in rule.udp_inputs() {
         let taken = index.inputs.get(&input_place(input)).and_then(|v| {
             v.iter()
                 .filter(|(n, _)| *n != rule.name)
@@ -244,14 +265,11 @@ fn check_redundancy(rule: &Rule) -> Result<(), RuleError> {
             ),
         ));
     }
-    let inputs: Vec<&Input> = rule.inputs().collect();
-    for (k, input) in inputs.iter().enumerate() {
-        if let Some(j) = inputs[..k].iter().position(|p| input_place(p) == input_place(input)) {
-            let first = if j == 0 {
-                "input".to_string()
-            } else {
-                format!("redundancy.inputs[{}]", j - 1)
-            };
+    let inputs: Vec<(usize, &UdpInput)> = rule.udp_inputs().collect();
+    let first = inputs.first().map(|(_, u)| u.destination.ip());
+    for (n, &(k, input)) in inputs.iter().enumerate() {
+        if let Some(&(j, _)) = inputs[..n].iter().find(|(_, p)| input_place(p) == input_place(input)) {
+            let first = Field::input(j, Part::Whole).to_string();
             return Err(err(
                 rule,
                 Field::input(k, Part::Whole),
@@ -261,13 +279,13 @@ fn check_redundancy(rule: &Rule) -> Result<(), RuleError> {
                 ),
             ));
         }
-        let (a, b) = (rule.input.destination.ip(), input.destination.ip());
+        let (a, b) = (first.unwrap_or(input.destination.ip()), input.destination.ip());
         if a.is_ipv4() != b.is_ipv4() {
             return Err(err(
                 rule,
                 Field::input(k, Part::Destination),
                 format!(
-                    "{b} is {} but the rule's first input is {}: the inputs of a rule are of one family",
+                    "{b} is {} but the rule's first UDP input is {}: the inputs of a rule are of one family",
                     family(b),
                     family(a)
                 ),
@@ -320,7 +338,7 @@ fn check_name(rule: &Rule) -> Result<(), RuleError> {
 /// waits for them, and starts when they appear.
 pub fn missing_interfaces<'a>(rule: &'a Rule, interfaces: &Interfaces) -> Vec<&'a str> {
     let mut v: Vec<&str> = Vec::new();
-    for n in (rule.inputs().map(|i| i.interface.as_str())).chain(rule.outputs.iter().filter_map(Output::interface)) {
+    for n in (rule.inputs().filter_map(Input::interface)).chain(rule.outputs.iter().filter_map(Output::interface)) {
         if interfaces.get(n).is_none() && !v.contains(&n) {
             v.push(n);
         }
@@ -372,7 +390,7 @@ fn check_port(rule: &Rule, field: Field, a: &SocketAddr) -> Result<(), RuleError
     Ok(())
 }
 
-fn check_input(rule: &Rule, k: usize, input: &Input, interfaces: &Interfaces) -> Result<(), RuleError> {
+fn check_input(rule: &Rule, k: usize, input: &UdpInput, interfaces: &Interfaces) -> Result<(), RuleError> {
     check_interface(rule, Field::input(k, Part::Interface), &input.interface, interfaces)?;
     let dst = input.destination.ip();
     check_vlan(rule, Field::input(k, Part::Vlan), input.vlan)?;
@@ -457,18 +475,48 @@ fn check_input(rule: &Rule, k: usize, input: &Input, interfaces: &Interfaces) ->
 
 /// An SRT output: sound settings, and a listener port that no other
 /// output claims for the same callers.
-fn check_srt_output(rule: &Rule, i: usize, e: &SrtEndpoint, index: &RuleIndex<'_>) -> Result<(), RuleError> {
-    let whole = Field::Output(i, Part::Whole);
-    e.check().map_err(|m| err(rule, whole, m))?;
+/// An SRT input: a listener takes one caller (the sender), and a cap on
+/// what is sent is for outputs.
+fn check_srt_input(rule: &Rule, k: usize, e: &SrtEndpoint) -> Result<(), RuleError> {
+    let whole = Field::input(k, Part::Whole);
+    if e.max_callers != crate::srt::DEFAULT_MAX_CALLERS {
+        return Err(err(
+            rule,
+            whole,
+            "max-callers is for outputs: an SRT input takes one caller, the sender (the next is refused while it is connected)",
+        ));
+    }
+    if e.max_bw_bps.is_some() {
+        return Err(err(
+            rule,
+            whole,
+            "max-bw caps what an output sends; an input sends nothing",
+        ));
+    }
+    if let Some((j, u)) = rule.udp_inputs().find(|(_, u)| !u.destination.is_ipv4()) {
+        return Err(err(
+            rule,
+            Field::input(j, Part::Destination),
+            format!(
+                "{} is IPv6, and the rule has an SRT input, whose datagrams MCR carries as IPv4: the inputs of a rule are of one family",
+                u.destination
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_srt_port(
+    rule: &Rule,
+    whole: Field,
+    e: &SrtEndpoint,
+    before: &[(Field, &SrtEndpoint)],
+    index: &RuleIndex<'_>,
+) -> Result<(), RuleError> {
     if e.mode != SrtMode::Listener {
         return Ok(());
     }
-    let this_rule = rule
-        .outputs
-        .iter()
-        .enumerate()
-        .filter_map(|(j, o)| Some((rule.name.as_str(), j, o.as_srt()?)))
-        .filter(|&(_, j, _)| j < i);
+    let this_rule = before.iter().map(|&(f, x)| (rule.name.as_str(), f, x));
     let others = index
         .srt_listeners
         .get(&e.address.port())
@@ -486,9 +534,9 @@ fn check_srt_output(rule: &Rule, i: usize, e: &SrtEndpoint, index: &RuleIndex<'_
             continue;
         }
         let whose = if n == rule.name {
-            format!("this rule's outputs[{j}]")
+            format!("this rule's {j}")
         } else {
-            format!("rule `{n}` (its outputs[{j}])")
+            format!("rule `{n}` (its {j})")
         };
         match (&e.stream_id, &other.stream_id) {
             (Some(x), Some(y)) if x != y => {
@@ -520,7 +568,7 @@ fn check_srt_output(rule: &Rule, i: usize, e: &SrtEndpoint, index: &RuleIndex<'_
                     rule,
                     whole,
                     format!(
-                        "{whose} also listens on {}: outputs that share a listener port each need a streamid (callers choose by it)",
+                        "{whose} also listens on {}: inputs and outputs that share a listener port each need a streamid (callers choose by it)",
                         other.address
                     ),
                 ));
@@ -593,7 +641,16 @@ fn check_output(rule: &Rule, i: usize, o: &UdpOutput, interfaces: &Interfaces) -
             }
         }
         SourcePolicy::Keep => {
-            let input = rule.input.destination.ip();
+            if rule.inputs().any(|i| i.as_srt().is_some()) {
+                return Err(err(
+                    rule,
+                    f(Part::Source),
+                    "source=keep: an SRT input has no sender's address to keep; use source=interface or source=ADDRESS",
+                ));
+            }
+            let Some(input) = rule.first_udp_input().map(|u| u.destination.ip()) else {
+                return Ok(());
+            };
             if input.is_ipv4() != dst.is_ipv4() {
                 return Err(err(
                     rule,
@@ -639,7 +696,7 @@ fn check_output(rule: &Rule, i: usize, o: &UdpOutput, interfaces: &Interfaces) -
 fn check_loops(
     rule: &Rule,
     k: usize,
-    input: &Input,
+    input: &UdpInput,
     index: &RuleIndex<'_>,
     interfaces: &Interfaces,
 ) -> Result<(), RuleError> {
@@ -918,6 +975,49 @@ mod tests {
     }
 
     #[test]
+    fn srt_inputs_are_checked_and_share_ports_as_outputs_do() {
+        let ok = |r: &Rule, others: &[Rule]| check_rule(r, others, &ifaces()).expect("accepted");
+        let pushed = rule("p", "srt://0.0.0.0:9000,streamid=in-a", &["veth2:239.10.1.1:6001"]);
+        ok(&pushed, &[]);
+        // An output of another rule on the same port by another stream ID.
+        let out = rule("o", "veth1:239.1.1.1:5001", &["srt://0.0.0.0:9000,streamid=out-a"]);
+        ok(&out, std::slice::from_ref(&pushed));
+        let clash = rule("o", "veth1:239.1.1.1:5001", &["srt://0.0.0.0:9000,streamid=in-a"]);
+        let e = refused(&clash, std::slice::from_ref(&pushed));
+        assert!(
+            e.reason.contains("rule `p` (its input) already serves streamid in-a"),
+            "{e}"
+        );
+        for (input, needle) in [
+            ("srt://0.0.0.0:9000,max-callers=2", "takes one caller"),
+            ("srt://0.0.0.0:9000,max-bw=10M", "an input sends nothing"),
+        ] {
+            let e = refused(&rule("x", input, &["veth2:239.10.1.1:6001"]), &[]);
+            assert_eq!(e.field, "input", "{e}");
+            assert!(e.reason.contains(needle), "{e}");
+        }
+        let keep = rule("k", "srt://0.0.0.0:9000", &["veth2:239.10.1.1:6001,source=keep"]);
+        assert!(refused(&keep, &[]).reason.contains("no sender's address"));
+        // A failover from SRT to multicast, of one family.
+        let fo = redundant(
+            "fo",
+            &["srt://0.0.0.0:9100", "veth1:239.1.1.9:5001"],
+            "failover",
+            &["veth2:239.10.1.9:6001"],
+        );
+        ok(&fo, &[]);
+        let v6 = redundant(
+            "v6",
+            &["srt://0.0.0.0:9100", "veth1:[ff3e::9]:5001"],
+            "failover",
+            &["veth2:[ff3e::10]:6001"],
+        );
+        let e = refused(&v6, &[]);
+        assert_eq!(e.field, "redundancy.inputs[0].destination", "{e}");
+        assert!(e.reason.contains("as IPv4"), "{e}");
+    }
+
+    #[test]
     fn srt_settings_are_checked_even_as_json() {
         let mut r = rule("j", "veth1:239.1.1.1:5001", &["srt://0.0.0.0:9000"]);
         let Output::Srt(e) = &mut r.outputs[0] else {
@@ -933,9 +1033,15 @@ mod tests {
     #[test]
     fn vlan_ids_out_of_range_are_refused_even_as_json() {
         let mut r = rule("j", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]);
-        r.input.vlan = Some(0);
+        let Input::Udp(i) = &mut r.input else {
+            unreachable!("a UDP input")
+        };
+        i.vlan = Some(0);
         assert_eq!(refused(&r, &[]).field, "input.vlan");
-        r.input.vlan = None;
+        let Input::Udp(i) = &mut r.input else {
+            unreachable!("a UDP input")
+        };
+        i.vlan = None;
         let Output::Udp(o) = &mut r.outputs[0] else {
             unreachable!("a UDP output")
         };

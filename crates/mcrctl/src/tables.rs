@@ -122,10 +122,16 @@ pub fn render(r: &Reply) -> String {
             }
             for s in rules {
                 let join = match s.joins.iter().find(|j| !j.joined) {
-                    None if s.joins.is_empty() && s.rule.input.vlan.is_some() => {
+                    None if s.joins.is_empty() && s.rule.input.as_srt().is_some() => "no join (SRT input)".to_string(),
+                    None if s.joins.is_empty() && s.rule.input.as_udp().is_some_and(|i| i.vlan.is_some()) => {
                         "no join (a VLAN of a trunk)".to_string()
                     }
-                    None if s.joins.is_empty() && !s.rule.input.destination.ip().is_multicast() => {
+                    None if s.joins.is_empty()
+                        && s.rule
+                            .input
+                            .as_udp()
+                            .is_some_and(|i| !i.destination.ip().is_multicast()) =>
+                    {
                         "no join (unicast input)".to_string()
                     }
                     None if s.joins.is_empty() => "not joined yet".to_string(),
@@ -397,6 +403,10 @@ fn stats(o: &mut String, s: &StatsReport) {
         }
         if let Some(why) = &r.health_not_followed {
             let _ = writeln!(o, "  health: {why}");
+        }
+        for i in &r.srt_inputs {
+            let _ = writeln!(o, "  <- {}", i.input);
+            srt_lines(o, &i.srt);
         }
         for out in &r.outputs {
             let dropped: u64 = out.drops.values().sum();

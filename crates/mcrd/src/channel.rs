@@ -44,10 +44,14 @@ pub enum FromWorker {
         #[serde(default)]
         problems: Vec<Problem>,
     },
-    /// Its SRT outputs (by output slot), once a second while it has any.
+    /// Its SRT endpoints, once a second while it has any.
     Srt {
-        /// Each output's endpoint and connections.
+        /// Each output's (by its slot) endpoint and connections.
         outputs: Vec<(u32, mcr_core::control::SrtStatus)>,
+        /// Each input's (by its rule's slot and which input) endpoint and
+        /// connection.
+        #[serde(default)]
+        inputs: Vec<(u32, usize, mcr_core::control::SrtStatus)>,
     },
 }
 
@@ -77,7 +81,7 @@ impl Problem {
     pub fn concerns(&self, rule: &mcr_core::rule::Rule) -> bool {
         match &self.scope {
             Scope::Rule(name) => *name == rule.name,
-            Scope::Input(i) => *i == rule.input.interface,
+            Scope::Input(i) => rule.inputs().any(|x| x.interface() == Some(i.as_str())),
             Scope::Output(i) => rule.outputs.iter().any(|o| o.interface() == Some(i.as_str())),
         }
     }

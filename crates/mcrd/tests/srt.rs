@@ -201,3 +201,112 @@ fn srt_outputs_serve_their_callers_and_call_out_with_every_packet_and_refuse_the
     );
     assert!(shown.contains("caller 10.0.1.2:"), "{shown}");
 }
+
+/// Waits until `ok` holds of the SRT status of `rule`'s input `k`.
+fn wait_for_input(relay: &Relay, rule: &str, k: usize, what: &str, ok: impl Fn(&SrtStatus) -> bool) -> SrtStatus {
+    let start = Instant::now();
+    loop {
+        let stats = relay.stats().expect("stats");
+        let r = stats.rules.iter().find(|r| r.name == rule);
+        if let Some(s) = r.and_then(|r| r.srt_inputs.iter().find(|i| i.index == k))
+            && ok(&s.srt)
+        {
+            return s.srt.clone();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no {what} within 60 s: {:?}\n{}",
+            r.map(|r| &r.srt_inputs),
+            relay.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn srt_inputs_take_a_pushed_and_a_pulled_stream_into_multicast_with_every_packet() {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("srt-inputs").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    // Pushed: an encoder (srt-live-transmit, taking the generator's
+    // stream) calls MCR's listener. Pulled: MCR calls a remote
+    // listener (srt-live-transmit again) for the second stream.
+    relay
+        .add_rule(
+            "pushed",
+            "srt://0.0.0.0:9200,latency=200,streamid=contrib",
+            &["veth2:239.10.9.9:6009"],
+        )
+        .expect("rule added");
+    relay
+        .add_rule(
+            "pulled",
+            &format!("srt://{}:9300,latency=200", Chain::GEN_ADDR),
+            &["veth2:239.10.9.10:6010"],
+        )
+        .expect("rule added");
+    // (mcrgen sends to the generator's own address, where each
+    // srt-live-transmit takes its stream: its multicast does not loop
+    // back to the host that sends it.)
+    let pusher = LiveTransmit::start(
+        &c.generator,
+        "udp://:5009",
+        &format!("srt://{}:9200?streamid=contrib&latency=200", Chain::RELAY_IN_ADDR),
+        0,
+    )
+    .expect("srt-live-transmit caller");
+    let remote = LiveTransmit::start(&c.generator, "udp://:5010", "srt://:9300?mode=listener&latency=200", 0)
+        .expect("srt-live-transmit listener");
+    let pushed = wait_for_input(&relay, "pushed", 0, "the pusher", |s| s.connections.len() == 1);
+    assert_eq!(pushed.connections[0].stream_id, "contrib");
+    wait_for_input(&relay, "pulled", 0, "the call", |s| s.state == "connected");
+
+    let rx = Mcrgen::streams("239.10.9.9+2:6009+", Chain::SINK_IF)
+        .wrap("ts")
+        .expect(3000)
+        .recv(&c.sink)
+        .expect("recv");
+    Mcrgen::streams(
+        format!("{}:5009,{}:5010", Chain::GEN_ADDR, Chain::GEN_ADDR),
+        Chain::GEN_IF,
+    )
+    .count(3000)
+    .rate(1000)
+    .wrap("ts")
+    .send(&c.generator, MINUTES)
+    .expect("send");
+    let got = rx.finish(MINUTES).expect("recv done");
+    assert_eq!(
+        got.code,
+        Some(0),
+        "{:?}\n{}\n{}\n--- pusher\n{}\n--- remote\n{}",
+        got.report.problems,
+        relay.ctl_ok(&["stats"]).unwrap_or_default(),
+        relay.log(),
+        pusher.log(),
+        remote.log()
+    );
+    assert_eq!(got.report.total.received, 6000);
+
+    let stats = relay.stats().expect("stats");
+    for name in ["pushed", "pulled"] {
+        let r = stats.rules.iter().find(|r| r.name == name).expect("rule");
+        assert_eq!((r.packets, r.outputs[0].packets), (3000, 3000), "{r:?}");
+        // The inputs' health is followed on SRT too: the TS is whole.
+        let ts = r.health[0].ts.as_ref().expect("MPEG-TS health");
+        assert_eq!(
+            (ts.packets, ts.continuity_errors, ts.pat_errors),
+            (21_000, 0, 0),
+            "{ts:?}"
+        );
+    }
+    let pushed = wait_for_input(&relay, "pushed", 0, "every packet counted", |s| {
+        s.connections.first().is_some_and(|c| c.packets == 3000)
+    });
+    assert_eq!(pushed.connections[0].latency_ms, 200, "{pushed:?}");
+    let shown = relay.ctl_ok(&["stats"]).expect("mcrctl stats");
+    assert!(
+        shown.contains("<- srt://0.0.0.0:9200,mode=listener,latency=200,streamid=contrib"),
+        "{shown}"
+    );
+}

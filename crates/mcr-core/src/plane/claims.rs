@@ -51,7 +51,7 @@ pub struct Claim {
 /// interface is missing; none when that leaves nothing.
 pub fn claim_of(rule: &Rule, interfaces: &Interfaces) -> Option<Claim> {
     let mut claim = Claim::default();
-    for input in rule.inputs() {
+    for (_, input) in rule.udp_inputs() {
         let dst = input.destination;
         if !dst.ip().is_multicast() {
             claim.ports.push(dst);

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use crate::control::InterfaceStatus;
 use crate::interfaces::Interfaces;
-use crate::rule::{Output, Rule};
+use crate::rule::{Input, Output, Rule};
 use crate::snapshot::SlottedRule;
 
 /// The interfaces `rules` read from and send on, with the names of the
@@ -19,8 +19,8 @@ use crate::snapshot::SlottedRule;
 pub fn carried(rules: &[SlottedRule]) -> BTreeMap<&str, (Vec<&str>, Vec<&str>)> {
     let mut carried: BTreeMap<&str, (Vec<&str>, Vec<&str>)> = BTreeMap::new();
     for r in rules.iter().map(|r| &r.rule) {
-        for i in r.inputs() {
-            push_once(&mut carried.entry(i.interface.as_str()).or_default().0, &r.name);
+        for i in r.inputs().filter_map(Input::interface) {
+            push_once(&mut carried.entry(i).or_default().0, &r.name);
         }
         for o in r.outputs.iter().filter_map(Output::interface) {
             push_once(&mut carried.entry(o).or_default().1, &r.name);
@@ -84,7 +84,7 @@ pub fn changed(rules: &[SlottedRule], before: &Interfaces, now: &Interfaces) -> 
 /// What `rule` meets on `interfaces` while a link of its is down: one
 /// problem per link, "input link `in0` down (no carrier)".
 pub fn problems(rule: &Rule, interfaces: &Interfaces) -> Vec<String> {
-    let inputs = rule.inputs().map(|i| ("input", i.interface.as_str()));
+    let inputs = rule.inputs().filter_map(|i| Some(("input", i.interface()?)));
     let outputs = rule.outputs.iter().filter_map(|o| Some(("output", o.interface()?)));
     let mut out: Vec<String> = Vec::new();
     for (side, name) in inputs.chain(outputs) {

@@ -1006,7 +1006,7 @@ impl<R> Plane<R> {
             .rules()
             .iter()
             .flat_map(|r| {
-                (r.rule.inputs().map(|i| i.interface.as_str()))
+                (r.rule.inputs().filter_map(crate::rule::Input::interface))
                     .chain(r.rule.outputs.iter().filter_map(crate::rule::Output::interface))
             })
             .collect();

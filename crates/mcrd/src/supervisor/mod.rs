@@ -658,7 +658,10 @@ impl Supervisor {
                         w.problems = problems;
                         self.step(Event::WorkerApplied { index, version });
                     }
-                    FromWorker::Srt { outputs } => w.srt = outputs,
+                    FromWorker::Srt { outputs, inputs } => {
+                        w.srt = outputs;
+                        w.srt_inputs = inputs;
+                    }
                 }
             }
             WorkerEvent::Exited {
@@ -957,6 +960,22 @@ impl Supervisor {
                 }
             }
         }
+        for (slot, k, status) in self.workers.iter().flat_map(|w| &w.srt_inputs) {
+            let Some((r, s)) = self
+                .plane
+                .rules()
+                .iter()
+                .zip(&mut report.rules)
+                .find(|(r, _)| r.slot == *slot)
+            else {
+                continue;
+            };
+            s.srt_inputs.push(mcr_core::control::SrtInputStatus {
+                input: r.rule.inputs().nth(*k).map(ToString::to_string).unwrap_or_default(),
+                index: *k,
+                srt: status.clone(),
+            });
+        }
         self.fill_datapath(&mut report);
         let held = report.rules.iter().flat_map(|r| &r.outputs).map(|o| o.held).sum();
         report.role = Some(self.role.status(held, false));
@@ -970,6 +989,10 @@ impl Supervisor {
         report.datapath_missing = self.kernel_missing.clone();
         let Some(k) = &self.kernel else { return };
         for (r, s) in self.plane.rules().iter().zip(&mut report.rules) {
+            if r.rule.inputs().any(|i| i.as_srt().is_some()) {
+                s.datapath_reason = Some(mcr_core::datapath::Ineligible::SrtInput.to_string());
+                continue;
+            }
             match k.why_not(r.slot) {
                 None => s.datapath = "ebpf".into(),
                 Some(why) => s.datapath_reason = Some(why.to_string()),

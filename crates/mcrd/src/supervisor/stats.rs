@@ -413,6 +413,7 @@ impl Stats {
                         Vec::new()
                     },
                     health_not_followed: (!r.rule.health).then(|| "turned off (health = false)".to_string()),
+                    srt_inputs: Vec::new(),
                 }
             })
             .collect();

@@ -96,6 +96,8 @@ pub struct WorkerSlot {
     /// Its SRT outputs as it last said (by output slot); none once it
     /// ends, since its connections end with it.
     pub srt: Vec<(u32, mcr_core::control::SrtStatus)>,
+    /// Its SRT inputs as it last said (by rule slot and input).
+    pub srt_inputs: Vec<(u32, usize, mcr_core::control::SrtStatus)>,
     /// CPU seconds of its earlier processes.
     cpu_before_s: f64,
     /// CPU seconds of the current process when last sampled, and when.
@@ -124,6 +126,7 @@ impl WorkerSlot {
             pid: None,
             problems: Vec::new(),
             srt: Vec::new(),
+            srt_inputs: Vec::new(),
             cpu_before_s: 0.0,
             cpu_now: None,
             busy: 0.0,
@@ -295,6 +298,7 @@ impl WorkerSlot {
         self.pid = None;
         self.ring_tx = None;
         self.srt.clear();
+        self.srt_inputs.clear();
         self.kept.extend(rings);
         self.cpu_before_s += self.cpu_now.take().map_or(0.0, |(_, s)| s);
         self.busy = 0.0;

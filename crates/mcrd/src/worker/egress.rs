@@ -357,8 +357,8 @@ pub struct Egress {
     routes: FxHashMap<u32, ((u32, IpAddr), usize)>,
     dests: Vec<RawSockAddr>,
     slab: UdpSlab,
-    /// The SRT outputs (worker 0's).
-    pub srt: super::srt::SrtOutputs,
+    /// The SRT endpoints (worker 0's).
+    pub srt: super::srt::Srt,
 }
 
 impl Egress {
@@ -366,7 +366,7 @@ impl Egress {
     /// `pending` entries.
     pub fn new(pending: usize, worker: usize) -> Egress {
         Egress {
-            srt: super::srt::SrtOutputs::new(worker),
+            srt: super::srt::Srt::new(worker),
             frames: FxHashMap::default(),
             udp: FxHashMap::default(),
             routes: FxHashMap::default(),

@@ -9,7 +9,6 @@ mod ingress;
 mod keeper;
 mod redundancy;
 mod srt;
-mod srt_call;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -96,6 +95,10 @@ struct Worker {
     redundancy: Redundancy,
     health: Health,
     kernel_health: Option<KernelRecords>,
+    /// Datagrams taken from SRT inputs, waiting to be forwarded.
+    carried: srt::Carried,
+    /// The IPv4 identification of the next of them.
+    ident: u16,
 }
 
 /// Runs a worker until the supervisor says stop or goes away.
@@ -151,6 +154,8 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         redundancy: Redundancy::default(),
         health: Health::default(),
         kernel_health,
+        carried: srt::Carried::default(),
+        ident: 0,
     };
     w.say(&FromWorker::Ready {
         pid: std::process::id(),
@@ -195,8 +200,16 @@ impl Worker {
             let mut errored: Vec<u32> = Vec::new();
             // Wake for what a rule with several inputs waits for (a gap a
             // merge gives up, a failover's loss of signal), at the latest.
-            // (And, with SRT outputs, to take their callers within 10 ms.)
-            let idle_ms = if self.egress.srt.active() { 10 } else { 100 };
+            // (And, with SRT endpoints, to take their callers within 10
+            // ms, and an SRT input's datagrams within 1 ms of libsrt
+            // releasing them.)
+            let idle_ms = if self.egress.srt.has_inputs() {
+                1
+            } else if self.egress.srt.active() {
+                10
+            } else {
+                100
+            };
             let mut timeout_ms = self.redundancy.deadline().map_or(idle_ms, |d| {
                 let wait = d.saturating_sub(mcr_sys::clock::monotonic_ns());
                 wait.div_ceil(1_000_000).min(idle_ms as u64) as i32
@@ -224,8 +237,16 @@ impl Worker {
             self.forward_ready();
             records_wait = self.read_kernel_health();
             self.poll_timed();
-            if let Some(outputs) = self.egress.srt.poll(mcr_sys::clock::monotonic_ns()) {
-                self.say(&FromWorker::Srt { outputs })?;
+            self.forward_carried();
+            if let Some(ends) = self.egress.srt.poll(mcr_sys::clock::monotonic_ns()) {
+                let (mut outputs, mut inputs) = (Vec::new(), Vec::new());
+                for (t, s) in ends {
+                    match t {
+                        srt::Target::Output(slot) => outputs.push((slot, s)),
+                        srt::Target::Input(rule, k) => inputs.push((rule, k, s)),
+                    }
+                }
+                self.say(&FromWorker::Srt { outputs, inputs })?;
             }
             if table_msg && self.read_channel(&mut epoll)? {
                 return Ok(());
@@ -380,6 +401,70 @@ impl Worker {
                 return;
             }
         }
+    }
+
+    /// Forwards what the SRT inputs released, as the rings' frames are:
+    /// each datagram made a frame ([`dispatch::carried_in`]) and taken by
+    /// its rule as input `k`.
+    fn forward_carried(&mut self) {
+        if !self.egress.srt.has_inputs() {
+            return;
+        }
+        let Worker {
+            table,
+            egress,
+            redundancy,
+            health,
+            counters,
+            layout,
+            args,
+            carried,
+            ident,
+            ..
+        } = self;
+        egress.srt.receive(carried);
+        if carried.meta.is_empty() {
+            return;
+        }
+        let counts = Counts {
+            counters,
+            layout,
+            worker: args.index,
+        };
+        for i in 0..carried.meta.len() {
+            let (slot, k, len, from) = carried.meta[i];
+            let Some(rule) = table.rules().iter().find(|r| r.slot == slot) else {
+                continue;
+            };
+            *ident = ident.wrapping_add(1);
+            let frame = carried.frame_mut(i);
+            let d = match dispatch::carried_in(frame, len, from, *ident) {
+                Ok(d) => d,
+                Err(reason) => {
+                    counts.worker(reason, 1);
+                    continue;
+                }
+            };
+            let frame = &frame[..mcr_core::wire::UDP_V4_HEADERS + len];
+            let taken = Taken {
+                datagram: d,
+                rule,
+                input: k,
+            };
+            if rule.health {
+                let payload = &frame[d.payload_at..d.payload_at + d.payload_len];
+                health.packet(rule.slot, k, payload, mcr_sys::clock::realtime_ns(), &counts);
+            }
+            if rule.redundancy.is_some() {
+                let now = mcr_sys::clock::monotonic_ns();
+                redundancy.packet(&taken, frame, now, &counts, |rule, frame, d| {
+                    send(egress, rule, frame, d, &counts)
+                });
+            } else {
+                send(egress, rule, frame, &d, &counts);
+            }
+        }
+        self.flush();
     }
 
     /// Hands the kernel data path's health records to the inputs' health

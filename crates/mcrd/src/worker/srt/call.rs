@@ -1,4 +1,4 @@
-//! An SRT output in caller mode: it calls its peer, and calls again, with
+//! An SRT endpoint in caller mode: it calls its peer, and calls again, with
 //! a backoff from 1 s doubling to 30 s, while the call fails; once the
 //! connection it made breaks, it calls again at once (at most once a
 //! second).
@@ -105,6 +105,7 @@ impl Call {
             s.connect(e.address)?;
             Ok(s)
         };
+        super::listener::start().map_err(|err| format!("could not call: {err}"))?;
         open().map_err(|err| format!("could not call: {err}"))
     }
 }

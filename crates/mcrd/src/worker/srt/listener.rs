@@ -1,0 +1,228 @@
+//! An SRT listener: one socket on one address, and the hook that decides,
+//! in libsrt's receive thread during each caller's handshake, which
+//! endpoint it gets by the stream ID it sent, sets that endpoint's
+//! passphrase, key length, latency, idle timeout and bandwidth cap on the
+//! new connection, or refuses it with a reason the caller sees.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use mcr_core::srt::{MAX_PAYLOAD_BYTES, SrtEndpoint};
+use mcr_sys::srt::{self as sys, HookRequest, ListenHook, RejectCode, SrtSocket};
+
+use super::Target;
+
+/// Callers waiting for their handshake to be accepted, per listener.
+const BACKLOG: i32 = 256;
+/// How long a caller the hook let in may take to complete its handshake
+/// before it counts as refused (libsrt's connection timeout is 3 s).
+const HANDSHAKE_LIMIT_NS: u64 = 5_000_000_000;
+
+pub(super) struct Listener {
+    /// The socket, or why there is none.
+    pub socket: Result<SrtSocket, String>,
+    pub routes: Arc<Routes>,
+}
+
+/// What a listener's hook decides by, shared with libsrt's thread.
+#[derive(Default)]
+pub(super) struct Routes {
+    table: Mutex<RouteTable>,
+    pub not_found: AtomicU64,
+    pub overload: AtomicU64,
+    pub handshake: AtomicU64,
+    /// The last refusal: who, and why.
+    pub last_refusal: Mutex<Option<String>>,
+}
+
+#[derive(Default)]
+struct RouteTable {
+    routes: Vec<Route>,
+    /// Connections the hook let in and no `accept` has taken yet: whose,
+    /// and since when.
+    pending: HashMap<i32, (Target, u64)>,
+}
+
+/// One endpoint a listener serves.
+pub(super) struct Route {
+    pub target: Target,
+    pub endpoint: SrtEndpoint,
+    pub passphrase: Option<String>,
+    /// How many callers it takes at once (an input: its one sender).
+    pub max: usize,
+    /// Its connections (the endpoint's count, shared).
+    pub connected: Arc<AtomicUsize>,
+}
+
+impl ListenHook for Routes {
+    fn decide(&self, req: &mut HookRequest<'_>) -> Result<(), RejectCode> {
+        self.decide_at(req, mcr_sys::clock::monotonic_ns())
+    }
+}
+
+fn ms(v: u32) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
+impl Routes {
+    fn decide_at(&self, req: &mut HookRequest<'_>, now: u64) -> Result<(), RejectCode> {
+        let Ok(mut t) = self.table.lock() else {
+            return Err(RejectCode::OVERLOAD);
+        };
+        let t = &mut *t;
+        let Some(r) = t.routes.iter().find(|r| r.endpoint.serves(req.stream_id())) else {
+            self.not_found.fetch_add(1, Ordering::Relaxed);
+            self.refused(req, "nothing here serves that stream ID");
+            return Err(RejectCode::NOT_FOUND);
+        };
+        let waiting = t.pending.values().filter(|(s, _)| *s == r.target).count();
+        if r.connected.load(Ordering::Relaxed) + waiting >= r.max {
+            self.overload.fetch_add(1, Ordering::Relaxed);
+            let why = match r.target {
+                Target::Output(_) => format!("its output has max-callers={} already", r.max),
+                Target::Input(..) => "its input has its sender already".to_string(),
+            };
+            self.refused(req, &why);
+            return Err(RejectCode::OVERLOAD);
+        }
+        let set = |req: &mut HookRequest<'_>| -> Result<(), sys::SrtError> {
+            let e = &r.endpoint;
+            if let Some(p) = &r.passphrase {
+                req.set_passphrase(p)?;
+                if let Some(k) = e.pbkeylen {
+                    req.set_pbkeylen(i32::from(k))?;
+                }
+            }
+            req.set_latency_ms(ms(e.latency_ms))?;
+            req.set_peer_idle_timeout_ms(ms(e.idle_timeout_ms))?;
+            if let Some(bps) = e.max_bw_bps {
+                req.set_max_bw_bytes_per_s(i64::try_from(bps / 8).unwrap_or(i64::MAX))?;
+            }
+            Ok(())
+        };
+        if let Err(e) = set(req) {
+            tracing::warn!("SRT caller {}: could not set its connection up: {e}", req.peer());
+            return Err(RejectCode::BAD_REQUEST);
+        }
+        t.pending.insert(req.socket_id(), (r.target, now));
+        Ok(())
+    }
+
+    fn refused(&self, req: &HookRequest<'_>, why: &str) {
+        if let Ok(mut last) = self.last_refusal.lock() {
+            *last = Some(format!("{} with stream ID `{}`: {why}", req.peer(), req.stream_id()));
+        }
+    }
+
+    /// Serves `routes` from now on; callers in their handshake for an
+    /// endpoint no longer served are forgotten.
+    pub fn set(&self, routes: Vec<Route>) {
+        if let Ok(mut t) = self.table.lock() {
+            t.pending.retain(|_, (s, _)| routes.iter().any(|r| r.target == *s));
+            t.routes = routes;
+        }
+    }
+
+    /// Whose connection `id` is (the hook let it in), taking it off the
+    /// waiting list.
+    pub fn take_pending(&self, id: i32) -> Option<Target> {
+        self.table.lock().ok()?.pending.remove(&id).map(|(t, _)| t)
+    }
+
+    /// Counts callers the hook let in whose handshake never completed.
+    pub fn sweep(&self, now: u64) {
+        if let Ok(mut t) = self.table.lock() {
+            let before = t.pending.len();
+            t.pending
+                .retain(|_, (_, since)| now.saturating_sub(*since) < HANDSHAKE_LIMIT_NS);
+            let gone = (before - t.pending.len()) as u64;
+            if gone > 0 {
+                self.handshake.fetch_add(gone, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The refusals by reason.
+    pub fn refusals(&self) -> std::collections::BTreeMap<String, u64> {
+        [
+            ("not_found", &self.not_found),
+            ("overload", &self.overload),
+            ("handshake", &self.handshake),
+        ]
+        .into_iter()
+        .map(|(k, c)| (k.to_string(), c.load(Ordering::Relaxed)))
+        .collect()
+    }
+}
+
+/// A listener on `addr`, its hook deciding by `routes` and `epoll`
+/// (made on first use) telling when a caller waits, or why not.
+pub(super) fn open(addr: SocketAddr, epoll: &mut Option<sys::SrtEpoll>) -> Listener {
+    let routes = Arc::new(Routes::default());
+    let socket = listen(addr, routes.clone(), epoll);
+    if let Err(e) = &socket {
+        tracing::warn!("SRT listener {addr}: {e}");
+    }
+    Listener { socket, routes }
+}
+
+/// libsrt's log lines, into the worker's log: errors at most
+/// [`LOG_LINES_PER_S`] a second, the rest counted in the next line.
+fn log_line(level: i32, msg: &str) {
+    // Warnings (a refused handshake, say) are counted by mcrd itself and
+    // shown in `mcrctl stats`; only errors reach the log.
+    if level > sys::LEVEL_ERR {
+        tracing::debug!("libsrt: {msg}");
+        return;
+    }
+    static WINDOW: Mutex<(u64, u32)> = Mutex::new((0, 0));
+    let now_s = mcr_sys::clock::monotonic_ns() / 1_000_000_000;
+    let Ok(mut w) = WINDOW.lock() else { return };
+    if w.0 != now_s {
+        if w.1 > LOG_LINES_PER_S {
+            tracing::warn!("libsrt: {} more line(s) not shown", w.1 - LOG_LINES_PER_S);
+        }
+        *w = (now_s, 0);
+    }
+    w.1 += 1;
+    if w.1 > LOG_LINES_PER_S {
+        return;
+    }
+    tracing::warn!("libsrt: {msg}");
+}
+
+/// How many of libsrt's lines a second reach the log.
+const LOG_LINES_PER_S: u32 = 5;
+
+/// Starts libsrt (once) with its log in the worker's.
+pub(super) fn start() -> Result<(), String> {
+    sys::startup().map_err(|e| e.to_string())?;
+    sys::set_log_sink(log_line);
+    Ok(())
+}
+
+fn listen(addr: SocketAddr, routes: Arc<Routes>, epoll: &mut Option<sys::SrtEpoll>) -> Result<SrtSocket, String> {
+    start()?;
+    if epoll.is_none() {
+        *epoll = Some(sys::SrtEpoll::new().map_err(|e| e.to_string())?);
+    }
+    let s = SrtSocket::new().map_err(|e| e.to_string())?;
+    let setup = || -> Result<(), sys::SrtError> {
+        s.set_live()?;
+        s.set_nonblocking(true)?;
+        s.set_payload_size(i32::try_from(MAX_PAYLOAD_BYTES).unwrap_or(1456))?;
+        s.set_listen_hook(routes)?;
+        Ok(())
+    };
+    setup().map_err(|e| e.to_string())?;
+    s.bind(addr).map_err(|e| format!("bind: {e}"))?;
+    // Watched before it listens: libsrt reports no caller that queued
+    // before the socket joined the set.
+    if let Some(ep) = epoll {
+        ep.add(s.id(), sys::Events::IN).map_err(|e| e.to_string())?;
+    }
+    s.listen(BACKLOG).map_err(|e| format!("listen: {e}"))?;
+    Ok(s)
+}

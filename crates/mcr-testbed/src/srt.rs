@@ -55,6 +55,11 @@ impl LiveTransmit {
         Ok(self.proc.try_status()?.is_some())
     }
 
+    /// Kills it (SIGKILL: its peers hear no goodbye).
+    pub fn kill(&mut self) -> Result<()> {
+        self.proc.signal(Signal::Kill)
+    }
+
     /// Ends it (SIGINT, as at a terminal) and returns what it printed.
     pub fn stop(self) -> Result<Finished> {
         self.proc.stop(Signal::Int, Duration::from_secs(10))

@@ -224,7 +224,7 @@ fn wait_for_input(relay: &Relay, rule: &str, k: usize, what: &str, ok: impl Fn(&
 }
 
 #[test]
-fn srt_inputs_take_a_pushed_and_a_pulled_stream_into_multicast_with_every_packet() {
+fn srt_inputs_take_a_pushed_and_a_pulled_stream_into_multicast_and_on_over_srt_with_every_packet() {
     let _lock = traffic_lock().expect("lock");
     let c = Chain::new("srt-inputs").expect("chain");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
@@ -235,7 +235,7 @@ fn srt_inputs_take_a_pushed_and_a_pulled_stream_into_multicast_with_every_packet
         .add_rule(
             "pushed",
             "srt://0.0.0.0:9200,latency=200,streamid=contrib",
-            &["veth2:239.10.9.9:6009"],
+            &["veth2:239.10.9.9:6009", "srt://0.0.0.0:9201,latency=200,streamid=hub"],
         )
         .expect("rule added");
     relay
@@ -260,6 +260,22 @@ fn srt_inputs_take_a_pushed_and_a_pulled_stream_into_multicast_with_every_packet
     let pushed = wait_for_input(&relay, "pushed", 0, "the pusher", |s| s.connections.len() == 1);
     assert_eq!(pushed.connections[0].stream_id, "contrib");
     wait_for_input(&relay, "pulled", 0, "the call", |s| s.state == "connected");
+    // A hub: the pushed stream also leaves over SRT, to a caller in the
+    // sink's namespace that puts it back on multicast there.
+    let hub = LiveTransmit::start(
+        &c.sink,
+        &format!("srt://{}:9201?streamid=hub&latency=200", Chain::RELAY_OUT_ADDR),
+        &format!("udp://239.10.9.11:6011?adapter={}", Chain::SINK_ADDR),
+        0,
+    )
+    .expect("srt-live-transmit caller");
+    wait_for_output(&relay, "pushed", 1, "the hub's caller", |s| s.connections.len() == 1);
+    let hub_rx = Mcrgen::streams("239.10.9.11:6011", Chain::SINK_IF)
+        .ids("0")
+        .wrap("ts")
+        .expect(3000)
+        .recv(&c.sink)
+        .expect("recv");
 
     let rx = Mcrgen::streams("239.10.9.9+2:6009+", Chain::SINK_IF)
         .wrap("ts")
@@ -287,6 +303,15 @@ fn srt_inputs_take_a_pushed_and_a_pulled_stream_into_multicast_with_every_packet
         remote.log()
     );
     assert_eq!(got.report.total.received, 6000);
+    let through_hub = hub_rx.finish(MINUTES).expect("recv done");
+    assert_eq!(
+        through_hub.code,
+        Some(0),
+        "{:?}\n{}",
+        through_hub.report.problems,
+        hub.log()
+    );
+    assert_eq!(through_hub.report.total.received, 3000);
 
     let stats = relay.stats().expect("stats");
     for name in ["pushed", "pulled"] {
@@ -308,5 +333,91 @@ fn srt_inputs_take_a_pushed_and_a_pulled_stream_into_multicast_with_every_packet
     assert!(
         shown.contains("<- srt://0.0.0.0:9200,mode=listener,latency=200,streamid=contrib"),
         "{shown}"
+    );
+}
+
+#[test]
+fn a_failover_from_an_srt_primary_takes_the_multicast_backup_when_the_primary_is_cut() {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("srt-failover").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    // The primary comes over SRT (srt-live-transmit pushes it, 120 ms
+    // latency), the backup as multicast: the same datagrams, the copy
+    // sent by mcrgen itself.
+    relay
+        .ctl_ok(&[
+            "add",
+            "fo",
+            "--input",
+            "srt://0.0.0.0:9400,latency=120,streamid=primary",
+            "--input",
+            "veth1:239.1.1.11:5011",
+            "--mode",
+            "failover",
+            "--output",
+            "veth2:239.10.9.12:6012",
+        ])
+        .expect("rule added");
+    let mut pusher = LiveTransmit::start(
+        &c.generator,
+        "udp://:5011",
+        &format!("srt://{}:9400?streamid=primary&latency=120", Chain::RELAY_IN_ADDR),
+        0,
+    )
+    .expect("srt-live-transmit caller");
+    wait_for_input(&relay, "fo", 0, "the primary's sender", |s| s.connections.len() == 1);
+    let rx = Mcrgen::streams("239.10.9.12:6012", Chain::SINK_IF)
+        .expect(5000)
+        .arg("--idle-timeout")
+        .arg("5s")
+        .recv(&c.sink)
+        .expect("recv");
+    let count = 5000;
+    let sender = std::thread::spawn({
+        let generator = c.generator.clone();
+        move || {
+            Mcrgen::streams(format!("{}:5011", Chain::GEN_ADDR), Chain::GEN_IF)
+                .count(count)
+                .rate(1000)
+                .arg("--copy")
+                .arg("239.1.1.11:5011")
+                .send(&generator, MINUTES)
+        }
+    });
+    // Two seconds in, the primary's sender dies (SIGKILL: no goodbye).
+    std::thread::sleep(Duration::from_secs(2));
+    pusher.kill().expect("kill the pusher");
+    sender.join().expect("sender").expect("send");
+    let got = rx.finish(MINUTES).expect("recv done");
+    let s = &got.report.streams[0];
+    assert_eq!(
+        (s.duplicated, s.reordered, s.corrupted, s.wrong_stream),
+        (0, 0, 0, 0),
+        "{s:?}\n{}",
+        relay.log()
+    );
+    assert_eq!(s.holes.len(), 1, "one interruption: {:?}\n{}", s.holes, relay.log());
+    assert_eq!(
+        s.highest_seq,
+        Some(count - 1),
+        "the backup carried the stream to its end"
+    );
+    let (from, missed) = s.holes[0];
+    assert!(from > 1000, "the primary carried the start: {from}");
+    let stats = relay.stats().expect("stats");
+    let red = stats.rules[0].redundancy.clone().expect("failover");
+    assert_eq!((red.switches, red.active), (1, Some(2)), "{red:?}");
+    assert_eq!(red.inputs[0].forwarded, from, "{red:?}");
+    assert!(
+        relay.log().contains("input 1 -> input 2 (loss of signal)"),
+        "{}",
+        relay.log()
+    );
+    // At 1000 packets/s, a packet a millisecond; the primary ran 120 ms
+    // (its SRT latency) behind the backup, so that many of the missed
+    // packets had already gone by on the backup when the primary stopped.
+    eprintln!(
+        "SRT primary cut: {missed} packets missed; the output was interrupted about {} ms (loss of signal 200 ms, SRT latency 120 ms)",
+        missed.saturating_sub(120)
     );
 }

@@ -86,6 +86,44 @@ fn srt_outputs_serve_their_callers_and_call_out_with_every_packet_and_refuse_the
     let listening = wait_for(&relay, "feed", "listener", |s| s.state == "listening");
     assert_eq!(listening.error, None);
 
+    // A port another program has is refused at add, naming it.
+    let squatter = LiveTransmit::start(
+        &c.relay,
+        "srt://:9500?mode=listener",
+        &format!("udp://239.9.9.10:6000?adapter={}", Chain::RELAY_OUT_ADDR),
+        0,
+    )
+    .expect("srt-live-transmit on 9500");
+    // (srt-live-transmit binds its port a moment after it starts.)
+    let start = Instant::now();
+    while c
+        .relay
+        .exec("ss", ["-Hlun", "sport = :9500"])
+        .expect("ss")
+        .trim()
+        .is_empty()
+    {
+        assert!(start.elapsed() < Duration::from_secs(30), "{}", squatter.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let refused_add = relay
+        .ctl(&[
+            "add",
+            "x",
+            "--input",
+            "veth1:239.1.1.5:5001",
+            "--output",
+            "srt://0.0.0.0:9500",
+        ])
+        .expect("mcrctl");
+    assert!(
+        refused_add
+            .stderr
+            .contains("rule `x`: outputs[0]: SRT listener 0.0.0.0:9500: UDP port 9500 is taken by another program"),
+        "{refused_add:?}"
+    );
+    drop(squatter);
+
     // Two callers, one by the plain stream ID and one by SRT's
     // access-control form, each back out to a group of its own.
     let caller = |id: &str, pass: &str, group: &str| {

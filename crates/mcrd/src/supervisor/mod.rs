@@ -25,6 +25,7 @@ mod privilege;
 mod restart;
 mod role;
 mod secret_file;
+mod srt_ports;
 mod stats;
 mod store_cache;
 mod workers;
@@ -754,6 +755,10 @@ impl Supervisor {
                 },
             },
             Request::Add { rule } => {
+                if let Some(error) = srt_ports::taken(&rule, self.plane.rules()) {
+                    let _ = reply_to.send(Reply::Error { error }.into());
+                    return;
+                }
                 return self.step(Event::Add {
                     rule,
                     interfaces: interfaces(),

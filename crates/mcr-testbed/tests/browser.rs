@@ -288,6 +288,23 @@ fn the_page_shows_every_rule_and_follows_the_daemon() {
     ] {
         assert!(broken.contains(says), "{says:?} not in {broken:?}");
     }
+    // An SRT output shows its listener and each connection.
+    let news = b
+        .eval("document.querySelector('[data-rule=\"news-hd\"]').innerText")
+        .expect("news-hd");
+    let news = news.as_str().expect("text");
+    for says in [
+        "srt://0.0.0.0:9000,mode=listener,latency=400,streamid=news-hd",
+        "SRT listening",
+        "1 connection",
+        "refused not found 3",
+        "203.0.113.5:51234 news-hd",
+        "rtt 81.2 ms",
+        "retransmitted 8,611",
+        "latency 400 ms",
+    ] {
+        assert!(news.contains(says), "{says:?} not in {news:?}");
+    }
     let state = b
         .eval("document.querySelector('[data-rule=\"radio-mix\"]').dataset.state")
         .expect("state");

@@ -94,13 +94,27 @@ function fmtTime(ms) {
 // A rule's input and output in the text form mcrctl uses, from the rule's
 // JSON (only for rules the statistics do not cover yet).
 function inputText(i) {
+  if (typeof i === "string") return i;
+  if (i.srt) return srtText(i.srt);
   let s = `${i.interface}:${i.destination}`;
   if (i.vlan != null) s += `,vlan=${i.vlan}`;
   for (const src of i.sources || []) s += `,source=${src}`;
   return s;
 }
 
+// An SRT endpoint's text form (the settings that differ from the default).
+function srtText(e) {
+  let s = `srt://${e.address},mode=${e.mode}`;
+  if (e.latency_ms != null) s += `,latency=${e.latency_ms}`;
+  if (e.passphrase_file != null) s += `,passphrase-file=${e.passphrase_file}`;
+  if (e.stream_id != null) s += `,streamid=${e.stream_id}`;
+  if (e.max_callers != null) s += `,max-callers=${e.max_callers}`;
+  return s;
+}
+
 function outputText(o) {
+  if (typeof o === "string") return o;
+  if (o.srt) return srtText(o.srt);
   let s = `${o.interface}:${o.destination}`;
   if (o.vlan != null) s += `,vlan=${o.vlan}`;
   if (o.ttl != null && o.ttl !== "decrement") s += `,ttl=${o.ttl}`;
@@ -147,9 +161,17 @@ function ruleView(name, status, st, hist) {
     inputs = [];
   }
   for (const i of inputs) i.health = health.get(i.text) || null;
+  for (const x of (st && st.srt_inputs) || []) if (inputs[x.index]) inputs[x.index].srt = x.srt;
 
   const outputs = st
-    ? st.outputs.map((o) => ({ text: o.output, pps: o.pps, bps: o.bps, drops: nonzero(o.drops), held: o.held || 0 }))
+    ? st.outputs.map((o) => ({
+        text: o.output,
+        pps: o.pps,
+        bps: o.bps,
+        drops: nonzero(o.drops),
+        held: o.held || 0,
+        srt: o.srt || null,
+      }))
     : ((rule && rule.outputs) || []).map((o) => ({ text: outputText(o), pps: 0, bps: 0, drops: [], held: 0 }));
 
   const pps = st ? st.pps : 0;
@@ -354,6 +376,7 @@ function inputsCell(v) {
         ),
         i.counters ? itemList(redundancyItems(i.counters, m ? m.text : "")) : null,
         i.health ? healthLine(i.health) : null,
+        i.srt ? srtLines(i.srt) : null,
       ),
     );
   }
@@ -365,7 +388,33 @@ function outputLine(o) {
   const items = [[fmtPps(o.pps)], [fmtBps(o.bps)]];
   for (const [reason, n] of o.drops) items.push([`${reasonText(reason)} ${fmtCount(n)}`, "bad"]);
   if (o.held > 0) items.push([`held while standby ${fmtCount(o.held)}`]);
-  return h("div", { class: "io" }, h("div", { class: "addr" }, addr(o.text)), itemList(items));
+  return h(
+    "div",
+    { class: "io" },
+    h("div", { class: "addr" }, addr(o.text)),
+    itemList(items),
+    o.srt ? srtLines(o.srt) : null,
+  );
+}
+
+// An SRT endpoint: its state, its refusals, and a line per connection.
+function srtLines(s) {
+  const head = [[`SRT ${s.state}`, s.error ? "bad" : "ok-text"]];
+  if (s.error) head.push([s.error, "bad"]);
+  head.push([plural(s.connections.length, "connection", "connections")]);
+  for (const [reason, n] of nonzero(s.refused)) head.push([`refused ${reasonText(reason)} ${fmtCount(n)}`, "warn-text"]);
+  const lines = [itemList(head)];
+  for (const c of s.connections) {
+    const items = [[c.stream_id ? `${c.peer} ${c.stream_id}` : c.peer], [`rtt ${c.rtt_ms.toFixed(1)} ms`]];
+    items.push([`retransmitted ${fmtCount(c.retransmitted)}`], [`lost ${fmtCount(c.lost)}`]);
+    if (c.dropped_too_late > 0) items.push([`too late ${fmtCount(c.dropped_too_late)}`, "bad"]);
+    if (c.queue_full > 0) items.push([`queue full ${fmtCount(c.queue_full)}`, "bad"]);
+    items.push([`latency ${c.latency_ms} ms`]);
+    const line = itemList(items);
+    line.classList.add("srt-conn");
+    lines.push(line);
+  }
+  return lines;
 }
 
 function outputsCell(outputs, open) {

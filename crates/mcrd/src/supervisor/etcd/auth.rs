@@ -138,9 +138,11 @@ pub fn jwt_life(token: &str, now: SystemTime) -> Option<Duration> {
         .decode(payload.trim_end_matches('='))
         .ok()?;
     let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    let exp = claims.get("exp")?.as_u64()?;
-    let now = now.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs();
-    Some(Duration::from_secs(exp.saturating_sub(now)))
+    let exp = Duration::from_secs(claims.get("exp")?.as_u64()?);
+    // To the nanosecond: `exp` is a whole second, and a token issued at
+    // 12.99 s with 4 s to live ends at 16 s, 3.01 s later, not 4.
+    let now = now.duration_since(SystemTime::UNIX_EPOCH).ok()?;
+    Some(exp.saturating_sub(now))
 }
 
 /// What the relay needs to say about a failure: the same error, or, when
@@ -277,6 +279,9 @@ mod tests {
         let jwt = format!("eyJhbGciOiJSUzI1NiJ9.{payload}.c2ln");
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         assert_eq!(jwt_life(&jwt, now), Some(Duration::from_secs(100)));
+        // Late in a second, less is left than the whole seconds say.
+        let late = now + Duration::from_millis(990);
+        assert_eq!(jwt_life(&jwt, late), Some(Duration::from_millis(99_010)));
         assert_eq!(jwt_life("FidEbswFJOnYbLZL.18", now), None);
         let mut a = Auth::new(creds());
         assert_eq!(a.current(), None);

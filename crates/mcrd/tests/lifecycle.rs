@@ -301,9 +301,21 @@ fn kill_workers_while_streams_flow(
     for s in &got.report.streams {
         assert!(s.problems(Some(N)).is_empty(), "{:?}", s.problems(Some(N)));
     }
-    // What the daemon said that was not routine, for a failure to show.
+    // What the daemon said that was not routine, and its workers' ring
+    // drops and restarts (a ring that filled while its worker was away),
+    // for a failure to show.
+    let workers = relay
+        .stats()
+        .map(|st| {
+            st.workers
+                .iter()
+                .map(|w| format!("worker {}: ring drops {}", w.index, w.ring_drops))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
     let log = format!(
-        "(the sink stopped by {stopped_by})\n{}",
+        "(the sink stopped by {stopped_by}; {workers})\n{}",
         relay
             .log()
             .lines()

@@ -356,32 +356,6 @@ impl Input {
     }
 }
 
-impl Serialize for Input {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Input::Udp(u) => u.serialize(s),
-            Input::Srt(e) => SrtForm { srt: e }.serialize(s),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Input {
-    /// A UDP input's fields, `{"srt": {...}}`, or any input's text form.
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let v = serde_json::Value::deserialize(d)?;
-        if let Some(text) = v.as_str() {
-            return text.parse().map_err(D::Error::custom);
-        }
-        if v.get("srt").is_some() {
-            let f: SrtForm<SrtEndpoint> = serde_json::from_value(v).map_err(D::Error::custom)?;
-            f.srt.check().map_err(|m| D::Error::custom(format!("srt: {m}")))?;
-            return Ok(Input::Srt(f.srt));
-        }
-        serde_json::from_value(v).map(Input::Udp).map_err(D::Error::custom)
-    }
-}
-
 /// A stream taken at layer 2: datagrams to a group or an address of the
 /// host.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -467,6 +441,43 @@ struct SrtForm<E> {
     srt: E,
 }
 
+/// Reads an input or output: a UDP endpoint's fields, `{"srt": {...}}`,
+/// or its text form (`"srt://0.0.0.0:9000,latency=400"`); a mistake is
+/// named as the form it was meant for names it.
+fn deserialize_endpoint<'de, T, U, D>(d: D, srt: fn(SrtEndpoint) -> T, udp: fn(U) -> T) -> Result<T, D::Error>
+where
+    T: FromStr<Err = String>,
+    U: serde::de::DeserializeOwned,
+    D: serde::Deserializer<'de>,
+{
+    use serde::de::Error;
+    let v = serde_json::Value::deserialize(d)?;
+    if let Some(text) = v.as_str() {
+        return text.parse().map_err(D::Error::custom);
+    }
+    if v.get("srt").is_some() {
+        let f: SrtForm<SrtEndpoint> = serde_json::from_value(v).map_err(D::Error::custom)?;
+        f.srt.check().map_err(|m| D::Error::custom(format!("srt: {m}")))?;
+        return Ok(srt(f.srt));
+    }
+    serde_json::from_value(v).map(udp).map_err(D::Error::custom)
+}
+
+impl Serialize for Input {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Input::Udp(u) => u.serialize(s),
+            Input::Srt(e) => SrtForm { srt: e }.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Input {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        deserialize_endpoint(d, Input::Srt, Input::Udp)
+    }
+}
+
 impl Serialize for Output {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
@@ -477,21 +488,8 @@ impl Serialize for Output {
 }
 
 impl<'de> Deserialize<'de> for Output {
-    /// A UDP output's fields, `{"srt": {...}}`, or any output's text form
-    /// (`"srt://0.0.0.0:9000,latency=400"`); a mistake is named as the
-    /// form it was meant for names it.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let v = serde_json::Value::deserialize(d)?;
-        if let Some(text) = v.as_str() {
-            return text.parse().map_err(D::Error::custom);
-        }
-        if v.get("srt").is_some() {
-            let f: SrtForm<SrtEndpoint> = serde_json::from_value(v).map_err(D::Error::custom)?;
-            f.srt.check().map_err(|m| D::Error::custom(format!("srt: {m}")))?;
-            return Ok(Output::Srt(f.srt));
-        }
-        serde_json::from_value(v).map(Output::Udp).map_err(D::Error::custom)
+        deserialize_endpoint(d, Output::Srt, Output::Udp)
     }
 }
 

@@ -29,22 +29,41 @@ fn wait_for(relay: &Relay, rule: &str, what: &str, ok: impl Fn(&SrtStatus) -> bo
 
 /// Waits until `what` holds of the SRT status of `rule`'s output `k`.
 fn wait_for_output(relay: &Relay, rule: &str, k: usize, what: &str, ok: impl Fn(&SrtStatus) -> bool) -> SrtStatus {
+    wait_until(relay, rule, what, |r| r.outputs.get(k)?.srt.clone(), ok)
+}
+
+/// Waits until `ok` holds of the SRT status of `rule`'s input `k`.
+fn wait_for_input(relay: &Relay, rule: &str, k: usize, what: &str, ok: impl Fn(&SrtStatus) -> bool) -> SrtStatus {
+    wait_until(
+        relay,
+        rule,
+        what,
+        |r| Some(r.srt_inputs.iter().find(|i| i.index == k)?.srt.clone()),
+        ok,
+    )
+}
+
+/// Waits (at most 60 s) until `ok` holds of the SRT status `find` takes
+/// from `rule`'s statistics.
+fn wait_until(
+    relay: &Relay,
+    rule: &str,
+    what: &str,
+    find: impl Fn(&mcr_core::control::RuleStats) -> Option<SrtStatus>,
+    ok: impl Fn(&SrtStatus) -> bool,
+) -> SrtStatus {
     let start = Instant::now();
     loop {
         let stats = relay.stats().expect("stats");
-        if let Some(s) = stats
-            .rules
-            .iter()
-            .find(|r| r.name == rule)
-            .and_then(|r| r.outputs[k].srt.clone())
+        let r = stats.rules.iter().find(|r| r.name == rule);
+        if let Some(s) = r.and_then(&find)
             && ok(&s)
         {
             return s;
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "no {what} within 60 s: {:?}\n{}",
-            stats.rules.iter().find(|r| r.name == rule).map(|r| &r.outputs),
+            "no {what} within 60 s: {r:?}\n{}",
             relay.log()
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -238,27 +257,6 @@ fn srt_outputs_serve_their_callers_and_call_out_with_every_packet_and_refuse_the
         "{shown}"
     );
     assert!(shown.contains("caller 10.0.1.2:"), "{shown}");
-}
-
-/// Waits until `ok` holds of the SRT status of `rule`'s input `k`.
-fn wait_for_input(relay: &Relay, rule: &str, k: usize, what: &str, ok: impl Fn(&SrtStatus) -> bool) -> SrtStatus {
-    let start = Instant::now();
-    loop {
-        let stats = relay.stats().expect("stats");
-        let r = stats.rules.iter().find(|r| r.name == rule);
-        if let Some(s) = r.and_then(|r| r.srt_inputs.iter().find(|i| i.index == k))
-            && ok(&s.srt)
-        {
-            return s.srt.clone();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no {what} within 60 s: {:?}\n{}",
-            r.map(|r| &r.srt_inputs),
-            relay.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]

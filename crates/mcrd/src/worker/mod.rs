@@ -379,20 +379,13 @@ impl Worker {
                             return;
                         }
                     };
-                    if taken.rule.health {
-                        let d = &taken.datagram;
-                        let arrived = f.arrived_ns.unwrap_or_else(mcr_sys::clock::realtime_ns);
-                        let payload = &f.data[d.payload_at..d.payload_at + d.payload_len];
-                        health.packet(taken.rule.slot, taken.input, payload, arrived, &counts);
-                    }
-                    if taken.rule.redundancy.is_some() {
-                        let now = mcr_sys::clock::monotonic_ns();
-                        redundancy.packet(&taken, f.data, now, &counts, |rule, frame, d| {
-                            send(egress, rule, frame, d, &counts)
-                        });
-                    } else {
-                        send(egress, taken.rule, f.data, &taken.datagram, &counts);
-                    }
+                    let taken_by = TakenBy {
+                        health,
+                        redundancy,
+                        egress,
+                        counts: &counts,
+                    };
+                    taken_by.take(&taken, f.data, f.arrived_ns);
                 });
                 any |= n > 0;
             }
@@ -431,11 +424,22 @@ impl Worker {
             layout,
             worker: args.index,
         };
+        // The datagrams of one input come together: its rule is looked up
+        // once for them, not once each.
+        let mut last: Option<(u32, usize)> = None;
         for i in 0..carried.meta.len() {
             let (slot, k, len, from) = carried.meta[i];
-            let Some(rule) = table.rules().iter().find(|r| r.slot == slot) else {
-                continue;
+            let index = match last {
+                Some((s, at)) if s == slot => at,
+                _ => {
+                    let Some(at) = table.rules().iter().position(|r| r.slot == slot) else {
+                        continue;
+                    };
+                    last = Some((slot, at));
+                    at
+                }
             };
+            let rule = &table.rules()[index];
             *ident = ident.wrapping_add(1);
             let frame = carried.frame_mut(i);
             let d = match dispatch::carried_in(frame, len, from, *ident) {
@@ -451,18 +455,13 @@ impl Worker {
                 rule,
                 input: k,
             };
-            if rule.health {
-                let payload = &frame[d.payload_at..d.payload_at + d.payload_len];
-                health.packet(rule.slot, k, payload, mcr_sys::clock::realtime_ns(), &counts);
-            }
-            if rule.redundancy.is_some() {
-                let now = mcr_sys::clock::monotonic_ns();
-                redundancy.packet(&taken, frame, now, &counts, |rule, frame, d| {
-                    send(egress, rule, frame, d, &counts)
-                });
-            } else {
-                send(egress, rule, frame, &d, &counts);
-            }
+            let taken_by = TakenBy {
+                health,
+                redundancy,
+                egress,
+                counts: &counts,
+            };
+            taken_by.take(&taken, frame, None);
         }
         self.flush();
     }
@@ -524,6 +523,41 @@ impl Worker {
             worker: self.args.index,
         };
         self.egress.flush(&counts);
+    }
+}
+
+/// What a datagram a rule takes goes through, from a ring or an SRT
+/// input alike.
+struct TakenBy<'a, 'c> {
+    health: &'a mut Health,
+    redundancy: &'a mut Redundancy,
+    egress: &'a mut Egress,
+    counts: &'a Counts<'c>,
+}
+
+impl TakenBy<'_, '_> {
+    /// Follows the input's health and forwards the datagram: through the
+    /// rule's merge or failover if it has several inputs. `arrived_ns` is
+    /// the ring's time stamp, if it gave one (else now).
+    #[inline]
+    fn take(self, taken: &Taken<'_>, frame: &[u8], arrived_ns: Option<u64>) {
+        let counts = self.counts;
+        if taken.rule.health {
+            let d = &taken.datagram;
+            let arrived = arrived_ns.unwrap_or_else(mcr_sys::clock::realtime_ns);
+            let payload = &frame[d.payload_at..d.payload_at + d.payload_len];
+            self.health
+                .packet(taken.rule.slot, taken.input, payload, arrived, counts);
+        }
+        let egress = self.egress;
+        if taken.rule.redundancy.is_some() {
+            let now = mcr_sys::clock::monotonic_ns();
+            self.redundancy.packet(taken, frame, now, counts, |rule, frame, d| {
+                send(egress, rule, frame, d, counts)
+            });
+        } else {
+            send(egress, taken.rule, frame, &taken.datagram, counts);
+        }
     }
 }
 

@@ -18,8 +18,10 @@
 //! ([`privilege`]), network namespaces
 //! ([`netns`]), and SRT through the system's libsrt 1.5 with hand-written
 //! bindings ([`srt`]: sockets, the listen hook that accepts or rejects
-//! callers, SRT's epoll and statistics; build.rs links libsrt with
-//! pkg-config and checks the mirrored structs against its header).
+//! callers, SRT's epoll and statistics), and RIST through the system's
+//! librist 0.2 ([`rist`]: senders and receivers, their peers and
+//! statistics). build.rs links both libraries with pkg-config and checks
+//! the mirrored structs against their headers.
 
 #![warn(
     clippy::cast_possible_truncation,
@@ -29,6 +31,7 @@
 )]
 
 pub mod bpf;
+mod cabi;
 pub mod clock;
 mod conv;
 pub mod epoll;
@@ -44,6 +47,7 @@ pub mod packet;
 pub mod privilege;
 pub mod process;
 pub mod ring;
+pub mod rist;
 pub mod shm;
 pub mod sockaddr;
 pub mod sockopt;

@@ -22,50 +22,7 @@ pub(crate) type SRTSOCKET = i32;
 pub(crate) const SRT_INVALID_SOCK: SRTSOCKET = -1;
 pub(crate) const SRT_ERROR: c_int = -1;
 
-/// Declares a `#[repr(C)]` mirror of a C struct. Each field carries its byte
-/// offset and C type; the offsets and the size are asserted at compile time,
-/// and `LAYOUT` lists them for the test that compares them with
-/// `abi_check.c`.
-macro_rules! c_struct {
-    (
-        $(#[$meta:meta])*
-        pub(crate) struct $name:ident as $cname:literal, size $size:literal {
-            $( $field:ident : $ty:ty = $off:literal as $cty:literal ),* $(,)?
-        }
-    ) => {
-        $(#[$meta])*
-        #[repr(C)]
-        pub(crate) struct $name {
-            $( pub(crate) $field: $ty, )*
-        }
-
-        const _: () = {
-            assert!(std::mem::size_of::<$name>() == $size);
-            $( assert!(std::mem::offset_of!($name, $field) == $off); )*
-        };
-
-        #[cfg(test)]
-        impl $name {
-            /// The C type name, its size, and (field, C type, Rust type,
-            /// offset) for each field.
-            pub(crate) const LAYOUT: (&'static str, usize, &'static [(&'static str, &'static str, &'static str, usize)]) =
-                ($cname, $size, &[$( (stringify!($field), $cty, stringify!($ty), $off) ),*]);
-        }
-    };
-}
-pub(crate) use c_struct;
-
-/// Declares integer constants copied from the header, and (for the tests)
-/// a table of them to compare with `abi_check.c`.
-macro_rules! c_consts {
-    ($table:ident { $( $name:ident : $ty:ty = $val:expr ; )* }) => {
-        $( pub(crate) const $name: $ty = $val; )*
-
-        #[cfg(test)]
-        #[allow(clippy::cast_lossless)]
-        pub(crate) const $table: &[(&str, i64)] = &[$( (stringify!($name), $name as i64) ),*];
-    };
-}
+use crate::cabi::{c_consts, c_struct};
 
 c_struct! {
     /// `SRT_MSGCTRL` (srt.h:786-797): per-message parameters of
@@ -285,24 +242,10 @@ unsafe extern "C" {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
+    use crate::cabi::check;
 
     const ABI_CHECK_C: &str = include_str!("abi_check.c");
-
-    /// The arguments of every `NAME(...)` line of abi_check.c.
-    fn c_lines(name: &str) -> Vec<Vec<String>> {
-        let prefix = format!("{name}(");
-        ABI_CHECK_C
-            .lines()
-            .filter_map(|l| l.strip_prefix(&prefix))
-            .map(|rest| {
-                let args = rest.strip_suffix(");").expect("a line ends with `);`");
-                args.split(',').map(|a| a.trim().to_string()).collect()
-            })
-            .collect()
-    }
 
     /// The Rust type each C field type must be mirrored with.
     fn rust_type_for(c_type: &str) -> &'static str {
@@ -322,48 +265,13 @@ mod tests {
     #[test]
     fn structs_match_abi_check_c() {
         let layouts = [SRT_MSGCTRL::LAYOUT, SRT_EPOLL_EVENT::LAYOUT, SRT_TRACEBSTATS::LAYOUT];
-        let mut rust_fields = BTreeMap::new();
-        let mut rust_sizes = BTreeMap::new();
-        for (cname, size, fields) in layouts {
-            rust_sizes.insert(cname.to_string(), size);
-            for &(field, c_type, rust_type, off) in fields {
-                assert_eq!(rust_type, rust_type_for(c_type), "{cname}.{field}");
-                rust_fields.insert((cname.to_string(), field.to_string()), (c_type.to_string(), off));
-            }
-        }
-        let c_fields: BTreeMap<_, _> = c_lines("FIELD")
-            .into_iter()
-            .map(|a| {
-                (
-                    (a[0].clone(), a[1].clone()),
-                    (a[2].clone(), a[3].parse::<usize>().expect("offset")),
-                )
-            })
-            .collect();
-        let c_sizes: BTreeMap<_, _> = c_lines("SIZE")
-            .into_iter()
-            .map(|a| (a[0].clone(), a[1].parse::<usize>().expect("size")))
-            .collect();
-        assert_eq!(rust_fields, c_fields);
-        assert_eq!(rust_sizes, c_sizes);
+        check::structs_match(ABI_CHECK_C, &layouts, rust_type_for);
         // The whole of SRT_TRACEBSTATS is mirrored, as in the header.
         assert_eq!(SRT_TRACEBSTATS::LAYOUT.2.len(), 82);
     }
 
     #[test]
     fn constants_match_abi_check_c() {
-        let rust: BTreeMap<_, _> = CONSTS.iter().map(|&(n, v)| (n.to_string(), v)).collect();
-        let c: BTreeMap<_, _> = c_lines("VALUE")
-            .into_iter()
-            .map(|a| {
-                let v = &a[1];
-                let v = match v.strip_prefix("0x") {
-                    Some(hex) => i64::from_str_radix(hex, 16),
-                    None => v.parse(),
-                };
-                (a[0].clone(), v.expect("a number"))
-            })
-            .collect();
-        assert_eq!(rust, c);
+        check::constants_match(ABI_CHECK_C, CONSTS);
     }
 }

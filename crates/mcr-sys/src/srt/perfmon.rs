@@ -9,7 +9,7 @@
 
 use libc::c_int;
 
-super::ffi::c_struct! {
+crate::cabi::c_struct! {
     /// `SRT_TRACEBSTATS`.
     #[derive(Debug, Clone, Copy, Default)]
     pub(crate) struct SRT_TRACEBSTATS as "SRT_TRACEBSTATS", size 496 {

@@ -45,7 +45,7 @@ macro_rules! c_consts {
         $( pub(crate) const $name: $ty = $val; )*
 
         #[cfg(test)]
-        #[allow(clippy::cast_lossless)]
+        #[allow(clippy::cast_lossless, clippy::cast_possible_wrap)]
         pub(crate) const $table: &[(&str, i64)] = &[$( (stringify!($name), $name as i64) ),*];
     };
 }

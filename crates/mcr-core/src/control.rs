@@ -361,6 +361,10 @@ pub struct OutputStats {
     /// An SRT output: its listener or call, and every connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub srt: Option<SrtStatus>,
+    /// A RIST output: its listener or call, and every peer, in SRT's shape
+    /// (see [`RistInputStatus`] for what each field holds for RIST).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rist: Option<SrtStatus>,
 }
 
 /// An SRT output as its worker last saw it (once a second).
@@ -499,6 +503,9 @@ pub struct RuleStats {
     /// Its SRT inputs: each endpoint and its connection.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub srt_inputs: Vec<SrtInputStatus>,
+    /// Its RIST inputs: each endpoint and its flow.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rist_inputs: Vec<RistInputStatus>,
 }
 
 /// An SRT input of a rule, as its worker last saw it.
@@ -510,6 +517,28 @@ pub struct SrtInputStatus {
     pub index: usize,
     /// Its endpoint and connection (what that connection received).
     pub srt: SrtStatus,
+}
+
+/// A RIST input of a rule, as its worker last saw it.
+///
+/// A RIST endpoint's status has SRT's shape, filled from librist's
+/// statistics: `state` is `listening`, `calling`, `connected` or `failed`;
+/// `refused` counts peers refused as `full` (past max-peers); each
+/// connection is a peer (its address; `stream_id` holds its RTCP CNAME),
+/// with librist's RTT and bit rate, `packets` sent (an output's) or
+/// received (an input's), `retransmitted` (an output's: packets sent
+/// again) or recovered (an input's: missing packets that a retransmission
+/// brought), `lost` (an input's: never recovered within the buffer),
+/// `queue_full` (packets librist would not take), and `buffer_ms` and
+/// `latency_ms` both the recovery buffer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RistInputStatus {
+    /// The input, in the rule's text form.
+    pub input: String,
+    /// Which of the rule's inputs (from 0).
+    pub index: usize,
+    /// Its endpoint and peers (what they sent it).
+    pub rist: SrtStatus,
 }
 
 /// An input is said to have no signal when nothing came on it for this

@@ -323,6 +323,10 @@ pub enum Ineligible {
     SrtOutput,
     /// An input is SRT: a worker takes its datagrams from libsrt.
     SrtInput,
+    /// An output is RIST: a worker hands its datagrams to librist.
+    RistOutput,
+    /// An input is RIST: a worker takes its datagrams from librist.
+    RistInput,
 }
 
 impl std::fmt::Display for Ineligible {
@@ -335,6 +339,8 @@ impl std::fmt::Display for Ineligible {
             Ineligible::Redundancy => f.write_str("several inputs (a worker merges them or fails over)"),
             Ineligible::SrtOutput => f.write_str("an SRT output (a worker holds its connections)"),
             Ineligible::SrtInput => f.write_str("an SRT input (a worker takes its datagrams from libsrt)"),
+            Ineligible::RistOutput => f.write_str("a RIST output (a worker hands its datagrams to librist)"),
+            Ineligible::RistInput => f.write_str("a RIST input (a worker takes its datagrams from librist)"),
         }
     }
 }
@@ -357,6 +363,7 @@ pub fn outputs_of(r: &CompiledRule, input: IpAddr, layout: &StatsLayout) -> Resu
             OutputKind::Frame(_) => Err(Ineligible::Translation),
             OutputKind::Udp { .. } => Err(Ineligible::UnicastOutput),
             OutputKind::Srt(_) => Err(Ineligible::SrtOutput),
+            OutputKind::Rist(_) => Err(Ineligible::RistOutput),
         })
         .collect()
 }

@@ -61,6 +61,9 @@ pub enum Verdict<'t> {
     /// (it re-originates the stream, so the input's TTL does not bound
     /// it).
     Srt,
+    /// Hand the payload to the output's RIST sender (which re-originates
+    /// it, as SRT does).
+    Rist,
     /// Send nothing; count it for the output by this reason.
     Drop(OutputCounter),
 }
@@ -81,11 +84,11 @@ pub fn take<'t>(table: &'t MatchTable, ifindex: u32, frame: &[u8], meta: RxMeta)
     }
 }
 
-/// The TTL a datagram that came in over SRT starts with (a host's
+/// The TTL a datagram that came in over SRT or RIST starts with (a host's
 /// default): an output whose TTL is `decrement` sends it with 63.
 pub const CARRIED_IN_TTL: u8 = 64;
 
-/// A datagram that came in over a transport in user space (SRT), made a
+/// A datagram that came in over a transport in user space (SRT, RIST), made a
 /// frame the rest of the path takes as if a ring had handed it over: its
 /// payload already sits at [`crate::wire::UDP_V4_HEADERS`] in `frame`, and the headers
 /// are written before it (from `from`, the peer, to the unspecified
@@ -123,6 +126,7 @@ impl<'t> Taken<'t> {
                 Err(reason) => Verdict::Drop(reason),
             },
             OutputKind::Srt(_) => Verdict::Srt,
+            OutputKind::Rist(_) => Verdict::Rist,
         }
     }
 }

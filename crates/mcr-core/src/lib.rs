@@ -41,6 +41,7 @@ pub mod merge;
 pub mod metrics;
 pub mod named;
 pub mod plane;
+pub mod rist;
 pub mod rule;
 pub mod snapshot;
 pub mod srt;

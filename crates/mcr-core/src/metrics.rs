@@ -659,6 +659,7 @@ mod tests {
                         drops: drops.clone(),
                         held: 5,
                         srt: None,
+                        rist: None,
                     }],
                     problems: Vec::new(),
                     datapath: "ebpf".into(),
@@ -686,6 +687,7 @@ mod tests {
                     }],
                     health_not_followed: None,
                     srt_inputs: Vec::new(),
+                    rist_inputs: Vec::new(),
                 },
                 RuleStats {
                     name: "news".into(),
@@ -724,6 +726,7 @@ mod tests {
                     health: Vec::new(),
                     health_not_followed: None,
                     srt_inputs: Vec::new(),
+                    rist_inputs: Vec::new(),
                 },
             ],
             workers: vec![WorkerStats {

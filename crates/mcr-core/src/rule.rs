@@ -24,6 +24,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::rist::RistEndpoint;
 pub use crate::srt::SrtEndpoint;
 
 /// A forwarding rule.
@@ -331,6 +332,9 @@ pub enum Input {
     /// An SRT endpoint: a listener a remote encoder calls to push the
     /// stream, or a caller that pulls it from a remote listener.
     Srt(SrtEndpoint),
+    /// A RIST endpoint: a listener a remote sender reaches, or a caller
+    /// that reaches a remote sender.
+    Rist(RistEndpoint),
 }
 
 impl Input {
@@ -338,7 +342,7 @@ impl Input {
     pub fn as_udp(&self) -> Option<&UdpInput> {
         match self {
             Input::Udp(u) => Some(u),
-            Input::Srt(_) => None,
+            Input::Srt(_) | Input::Rist(_) => None,
         }
     }
 
@@ -346,8 +350,22 @@ impl Input {
     pub fn as_srt(&self) -> Option<&SrtEndpoint> {
         match self {
             Input::Srt(e) => Some(e),
-            Input::Udp(_) => None,
+            Input::Udp(_) | Input::Rist(_) => None,
         }
+    }
+
+    /// The RIST endpoint, if it is one.
+    pub fn as_rist(&self) -> Option<&RistEndpoint> {
+        match self {
+            Input::Rist(e) => Some(e),
+            Input::Udp(_) | Input::Srt(_) => None,
+        }
+    }
+
+    /// Whether its datagrams come through a protocol in user space (SRT or
+    /// RIST), which a worker takes them from and carries as IPv4.
+    pub fn is_carried(&self) -> bool {
+        !matches!(self, Input::Udp(_))
     }
 
     /// The interface it arrives on, if it names one.
@@ -385,6 +403,9 @@ pub enum Output {
     /// An SRT endpoint: a listener that serves the callers that ask, or a
     /// caller.
     Srt(SrtEndpoint),
+    /// A RIST endpoint: a listener that serves the receivers that reach
+    /// it, or a caller that reaches a remote receiver.
+    Rist(RistEndpoint),
 }
 
 /// An output that sends UDP datagrams.
@@ -414,7 +435,7 @@ impl Output {
     pub fn as_udp(&self) -> Option<&UdpOutput> {
         match self {
             Output::Udp(u) => Some(u),
-            Output::Srt(_) => None,
+            Output::Srt(_) | Output::Rist(_) => None,
         }
     }
 
@@ -422,7 +443,15 @@ impl Output {
     pub fn as_srt(&self) -> Option<&SrtEndpoint> {
         match self {
             Output::Srt(e) => Some(e),
-            Output::Udp(_) => None,
+            Output::Udp(_) | Output::Rist(_) => None,
+        }
+    }
+
+    /// The RIST endpoint, if it is one.
+    pub fn as_rist(&self) -> Option<&RistEndpoint> {
+        match self {
+            Output::Rist(e) => Some(e),
+            Output::Udp(_) | Output::Srt(_) => None,
         }
     }
 
@@ -441,10 +470,23 @@ struct SrtForm<E> {
     srt: E,
 }
 
+/// The JSON form of a RIST endpoint: `{"rist": {...}}`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RistForm<E> {
+    rist: E,
+}
+
 /// Reads an input or output: a UDP endpoint's fields, `{"srt": {...}}`,
-/// or its text form (`"srt://0.0.0.0:9000,latency=400"`); a mistake is
-/// named as the form it was meant for names it.
-fn deserialize_endpoint<'de, T, U, D>(d: D, srt: fn(SrtEndpoint) -> T, udp: fn(U) -> T) -> Result<T, D::Error>
+/// `{"rist": {...}}`, or its text form
+/// (`"srt://0.0.0.0:9000,latency=400"`); a mistake is named as the form it
+/// was meant for names it.
+fn deserialize_endpoint<'de, T, U, D>(
+    d: D,
+    srt: fn(SrtEndpoint) -> T,
+    rist: fn(RistEndpoint) -> T,
+    udp: fn(U) -> T,
+) -> Result<T, D::Error>
 where
     T: FromStr<Err = String>,
     U: serde::de::DeserializeOwned,
@@ -460,6 +502,11 @@ where
         f.srt.check().map_err(|m| D::Error::custom(format!("srt: {m}")))?;
         return Ok(srt(f.srt));
     }
+    if v.get("rist").is_some() {
+        let f: RistForm<RistEndpoint> = serde_json::from_value(v).map_err(D::Error::custom)?;
+        f.rist.check().map_err(|m| D::Error::custom(format!("rist: {m}")))?;
+        return Ok(rist(f.rist));
+    }
     serde_json::from_value(v).map(udp).map_err(D::Error::custom)
 }
 
@@ -468,13 +515,14 @@ impl Serialize for Input {
         match self {
             Input::Udp(u) => u.serialize(s),
             Input::Srt(e) => SrtForm { srt: e }.serialize(s),
+            Input::Rist(e) => RistForm { rist: e }.serialize(s),
         }
     }
 }
 
 impl<'de> Deserialize<'de> for Input {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        deserialize_endpoint(d, Input::Srt, Input::Udp)
+        deserialize_endpoint(d, Input::Srt, Input::Rist, Input::Udp)
     }
 }
 
@@ -483,13 +531,14 @@ impl Serialize for Output {
         match self {
             Output::Udp(u) => u.serialize(s),
             Output::Srt(e) => SrtForm { srt: e }.serialize(s),
+            Output::Rist(e) => RistForm { rist: e }.serialize(s),
         }
     }
 }
 
 impl<'de> Deserialize<'de> for Output {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        deserialize_endpoint(d, Output::Srt, Output::Udp)
+        deserialize_endpoint(d, Output::Srt, Output::Rist, Output::Udp)
     }
 }
 
@@ -749,6 +798,8 @@ impl FromStr for Input {
     fn from_str(spec: &str) -> Result<Self, String> {
         if spec.trim_start().starts_with("srt://") {
             spec.parse().map(Input::Srt)
+        } else if spec.trim_start().starts_with("rist://") {
+            spec.parse().map(Input::Rist)
         } else {
             spec.parse().map(Input::Udp)
         }
@@ -784,6 +835,8 @@ impl FromStr for Output {
     fn from_str(spec: &str) -> Result<Self, String> {
         if spec.trim_start().starts_with("srt://") {
             spec.parse().map(Output::Srt)
+        } else if spec.trim_start().starts_with("rist://") {
+            spec.parse().map(Output::Rist)
         } else {
             spec.parse().map(Output::Udp)
         }
@@ -828,6 +881,7 @@ impl fmt::Display for Input {
         match self {
             Input::Udp(u) => u.fmt(f),
             Input::Srt(e) => e.fmt(f),
+            Input::Rist(e) => e.fmt(f),
         }
     }
 }
@@ -850,6 +904,7 @@ impl fmt::Display for Output {
         match self {
             Output::Udp(u) => u.fmt(f),
             Output::Srt(e) => e.fmt(f),
+            Output::Rist(e) => e.fmt(f),
         }
     }
 }

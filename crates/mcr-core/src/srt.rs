@@ -64,7 +64,7 @@ impl SrtMode {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             SrtMode::Listener => "listener",
             SrtMode::Caller => "caller",
@@ -236,7 +236,7 @@ fn check_stream_id(id: &str) -> Result<(), String> {
 
 /// Parses a bit rate: a number of bit/s with an optional k, M or G
 /// (powers of 1000).
-fn parse_rate(v: &str) -> Result<u64, String> {
+pub(crate) fn parse_rate(v: &str) -> Result<u64, String> {
     let (num, mult) = match v.as_bytes().last() {
         Some(b'k' | b'K') => (&v[..v.len() - 1], 1_000),
         Some(b'M') => (&v[..v.len() - 1], 1_000_000),
@@ -249,7 +249,7 @@ fn parse_rate(v: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("max-bw `{v}`: a rate in bit/s, e.g. 20M or 500k"))
 }
 
-fn write_rate(f: &mut fmt::Formatter<'_>, bps: u64) -> fmt::Result {
+pub(crate) fn write_rate(f: &mut fmt::Formatter<'_>, bps: u64) -> fmt::Result {
     for (m, s) in [(1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")] {
         if bps.is_multiple_of(m) {
             return write!(f, "{}{s}", bps / m);

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use rustc_hash::FxHashMap;
 
 use crate::forward::FrameRewrite;
-use crate::rule::{Dscp, Input, Mode, Output, SourcePolicy, SrtEndpoint, Ttl};
+use crate::rule::{Dscp, Input, Mode, Output, RistEndpoint, SourcePolicy, SrtEndpoint, Ttl};
 use crate::snapshot::TableSnapshot;
 use crate::wire::ethernet;
 
@@ -32,6 +32,9 @@ pub enum OutputKind {
     /// An SRT output: the payload sent on every connection of the
     /// endpoint, by the worker that owns it.
     Srt(SrtEndpoint),
+    /// A RIST output: the payload handed to librist, which sends it to
+    /// every peer, by the worker that owns it.
+    Rist(RistEndpoint),
 }
 
 /// One output, ready to send.
@@ -62,16 +65,22 @@ pub struct CompiledRule {
     pub health: bool,
     /// Its SRT inputs: which input (from 0) and the endpoint.
     pub srt_inputs: Vec<(usize, SrtEndpoint)>,
+    /// Its RIST inputs: which input (from 0) and the endpoint.
+    pub rist_inputs: Vec<(usize, RistEndpoint)>,
 }
 
 impl CompiledRule {
     /// Whether only worker 0 may take this rule's frames: it has several
-    /// inputs (one worker sees every copy) or an SRT input or output
-    /// (worker 0 holds the connections).
+    /// inputs (one worker sees every copy) or an SRT or RIST input or
+    /// output (worker 0 holds the connections).
     pub fn on_worker_zero(&self) -> bool {
         self.redundancy.is_some()
             || !self.srt_inputs.is_empty()
-            || self.outputs.iter().any(|o| matches!(o.kind, OutputKind::Srt(_)))
+            || !self.rist_inputs.is_empty()
+            || self
+                .outputs
+                .iter()
+                .any(|o| matches!(o.kind, OutputKind::Srt(_) | OutputKind::Rist(_)))
     }
 }
 
@@ -198,11 +207,16 @@ impl MatchTable {
             };
             let mut inputs = Vec::with_capacity(r.input_count());
             let mut srt_inputs = Vec::new();
+            let mut rist_inputs = Vec::new();
             for (k, input) in r.inputs().enumerate() {
                 let input = match input {
                     Input::Udp(u) => u,
                     Input::Srt(e) => {
                         srt_inputs.push((k, e.clone()));
+                        continue;
+                    }
+                    Input::Rist(e) => {
+                        rist_inputs.push((k, e.clone()));
                         continue;
                     }
                 };
@@ -211,24 +225,31 @@ impl MatchTable {
                     None => partly.push(bad(format!("input interface `{}` is unknown", input.interface))),
                 }
             }
-            if inputs.is_empty() && srt_inputs.is_empty() {
+            let carried = srt_inputs.len() + rist_inputs.len();
+            if inputs.is_empty() && carried == 0 {
                 // Said above, once per input.
                 return Err(partly.pop().unwrap_or_else(|| bad("no input".into())));
             }
-            if r.redundancy.is_none() && inputs.len() + srt_inputs.len() < r.input_count() {
+            if r.redundancy.is_none() && inputs.len() + carried < r.input_count() {
                 return Err(partly.pop().unwrap_or_else(|| bad("no input".into())));
             }
             let mut outputs = Vec::with_capacity(r.outputs.len());
             for (o, &slot) in r.outputs.iter().zip(&sr.output_slots) {
+                // SRT and RIST outputs: no interface, a worker sends.
+                let carried = |kind| CompiledOutput {
+                    slot,
+                    ifindex: 0,
+                    interface: String::new(),
+                    kind,
+                };
                 let o = match o {
                     Output::Udp(u) => u,
                     Output::Srt(e) => {
-                        outputs.push(CompiledOutput {
-                            slot,
-                            ifindex: 0,
-                            interface: String::new(),
-                            kind: OutputKind::Srt(e.clone()),
-                        });
+                        outputs.push(carried(OutputKind::Srt(e.clone())));
+                        continue;
+                    }
+                    Output::Rist(e) => {
+                        outputs.push(carried(OutputKind::Rist(e.clone())));
                         continue;
                     }
                 };
@@ -294,6 +315,7 @@ impl MatchTable {
                 }),
                 health: r.health,
                 srt_inputs,
+                rist_inputs,
             });
             for (k, input, ifindex) in inputs {
                 let key = InputKey {

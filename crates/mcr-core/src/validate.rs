@@ -7,6 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use crate::field::{Field, Part};
 use crate::interfaces::Interfaces;
 use crate::rule::{Input, Output, Rule, SourcePolicy, Ttl, UdpInput, UdpOutput};
+use crate::rist::{RistEndpoint, RistMode};
 use crate::srt::{SrtEndpoint, SrtMode};
 
 /// The most outputs one rule may have.
@@ -77,6 +78,9 @@ pub struct RuleIndex<'a> {
     /// SRT listeners (of inputs and outputs) by UDP port: the rule, which
     /// of its fields, and the endpoint.
     srt_listeners: HashMap<u16, Vec<(&'a str, Field, &'a SrtEndpoint)>>,
+    /// The UDP ports RIST listeners bind (two in the simple profile): the
+    /// rule, which of its fields, and the address.
+    rist_ports: HashMap<u16, Vec<(&'a str, Field, IpAddr)>>,
 }
 
 impl<'a> RuleIndex<'a> {
@@ -91,6 +95,11 @@ impl<'a> RuleIndex<'a> {
                         .entry(e.address.port())
                         .or_default()
                         .push((&r.name, f, e));
+                }
+            }
+            for (f, e) in rist_listeners(r) {
+                for p in e.ports() {
+                    ix.rist_ports.entry(p).or_default().push((&r.name, f, e.address.ip()));
                 }
             }
             for (_, input) in r.udp_inputs() {
@@ -130,6 +139,99 @@ fn srt_endpoints(rule: &Rule) -> impl Iterator<Item = (Field, &SrtEndpoint)> {
         .enumerate()
         .filter_map(|(j, o)| Some((Field::Output(j, Part::Whole), o.as_srt()?)));
     inputs.chain(outputs)
+}
+
+/// Every RIST listener of `rule`, inputs first, with its field.
+fn rist_listeners(rule: &Rule) -> impl Iterator<Item = (Field, &RistEndpoint)> {
+    let inputs = rule
+        .inputs()
+        .enumerate()
+        .filter_map(|(k, i)| Some((Field::input(k, Part::Whole), i.as_rist()?)));
+    let outputs = rule
+        .outputs
+        .iter()
+        .enumerate()
+        .filter_map(|(j, o)| Some((Field::Output(j, Part::Whole), o.as_rist()?)));
+    inputs.chain(outputs).filter(|(_, e)| e.mode == RistMode::Listener)
+}
+
+/// A RIST listener's ports are its own: no other RIST listener and no SRT
+/// listener may bind them (on an overlapping address), in this rule or
+/// another; and an SRT listener of this rule may not bind another rule's
+/// RIST port.
+fn check_rist_ports(rule: &Rule, index: &RuleIndex<'_>) -> Result<(), RuleError> {
+    let overlap = |a: IpAddr, b: IpAddr| a == b || a.is_unspecified() || b.is_unspecified();
+    let whose = |n: &str, f: Field| {
+        if n == rule.name {
+            format!("this rule's {f}")
+        } else {
+            format!("rule `{n}` (its {f})")
+        }
+    };
+    let mine: Vec<(Field, &RistEndpoint)> = rist_listeners(rule).collect();
+    // Each SRT listener (this rule's, or another's) by port.
+    let srt: Vec<(&str, Field, &SrtEndpoint)> = srt_endpoints(rule)
+        .filter(|(_, e)| e.mode == SrtMode::Listener)
+        .map(|(f, e)| (rule.name.as_str(), f, e))
+        .chain(
+            index
+                .srt_listeners
+                .values()
+                .flatten()
+                .copied()
+                .filter(|(n, _, _)| *n != rule.name),
+        )
+        .collect();
+    for (n, (field, e)) in mine.iter().enumerate() {
+        for p in e.ports() {
+            let earlier = mine[..n]
+                .iter()
+                .filter(|(_, x)| x.ports().contains(&p))
+                .map(|(f, x)| (rule.name.as_str(), *f, x.address.ip()));
+            let others = index
+                .rist_ports
+                .get(&p)
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|(o, _, _)| *o != rule.name);
+            let srts = srt
+                .iter()
+                .filter(|(_, _, x)| x.address.port() == p)
+                .map(|&(o, f, x)| (o, f, x.address.ip()));
+            if let Some((o, f, _)) = earlier
+                .chain(others)
+                .chain(srts)
+                .find(|(_, _, a)| overlap(*a, e.address.ip()))
+            {
+                return Err(err(
+                    rule,
+                    *field,
+                    format!(
+                        "UDP port {p} is {}'s already; a RIST listener has its port{} to itself",
+                        whose(o, f),
+                        if e.ports().len() > 1 { "s (the simple profile's two)" } else { "" }
+                    ),
+                ));
+            }
+        }
+    }
+    for (field, e) in srt_endpoints(rule).filter(|(_, e)| e.mode == SrtMode::Listener) {
+        let taken = index
+            .rist_ports
+            .get(&e.address.port())
+            .into_iter()
+            .flatten()
+            .find(|(o, _, a)| *o != rule.name && overlap(*a, e.address.ip()));
+        if let Some((o, f, _)) = taken {
+            return Err(err(
+                rule,
+                field,
+                format!("UDP port {} is {}'s RIST listener's", e.address.port(), whose(o, *f)),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn input_place(i: &UdpInput) -> InputPlace<'_> {
@@ -188,6 +290,7 @@ pub fn check_rule_in(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces
         match input {
             Input::Udp(u) => check_input(rule, k, u, interfaces)?,
             Input::Srt(e) => check_srt_input(rule, k, e)?,
+            Input::Rist(e) => check_rist_input(rule, k, e)?,
         }
     }
     check_redundancy(rule)?;
@@ -214,6 +317,20 @@ pub fn check_rule_in(rule: &Rule, index: &RuleIndex<'_>, interfaces: &Interfaces
         e.check().map_err(|m| err(rule, *field, m))?;
         check_srt_port(rule, *field, e, &mine[..n], index)?;
     }
+    for (field, e) in rule
+        .inputs()
+        .enumerate()
+        .filter_map(|(k, i)| Some((Field::input(k, Part::Whole), i.as_rist()?)))
+        .chain(
+            rule.outputs
+                .iter()
+                .enumerate()
+                .filter_map(|(j, o)| Some((Field::Output(j, Part::Whole), o.as_rist()?))),
+        )
+    {
+        e.check().map_err(|m| err(rule, field, m))?;
+    }
+    check_rist_ports(rule, index)?;
     for (k, input) in rule.udp_inputs() {
         let taken = index.inputs.get(&input_place(input)).and_then(|v| {
             v.iter()
@@ -493,12 +610,30 @@ fn check_srt_input(rule: &Rule, k: usize, e: &SrtEndpoint) -> Result<(), RuleErr
             "max-bw caps what an output sends; an input sends nothing",
         ));
     }
+    check_carried_family(rule, "SRT")
+}
+
+/// A RIST input: a cap on what is sent is for outputs.
+fn check_rist_input(rule: &Rule, k: usize, e: &RistEndpoint) -> Result<(), RuleError> {
+    if e.max_bw_bps.is_some() {
+        return Err(err(
+            rule,
+            Field::input(k, Part::Whole),
+            "max-bw caps what an output retransmits; an input sends none",
+        ));
+    }
+    check_carried_family(rule, "RIST")
+}
+
+/// A rule with an SRT or RIST input (`what`), whose datagrams MCR carries
+/// as IPv4, takes no IPv6 UDP input beside it.
+fn check_carried_family(rule: &Rule, what: &str) -> Result<(), RuleError> {
     if let Some((j, u)) = rule.udp_inputs().find(|(_, u)| !u.destination.is_ipv4()) {
         return Err(err(
             rule,
             Field::input(j, Part::Destination),
             format!(
-                "{} is IPv6, and the rule has an SRT input, whose datagrams MCR carries as IPv4: the inputs of a rule are of one family",
+                "{} is IPv6, and the rule has an {what} input, whose datagrams MCR carries as IPv4: the inputs of a rule are of one family",
                 u.destination
             ),
         ));
@@ -641,11 +776,11 @@ fn check_output(rule: &Rule, i: usize, o: &UdpOutput, interfaces: &Interfaces) -
             }
         }
         SourcePolicy::Keep => {
-            if rule.inputs().any(|i| i.as_srt().is_some()) {
+            if rule.inputs().any(Input::is_carried) {
                 return Err(err(
                     rule,
                     f(Part::Source),
-                    "source=keep: an SRT input has no sender's address to keep; use source=interface or source=ADDRESS",
+                    "source=keep: an SRT or RIST input has no sender's address to keep; use source=interface or source=ADDRESS",
                 ));
             }
             let Some(input) = rule.first_udp_input().map(|u| u.destination.ip()) else {
@@ -923,6 +1058,35 @@ mod tests {
         );
         let any = rule("any", "veth1:232.1.1.1:5001", &["veth2:239.10.1.6:6001"]);
         check_rule(&any, &[s1, s2], &ifaces()).expect("(*,G) beside (S,G)");
+    }
+
+    #[test]
+    fn rist_listeners_have_their_ports_to_themselves() {
+        let ok = |r: &Rule, others: &[Rule]| check_rule(r, others, &ifaces()).expect("accepted");
+        let a = rule("a", "veth1:239.1.1.1:5001", &["rist://0.0.0.0:8200,profile=simple"]);
+        ok(&a, &[]);
+        // The simple profile's second port is taken too, by RIST or SRT.
+        let b = rule("b", "veth1:239.1.1.2:5001", &["rist://0.0.0.0:8201"]);
+        let e = refused(&b, std::slice::from_ref(&a));
+        assert!(e.reason.contains("UDP port 8201 is rule `a` (its outputs[0])'s already"), "{e}");
+        let c = rule("c", "veth1:239.1.1.3:5001", &["srt://0.0.0.0:8201"]);
+        let e = refused(&c, std::slice::from_ref(&a));
+        assert!(e.reason.contains("UDP port 8201 is rule `a` (its outputs[0])'s RIST listener's"), "{e}");
+        // Within one rule, and against an SRT listener of another.
+        let d = rule("d", "veth1:239.1.1.4:5001", &["rist://0.0.0.0:8300", "rist://0.0.0.0:8300"]);
+        let e = refused(&d, &[]);
+        assert_eq!(e.field, "outputs[1]");
+        let s = rule("s", "veth1:239.1.1.5:5001", &["srt://0.0.0.0:9000,streamid=x"]);
+        let e = refused(&rule("r", "veth1:239.1.1.6:5001", &["rist://0.0.0.0:9000"]), std::slice::from_ref(&s));
+        assert!(e.reason.contains("rule `s` (its outputs[0])"), "{e}");
+        // Callers bind nothing; another address's port is free.
+        ok(&rule("e", "veth1:239.1.1.7:5001", &["rist://10.9.9.9:8200"]), std::slice::from_ref(&a));
+        // A RIST input: no max-bw, no IPv6 beside it, no source=keep.
+        let e = refused(&rule("f", "rist://0.0.0.0:8400,max-bw=1M", &["veth2:239.10.1.1:6001"]), &[]);
+        assert!(e.reason.contains("an input sends none"), "{e}");
+        let e = refused(&rule("g", "rist://0.0.0.0:8400", &["veth2:239.10.1.1:6001,source=keep"]), &[]);
+        assert!(e.reason.contains("SRT or RIST input"), "{e}");
+        ok(&rule("h", "rist://0.0.0.0:8400", &["veth2:239.10.1.1:6001"]), &[]);
     }
 
     #[test]

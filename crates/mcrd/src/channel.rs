@@ -53,6 +53,15 @@ pub enum FromWorker {
         #[serde(default)]
         inputs: Vec<(u32, usize, mcr_core::control::SrtStatus)>,
     },
+    /// Its RIST endpoints, once a second while it has any (in SRT's
+    /// shape, see [`mcr_core::control::RistInputStatus`]).
+    Rist {
+        /// Each output's (by its slot) endpoint and peers.
+        outputs: Vec<(u32, mcr_core::control::SrtStatus)>,
+        /// Each input's (by its rule's slot and which input) endpoint and
+        /// peers.
+        inputs: Vec<(u32, usize, mcr_core::control::SrtStatus)>,
+    },
 }
 
 /// Something a worker could not set up.

@@ -663,6 +663,10 @@ impl Supervisor {
                         w.srt = outputs;
                         w.srt_inputs = inputs;
                     }
+                    FromWorker::Rist { outputs, inputs } => {
+                        w.rist = outputs;
+                        w.rist_inputs = inputs;
+                    }
                 }
             }
             WorkerEvent::Exited {
@@ -953,19 +957,36 @@ impl Supervisor {
             s.cpu_s = w.cpu_s();
             s.busy = w.busy;
         }
-        let srt: std::collections::HashMap<u32, &mcr_core::control::SrtStatus> = self
-            .workers
-            .iter()
-            .flat_map(|w| w.srt.iter().map(|(k, v)| (*k, v)))
-            .collect();
-        if !srt.is_empty() {
-            for (r, s) in self.plane.rules().iter().zip(&mut report.rules) {
-                for (slot, o) in r.output_slots.iter().zip(&mut s.outputs) {
-                    o.srt = srt.get(slot).map(|&x| x.clone());
-                }
+        self.fill_links(&mut report);
+        self.fill_datapath(&mut report);
+        let held = report.rules.iter().flat_map(|r| &r.outputs).map(|o| o.held).sum();
+        report.role = Some(self.role.status(held, false));
+        report.store = self.plane.store_status(Instant::now());
+        report.interfaces = self.plane.interface_status();
+        report
+    }
+
+    /// The SRT and RIST endpoints of each rule, as their workers last said.
+    fn fill_links(&self, report: &mut mcr_core::control::StatsReport) {
+        use mcr_core::control::{RistInputStatus, SrtInputStatus, SrtStatus};
+        let by_slot = |f: fn(&workers::WorkerSlot) -> &Vec<(u32, SrtStatus)>| {
+            self.workers
+                .iter()
+                .flat_map(|w| f(w).iter().map(|(k, v)| (*k, v)))
+                .collect::<std::collections::HashMap<u32, &SrtStatus>>()
+        };
+        let (srt, rist) = (by_slot(|w| &w.srt), by_slot(|w| &w.rist));
+        for (r, s) in self.plane.rules().iter().zip(&mut report.rules) {
+            for (slot, o) in r.output_slots.iter().zip(&mut s.outputs) {
+                o.srt = srt.get(slot).map(|&x| x.clone());
+                o.rist = rist.get(slot).map(|&x| x.clone());
             }
         }
-        for (slot, k, status) in self.workers.iter().flat_map(|w| &w.srt_inputs) {
+        let inputs = self
+            .workers
+            .iter()
+            .flat_map(|w| w.srt_inputs.iter().map(|x| (true, x)).chain(w.rist_inputs.iter().map(|x| (false, x))));
+        for (is_srt, (slot, k, status)) in inputs {
             let Some((r, s)) = self
                 .plane
                 .rules()
@@ -975,18 +996,21 @@ impl Supervisor {
             else {
                 continue;
             };
-            s.srt_inputs.push(mcr_core::control::SrtInputStatus {
-                input: r.rule.inputs().nth(*k).map(ToString::to_string).unwrap_or_default(),
-                index: *k,
-                srt: status.clone(),
-            });
+            let input = r.rule.inputs().nth(*k).map(ToString::to_string).unwrap_or_default();
+            if is_srt {
+                s.srt_inputs.push(SrtInputStatus {
+                    input,
+                    index: *k,
+                    srt: status.clone(),
+                });
+            } else {
+                s.rist_inputs.push(RistInputStatus {
+                    input,
+                    index: *k,
+                    rist: status.clone(),
+                });
+            }
         }
-        self.fill_datapath(&mut report);
-        let held = report.rules.iter().flat_map(|r| &r.outputs).map(|o| o.held).sum();
-        report.role = Some(self.role.status(held, false));
-        report.store = self.plane.store_status(Instant::now());
-        report.interfaces = self.plane.interface_status();
-        report
     }
 
     /// Which data path forwards each rule, and where the eBPF one runs.
@@ -996,6 +1020,10 @@ impl Supervisor {
         for (r, s) in self.plane.rules().iter().zip(&mut report.rules) {
             if r.rule.inputs().any(|i| i.as_srt().is_some()) {
                 s.datapath_reason = Some(mcr_core::datapath::Ineligible::SrtInput.to_string());
+                continue;
+            }
+            if r.rule.inputs().any(|i| i.as_rist().is_some()) {
+                s.datapath_reason = Some(mcr_core::datapath::Ineligible::RistInput.to_string());
                 continue;
             }
             match k.why_not(r.slot) {

@@ -361,6 +361,7 @@ impl Stats {
                                     .collect(),
                                 held: self.sum_output(c, s, OutputCounter::Held),
                                 srt: None,
+                                rist: None,
                             }
                         })
                         .collect(),
@@ -414,6 +415,7 @@ impl Stats {
                     },
                     health_not_followed: (!r.rule.health).then(|| "turned off (health = false)".to_string()),
                     srt_inputs: Vec::new(),
+                    rist_inputs: Vec::new(),
                 }
             })
             .collect();

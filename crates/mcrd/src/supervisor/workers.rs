@@ -98,6 +98,10 @@ pub struct WorkerSlot {
     pub srt: Vec<(u32, mcr_core::control::SrtStatus)>,
     /// Its SRT inputs as it last said (by rule slot and input).
     pub srt_inputs: Vec<(u32, usize, mcr_core::control::SrtStatus)>,
+    /// Its RIST outputs as it last said (by output slot).
+    pub rist: Vec<(u32, mcr_core::control::SrtStatus)>,
+    /// Its RIST inputs as it last said (by rule slot and input).
+    pub rist_inputs: Vec<(u32, usize, mcr_core::control::SrtStatus)>,
     /// CPU seconds of its earlier processes.
     cpu_before_s: f64,
     /// CPU seconds of the current process when last sampled, and when.
@@ -127,6 +131,8 @@ impl WorkerSlot {
             problems: Vec::new(),
             srt: Vec::new(),
             srt_inputs: Vec::new(),
+            rist: Vec::new(),
+            rist_inputs: Vec::new(),
             cpu_before_s: 0.0,
             cpu_now: None,
             busy: 0.0,
@@ -299,6 +305,8 @@ impl WorkerSlot {
         self.ring_tx = None;
         self.srt.clear();
         self.srt_inputs.clear();
+        self.rist.clear();
+        self.rist_inputs.clear();
         self.kept.extend(rings);
         self.cpu_before_s += self.cpu_now.take().map_or(0.0, |(_, s)| s);
         self.busy = 0.0;

@@ -359,6 +359,8 @@ pub struct Egress {
     slab: UdpSlab,
     /// The SRT endpoints (worker 0's).
     pub srt: super::srt::Srt,
+    /// The RIST endpoints (worker 0's).
+    pub rist: super::rist::Rist,
 }
 
 impl Egress {
@@ -367,6 +369,7 @@ impl Egress {
     pub fn new(pending: usize, worker: usize) -> Egress {
         Egress {
             srt: super::srt::Srt::new(worker),
+            rist: super::rist::Rist::new(worker),
             frames: FxHashMap::default(),
             udp: FxHashMap::default(),
             routes: FxHashMap::default(),
@@ -418,7 +421,7 @@ impl Egress {
                         dests.push(RawSockAddr::new(*destination));
                         routes.insert(o.slot, (key, dests.len() - 1));
                     }
-                    OutputKind::Srt(_) => {}
+                    OutputKind::Srt(_) | OutputKind::Rist(_) => {}
                 }
             }
         }

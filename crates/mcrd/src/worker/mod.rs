@@ -8,6 +8,7 @@ mod health;
 mod ingress;
 mod keeper;
 mod redundancy;
+mod rist;
 mod srt;
 
 use std::io::{Read, Write};
@@ -203,9 +204,9 @@ impl Worker {
             // (And, with SRT endpoints, to take their callers within 10
             // ms, and an SRT input's datagrams within 1 ms of libsrt
             // releasing them.)
-            let idle_ms = if self.egress.srt.has_inputs() {
+            let idle_ms = if self.egress.srt.has_inputs() || self.egress.rist.has_inputs() {
                 1
-            } else if self.egress.srt.active() {
+            } else if self.egress.srt.active() || self.egress.rist.active() {
                 10
             } else {
                 100
@@ -247,6 +248,16 @@ impl Worker {
                     }
                 }
                 self.say(&FromWorker::Srt { outputs, inputs })?;
+            }
+            if let Some(ends) = self.egress.rist.poll(mcr_sys::clock::monotonic_ns()) {
+                let (mut outputs, mut inputs) = (Vec::new(), Vec::new());
+                for (t, s) in ends {
+                    match t {
+                        srt::Target::Output(slot) => outputs.push((slot, s)),
+                        srt::Target::Input(rule, k) => inputs.push((rule, k, s)),
+                    }
+                }
+                self.say(&FromWorker::Rist { outputs, inputs })?;
             }
             if table_msg && self.read_channel(&mut epoll)? {
                 return Ok(());
@@ -324,6 +335,7 @@ impl Worker {
         // (interface, source) of unicast outputs.
         problems.extend(self.egress.reconcile(&table, &snap.interfaces));
         problems.extend(self.egress.srt.reconcile(&table));
+        problems.extend(self.egress.rist.reconcile(&table));
         self.redundancy.reconcile(&table, mcr_sys::clock::monotonic_ns());
         let counts = Counts {
             counters: &self.counters,
@@ -400,7 +412,7 @@ impl Worker {
     /// each datagram made a frame ([`dispatch::carried_in`]) and taken by
     /// its rule as input `k`.
     fn forward_carried(&mut self) {
-        if !self.egress.srt.has_inputs() {
+        if !self.egress.srt.has_inputs() && !self.egress.rist.has_inputs() {
             return;
         }
         let Worker {
@@ -415,7 +427,9 @@ impl Worker {
             ident,
             ..
         } = self;
+        carried.clear();
         egress.srt.receive(carried);
+        egress.rist.receive(carried);
         if carried.meta.is_empty() {
             return;
         }
@@ -583,6 +597,10 @@ fn send(egress: &mut Egress, rule: &CompiledRule, frame: &[u8], d: &Datagram, co
             Verdict::Srt => {
                 let payload = &frame[d.payload_at..d.payload_at + d.payload_len];
                 egress.srt.send(o.slot, payload, counts);
+            }
+            Verdict::Rist => {
+                let payload = &frame[d.payload_at..d.payload_at + d.payload_len];
+                egress.rist.send(o.slot, payload, counts);
             }
         }
     }

@@ -94,7 +94,7 @@ struct Conn {
     queue_full: u64,
 }
 
-/// Datagrams taken from SRT inputs, each in a frame of its own, the
+/// Datagrams taken from SRT and RIST inputs, each in a frame of its own, the
 /// payload at [`UDP_V4_HEADERS`]: room made once, used again each turn.
 #[derive(Default)]
 pub struct Carried {
@@ -108,6 +108,26 @@ impl Carried {
     /// Frame `i` (headers room and payload).
     pub fn frame_mut(&mut self, i: usize) -> &mut [u8] {
         &mut self.frames[i * CARRIED_FRAME..(i + 1) * CARRIED_FRAME]
+    }
+
+    /// Forgets every datagram (the room stays).
+    pub fn clear(&mut self) {
+        self.meta.clear();
+    }
+
+    /// Room for the payload of the next datagram.
+    pub fn next_payload(&mut self) -> &mut [u8] {
+        let n = self.meta.len();
+        if self.frames.len() < (n + 1) * CARRIED_FRAME {
+            self.frames.resize((n + 1) * CARRIED_FRAME, 0);
+        }
+        &mut self.frames[n * CARRIED_FRAME + UDP_V4_HEADERS..(n + 1) * CARRIED_FRAME]
+    }
+
+    /// Keeps the datagram written at [`Carried::next_payload`]: `len`
+    /// bytes from `from`, for input `k` of the rule in `slot`.
+    pub fn push(&mut self, slot: u32, k: usize, len: usize, from: SocketAddrV4) {
+        self.meta.push((slot, k, len, from));
     }
 }
 
@@ -281,10 +301,9 @@ impl Srt {
         }
     }
 
-    /// Takes what the inputs' connections released into `into` (emptied
-    /// first): at most [`RECV_BUDGET`] datagrams from each.
+    /// Adds what the inputs' connections released to `into`: at most
+    /// [`RECV_BUDGET`] datagrams from each.
     pub fn receive(&mut self, into: &mut Carried) {
-        into.meta.clear();
         for (target, end) in &mut self.ends {
             let Target::Input(rule, k) = *target else { continue };
             let Some(c) = end.conns.first() else { continue };
@@ -294,13 +313,8 @@ impl Srt {
             };
             let mut broken = false;
             for _ in 0..RECV_BUDGET {
-                let n = into.meta.len();
-                if into.frames.len() < (n + 1) * CARRIED_FRAME {
-                    into.frames.resize((n + 1) * CARRIED_FRAME, 0);
-                }
-                let buf = &mut into.frames[n * CARRIED_FRAME + UDP_V4_HEADERS..(n + 1) * CARRIED_FRAME];
-                match c.socket.recv(buf) {
-                    Ok(Some(len)) => into.meta.push((rule, k, len, from)),
+                match c.socket.recv(into.next_payload()) {
+                    Ok(Some(len)) => into.push(rule, k, len, from),
                     Ok(None) => break,
                     Err(e) => {
                         if e.is_closed() {

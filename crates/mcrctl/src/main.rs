@@ -59,7 +59,8 @@ enum Command {
         #[arg(long, value_parser = |s: &str| s.parse::<Mode>())]
         mode: Option<Mode>,
         /// IFACE:ADDRESS:PORT[,vlan=ID][,ttl=N|decrement][,dscp=D|keep][,source=interface|keep|ADDRESS],
-        /// or srt://HOST:PORT[,latency=MS][,passphrase-file=PATH][,streamid=ID][,max-callers=N]:
+        /// or srt://HOST:PORT[,latency=MS][,passphrase-file=PATH][,streamid=ID][,max-callers=N],
+        /// or rist://HOST:PORT[,profile=simple|main][,buffer=MS][,secret-file=PATH][,max-peers=N]:
         /// where to send it; repeat for several outputs.
         #[arg(long = "output", short, required = true)]
         outputs: Vec<Output>,

@@ -123,6 +123,9 @@ pub fn render(r: &Reply) -> String {
             for s in rules {
                 let join = match s.joins.iter().find(|j| !j.joined) {
                     None if s.joins.is_empty() && s.rule.input.as_srt().is_some() => "no join (SRT input)".to_string(),
+                    None if s.joins.is_empty() && s.rule.input.as_rist().is_some() => {
+                        "no join (RIST input)".to_string()
+                    }
                     None if s.joins.is_empty() && s.rule.input.as_udp().is_some_and(|i| i.vlan.is_some()) => {
                         "no join (a VLAN of a trunk)".to_string()
                     }
@@ -406,7 +409,11 @@ fn stats(o: &mut String, s: &StatsReport) {
         }
         for i in &r.srt_inputs {
             let _ = writeln!(o, "  <- {}", i.input);
-            srt_lines(o, &i.srt);
+            srt_lines(o, "srt", &i.srt);
+        }
+        for i in &r.rist_inputs {
+            let _ = writeln!(o, "  <- {}", i.input);
+            srt_lines(o, "rist", &i.rist);
         }
         for out in &r.outputs {
             let dropped: u64 = out.drops.values().sum();
@@ -425,7 +432,10 @@ fn stats(o: &mut String, s: &StatsReport) {
                 let _ = writeln!(o, "     held while standby: {}", out.held);
             }
             if let Some(srt) = &out.srt {
-                srt_lines(o, srt);
+                srt_lines(o, "srt", srt);
+            }
+            if let Some(rist) = &out.rist {
+                srt_lines(o, "rist", rist);
             }
         }
     }
@@ -540,15 +550,17 @@ fn utc(at_ms: u64) -> String {
     )
 }
 
-/// An SRT output's endpoint and connections, under its counters.
-fn srt_lines(o: &mut String, s: &mcr_core::control::SrtStatus) {
+/// An SRT or RIST (`protocol`) endpoint and its connections, under its
+/// counters.
+fn srt_lines(o: &mut String, protocol: &str, s: &mcr_core::control::SrtStatus) {
     let refused = mcr_core::control::nonzero_drops(&s.refused);
     let _ = writeln!(
         o,
-        "     srt {} on worker {}, {} caller(s){}{}",
+        "     {protocol} {} on worker {}, {} {}{}{}",
         s.state,
         s.worker,
         s.connections.len(),
+        if protocol == "srt" { "caller(s)" } else { "peer(s)" },
         s.error.as_deref().map_or_else(String::new, |e| format!(": {e}")),
         refused.map_or_else(String::new, |r| format!("; refused {r}"))
     );
@@ -563,7 +575,8 @@ fn srt_lines(o: &mut String, s: &mcr_core::control::SrtStatus) {
         };
         let _ = writeln!(
             o,
-            "     caller {}{id} {} {} s: rtt {:.1} ms, {:.2} Mb/s, sent {}, retransmitted {}, lost {}, too late {}, queue full {}, buffer {} ms, latency {} ms",
+            "     {} {}{id} {} {} s: rtt {:.1} ms, {:.2} Mb/s, sent {}, retransmitted {}, lost {}, too late {}, queue full {}, buffer {} ms, latency {} ms",
+            if protocol == "srt" { "caller" } else { "peer" },
             c.peer,
             c.state,
             c.connected_s,

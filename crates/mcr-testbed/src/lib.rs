@@ -41,6 +41,7 @@ pub mod pki;
 pub mod presets;
 mod process;
 pub mod relay;
+pub mod rist;
 pub mod srt;
 pub mod systemd;
 mod temp_dir;

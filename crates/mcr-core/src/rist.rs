@@ -159,7 +159,10 @@ impl RistEndpoint {
                 return Err(format!("a caller reaches one host; {} is not one", a.ip()));
             }
             RistMode::Listener if a.ip().is_multicast() => {
-                return Err(format!("a listener binds an address of this host; {} is a group", a.ip()));
+                return Err(format!(
+                    "a listener binds an address of this host; {} is a group",
+                    a.ip()
+                ));
             }
             RistMode::Caller if self.max_peers != DEFAULT_MAX_PEERS => {
                 return Err("max-peers is for a listener; a caller has one peer".into());
@@ -239,12 +242,7 @@ impl FromStr for RistEndpoint {
                 }
                 "buffer" => e.buffer_ms = num(k, v)?,
                 "secret-file" => e.secret_file = Some(PathBuf::from(v)),
-                "aes" => {
-                    e.aes = Some(
-                        v.parse()
-                            .map_err(|_| format!("`{spec}`: aes `{v}`: 128 or 256"))?,
-                    )
-                }
+                "aes" => e.aes = Some(v.parse().map_err(|_| format!("`{spec}`: aes `{v}`: 128 or 256"))?),
                 "max-peers" => e.max_peers = num(k, v)?,
                 "max-bw" => e.max_bw_bps = Some(parse_rate(v).map_err(|m| format!("`{spec}`: {m}"))?),
                 "secret" => {

@@ -6,8 +6,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use crate::field::{Field, Part};
 use crate::interfaces::Interfaces;
-use crate::rule::{Input, Output, Rule, SourcePolicy, Ttl, UdpInput, UdpOutput};
 use crate::rist::{RistEndpoint, RistMode};
+use crate::rule::{Input, Output, Rule, SourcePolicy, Ttl, UdpInput, UdpOutput};
 use crate::srt::{SrtEndpoint, SrtMode};
 
 /// The most outputs one rule may have.
@@ -210,7 +210,11 @@ fn check_rist_ports(rule: &Rule, index: &RuleIndex<'_>) -> Result<(), RuleError>
                     format!(
                         "UDP port {p} is {}'s already; a RIST listener has its port{} to itself",
                         whose(o, f),
-                        if e.ports().len() > 1 { "s (the simple profile's two)" } else { "" }
+                        if e.ports().len() > 1 {
+                            "s (the simple profile's two)"
+                        } else {
+                            ""
+                        }
                     ),
                 ));
             }
@@ -1068,23 +1072,47 @@ mod tests {
         // The simple profile's second port is taken too, by RIST or SRT.
         let b = rule("b", "veth1:239.1.1.2:5001", &["rist://0.0.0.0:8201"]);
         let e = refused(&b, std::slice::from_ref(&a));
-        assert!(e.reason.contains("UDP port 8201 is rule `a` (its outputs[0])'s already"), "{e}");
+        assert!(
+            e.reason
+                .contains("UDP port 8201 is rule `a` (its outputs[0])'s already"),
+            "{e}"
+        );
         let c = rule("c", "veth1:239.1.1.3:5001", &["srt://0.0.0.0:8201"]);
         let e = refused(&c, std::slice::from_ref(&a));
-        assert!(e.reason.contains("UDP port 8201 is rule `a` (its outputs[0])'s RIST listener's"), "{e}");
+        assert!(
+            e.reason
+                .contains("UDP port 8201 is rule `a` (its outputs[0])'s RIST listener's"),
+            "{e}"
+        );
         // Within one rule, and against an SRT listener of another.
-        let d = rule("d", "veth1:239.1.1.4:5001", &["rist://0.0.0.0:8300", "rist://0.0.0.0:8300"]);
+        let d = rule(
+            "d",
+            "veth1:239.1.1.4:5001",
+            &["rist://0.0.0.0:8300", "rist://0.0.0.0:8300"],
+        );
         let e = refused(&d, &[]);
         assert_eq!(e.field, "outputs[1]");
         let s = rule("s", "veth1:239.1.1.5:5001", &["srt://0.0.0.0:9000,streamid=x"]);
-        let e = refused(&rule("r", "veth1:239.1.1.6:5001", &["rist://0.0.0.0:9000"]), std::slice::from_ref(&s));
+        let e = refused(
+            &rule("r", "veth1:239.1.1.6:5001", &["rist://0.0.0.0:9000"]),
+            std::slice::from_ref(&s),
+        );
         assert!(e.reason.contains("rule `s` (its outputs[0])"), "{e}");
         // Callers bind nothing; another address's port is free.
-        ok(&rule("e", "veth1:239.1.1.7:5001", &["rist://10.9.9.9:8200"]), std::slice::from_ref(&a));
+        ok(
+            &rule("e", "veth1:239.1.1.7:5001", &["rist://10.9.9.9:8200"]),
+            std::slice::from_ref(&a),
+        );
         // A RIST input: no max-bw, no IPv6 beside it, no source=keep.
-        let e = refused(&rule("f", "rist://0.0.0.0:8400,max-bw=1M", &["veth2:239.10.1.1:6001"]), &[]);
+        let e = refused(
+            &rule("f", "rist://0.0.0.0:8400,max-bw=1M", &["veth2:239.10.1.1:6001"]),
+            &[],
+        );
         assert!(e.reason.contains("an input sends none"), "{e}");
-        let e = refused(&rule("g", "rist://0.0.0.0:8400", &["veth2:239.10.1.1:6001,source=keep"]), &[]);
+        let e = refused(
+            &rule("g", "rist://0.0.0.0:8400", &["veth2:239.10.1.1:6001,source=keep"]),
+            &[],
+        );
         assert!(e.reason.contains("SRT or RIST input"), "{e}");
         ok(&rule("h", "rist://0.0.0.0:8400", &["veth2:239.10.1.1:6001"]), &[]);
     }

@@ -982,10 +982,12 @@ impl Supervisor {
                 o.rist = rist.get(slot).map(|&x| x.clone());
             }
         }
-        let inputs = self
-            .workers
-            .iter()
-            .flat_map(|w| w.srt_inputs.iter().map(|x| (true, x)).chain(w.rist_inputs.iter().map(|x| (false, x))));
+        let inputs = self.workers.iter().flat_map(|w| {
+            w.srt_inputs
+                .iter()
+                .map(|x| (true, x))
+                .chain(w.rist_inputs.iter().map(|x| (false, x)))
+        });
         for (is_srt, (slot, k, status)) in inputs {
             let Some((r, s)) = self
                 .plane

@@ -32,7 +32,10 @@ fn binds_output(output: &Output) -> Option<(&'static str, Vec<SocketAddr>)> {
 }
 
 fn rist_binds(e: &mcr_core::rist::RistEndpoint) -> Vec<SocketAddr> {
-    e.ports().into_iter().map(|p| SocketAddr::new(e.address.ip(), p)).collect()
+    e.ports()
+        .into_iter()
+        .map(|p| SocketAddr::new(e.address.ip(), p))
+        .collect()
 }
 
 /// Every SRT and RIST listener of `rule`: the field that names it, its
@@ -135,11 +138,19 @@ mod tests {
         let rule = Rule::new(
             "r",
             "veth1:239.1.1.1:5001".parse().expect("input"),
-            vec![format!("rist://127.0.0.1:{even},mode=listener,profile=simple").parse().expect("output")],
+            vec![
+                format!("rist://127.0.0.1:{even},mode=listener,profile=simple")
+                    .parse()
+                    .expect("output"),
+            ],
         );
         let e = taken(&rule, &[]).expect("refused");
         assert!(
-            e.message.contains(&format!("RIST listener 127.0.0.1:{}: UDP port {} is taken", even + 1, even + 1)),
+            e.message.contains(&format!(
+                "RIST listener 127.0.0.1:{}: UDP port {} is taken",
+                even + 1,
+                even + 1
+            )),
             "{}",
             e.message
         );

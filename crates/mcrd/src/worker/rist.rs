@@ -132,7 +132,14 @@ impl Rist {
             };
             let ctx = open(e, role);
             match &ctx {
-                Ok(_) => tracing::info!("RIST {e}: {}", if e.mode == RistMode::Listener { "listening" } else { "calling" }),
+                Ok(_) => tracing::info!(
+                    "RIST {e}: {}",
+                    if e.mode == RistMode::Listener {
+                        "listening"
+                    } else {
+                        "calling"
+                    }
+                ),
                 Err(why) => problems.push(Problem {
                     scope: Scope::Rule(rule.to_string()),
                     error: format!("RIST {e}: {why}"),

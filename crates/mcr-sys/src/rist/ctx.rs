@@ -145,6 +145,11 @@ impl Shared {
     }
 }
 
+/// librist's error level (syslog's number).
+pub const LEVEL_ERROR: i32 = ffi::RIST_LOG_ERROR;
+/// librist's warning level, the most verbose a context logs.
+pub const LEVEL_WARN: i32 = ffi::RIST_LOG_WARN;
+
 /// Receives each log line of librist: its level (syslog's numbers) and
 /// text.
 pub type LogSink = fn(level: i32, msg: &str);

@@ -22,7 +22,7 @@
 mod ctx;
 mod ffi;
 
-pub use ctx::{Peer, Profile, Rist, RistError, RistStats, Role, set_log_sink};
+pub use ctx::{LEVEL_ERROR, LEVEL_WARN, Peer, Profile, Rist, RistError, RistStats, Role, set_log_sink};
 
 /// The largest datagram MCR hands librist: what fits one RTP packet in a
 /// 1500-byte IPv4 packet with the main profile's GRE header (librist's

@@ -7,6 +7,7 @@ pub mod egress;
 mod health;
 mod ingress;
 mod keeper;
+mod liblog;
 mod redundancy;
 mod rist;
 mod srt;

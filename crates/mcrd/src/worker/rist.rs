@@ -20,6 +20,7 @@ use mcr_core::table::{MatchTable, OutputKind};
 use mcr_sys::rist::{self as sys, MAX_PAYLOAD_BYTES, Role};
 
 use super::egress::Counts;
+use super::liblog::LibLog;
 use super::srt::{Carried, Target};
 use crate::channel::{Problem, Scope};
 
@@ -66,8 +67,15 @@ fn read_secret(path: &std::path::Path) -> Result<String, String> {
     Ok(p.to_string())
 }
 
+/// librist's log lines, into the worker's log ([`LibLog`]).
+fn log_line(level: i32, msg: &str) {
+    static LOG: LibLog = LibLog::new("librist");
+    LOG.line(level <= sys::LEVEL_ERROR, msg);
+}
+
 /// Makes the librist context of `e` in `role`.
 fn open(e: &RistEndpoint, role: Role) -> Result<sys::Rist, String> {
+    sys::set_log_sink(log_line);
     let secret = e.secret_file.as_deref().map(read_secret).transpose()?;
     let profile = match e.profile {
         RistProfile::Simple => sys::Profile::Simple,

@@ -13,6 +13,7 @@ use mcr_core::srt::{MAX_PAYLOAD_BYTES, SrtEndpoint};
 use mcr_sys::srt::{self as sys, HookRequest, ListenHook, RejectCode, SrtSocket};
 
 use super::Target;
+use crate::worker::liblog::LibLog;
 
 /// Callers waiting for their handshake to be accepted, per listener.
 const BACKLOG: i32 = 256;
@@ -168,33 +169,11 @@ pub(super) fn open(addr: SocketAddr, epoll: &mut Option<sys::SrtEpoll>) -> Liste
     Listener { socket, routes }
 }
 
-/// libsrt's log lines, into the worker's log: errors at most
-/// [`LOG_LINES_PER_S`] a second, the rest counted in the next line.
+/// libsrt's log lines, into the worker's log ([`LibLog`]).
 fn log_line(level: i32, msg: &str) {
-    // Warnings (a refused handshake, say) are counted by mcrd itself and
-    // shown in `mcrctl stats`; only errors reach the log.
-    if level > sys::LEVEL_ERR {
-        tracing::debug!("libsrt: {msg}");
-        return;
-    }
-    static WINDOW: Mutex<(u64, u32)> = Mutex::new((0, 0));
-    let now_s = mcr_sys::clock::monotonic_ns() / 1_000_000_000;
-    let Ok(mut w) = WINDOW.lock() else { return };
-    if w.0 != now_s {
-        if w.1 > LOG_LINES_PER_S {
-            tracing::warn!("libsrt: {} more line(s) not shown", w.1 - LOG_LINES_PER_S);
-        }
-        *w = (now_s, 0);
-    }
-    w.1 += 1;
-    if w.1 > LOG_LINES_PER_S {
-        return;
-    }
-    tracing::warn!("libsrt: {msg}");
+    static LOG: LibLog = LibLog::new("libsrt");
+    LOG.line(level <= sys::LEVEL_ERR, msg);
 }
-
-/// How many of libsrt's lines a second reach the log.
-const LOG_LINES_PER_S: u32 = 5;
 
 /// Starts libsrt (once) with its log in the worker's.
 pub(super) fn start() -> Result<(), String> {

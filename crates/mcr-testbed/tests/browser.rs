@@ -288,7 +288,8 @@ fn the_page_shows_every_rule_and_follows_the_daemon() {
     ] {
         assert!(broken.contains(says), "{says:?} not in {broken:?}");
     }
-    // An SRT output shows its listener and each connection.
+    // An SRT output shows its listener and each connection, a RIST one
+    // its call and peer.
     let news = b
         .eval("document.querySelector('[data-rule=\"news-hd\"]').innerText")
         .expect("news-hd");
@@ -302,6 +303,12 @@ fn the_page_shows_every_rule_and_follows_the_daemon() {
         "rtt 81.2 ms",
         "retransmitted 8,611",
         "latency 400 ms",
+        // And a RIST output its peer.
+        "rist://198.51.100.7:8200,mode=caller,buffer=400",
+        "RIST connected",
+        "198.51.100.7:8200 playout-b",
+        "rtt 42.0 ms",
+        "retransmitted 5,102",
     ] {
         assert!(news.contains(says), "{says:?} not in {news:?}");
     }

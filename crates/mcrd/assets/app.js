@@ -96,6 +96,7 @@ function fmtTime(ms) {
 function inputText(i) {
   if (typeof i === "string") return i;
   if (i.srt) return srtText(i.srt);
+  if (i.rist) return ristText(i.rist);
   let s = `${i.interface}:${i.destination}`;
   if (i.vlan != null) s += `,vlan=${i.vlan}`;
   for (const src of i.sources || []) s += `,source=${src}`;
@@ -112,9 +113,20 @@ function srtText(e) {
   return s;
 }
 
+// A RIST endpoint's text form (the settings that differ from the default).
+function ristText(e) {
+  let s = `rist://${e.address},mode=${e.mode}`;
+  if (e.profile != null) s += `,profile=${e.profile}`;
+  if (e.buffer_ms != null) s += `,buffer=${e.buffer_ms}`;
+  if (e.secret_file != null) s += `,secret-file=${e.secret_file}`;
+  if (e.max_peers != null) s += `,max-peers=${e.max_peers}`;
+  return s;
+}
+
 function outputText(o) {
   if (typeof o === "string") return o;
   if (o.srt) return srtText(o.srt);
+  if (o.rist) return ristText(o.rist);
   let s = `${o.interface}:${o.destination}`;
   if (o.vlan != null) s += `,vlan=${o.vlan}`;
   if (o.ttl != null && o.ttl !== "decrement") s += `,ttl=${o.ttl}`;
@@ -161,7 +173,8 @@ function ruleView(name, status, st, hist) {
     inputs = [];
   }
   for (const i of inputs) i.health = health.get(i.text) || null;
-  for (const x of (st && st.srt_inputs) || []) if (inputs[x.index]) inputs[x.index].srt = x.srt;
+  for (const x of (st && st.srt_inputs) || []) if (inputs[x.index]) inputs[x.index].link = ["SRT", x.srt];
+  for (const x of (st && st.rist_inputs) || []) if (inputs[x.index]) inputs[x.index].link = ["RIST", x.rist];
 
   const outputs = st
     ? st.outputs.map((o) => ({
@@ -170,7 +183,7 @@ function ruleView(name, status, st, hist) {
         bps: o.bps,
         drops: nonzero(o.drops),
         held: o.held || 0,
-        srt: o.srt || null,
+        link: o.srt ? ["SRT", o.srt] : o.rist ? ["RIST", o.rist] : null,
       }))
     : ((rule && rule.outputs) || []).map((o) => ({ text: outputText(o), pps: 0, bps: 0, drops: [], held: 0 }));
 
@@ -376,7 +389,7 @@ function inputsCell(v) {
         ),
         i.counters ? itemList(redundancyItems(i.counters, m ? m.text : "")) : null,
         i.health ? healthLine(i.health) : null,
-        i.srt ? srtLines(i.srt) : null,
+        i.link ? linkLines(...i.link) : null,
       ),
     );
   }
@@ -393,13 +406,14 @@ function outputLine(o) {
     { class: "io" },
     h("div", { class: "addr" }, addr(o.text)),
     itemList(items),
-    o.srt ? srtLines(o.srt) : null,
+    o.link ? linkLines(...o.link) : null,
   );
 }
 
-// An SRT endpoint: its state, its refusals, and a line per connection.
-function srtLines(s) {
-  const head = [[`SRT ${s.state}`, s.error ? "bad" : "ok-text"]];
+// An SRT or RIST endpoint (`protocol`): its state, its refusals, and a
+// line per connection.
+function linkLines(protocol, s) {
+  const head = [[`${protocol} ${s.state}`, s.error ? "bad" : "ok-text"]];
   if (s.error) head.push([s.error, "bad"]);
   head.push([plural(s.connections.length, "connection", "connections")]);
   for (const [reason, n] of nonzero(s.refused)) head.push([`refused ${reasonText(reason)} ${fmtCount(n)}`, "warn-text"]);

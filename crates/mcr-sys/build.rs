@@ -33,6 +33,7 @@ fn pkg_config(args: &[&str], lib: &str, package: &str) -> Vec<String> {
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=src/abi_check.h");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     for (lib, abi_check, package) in LIBRARIES {
         link_and_check(lib, abi_check, package);

@@ -27,7 +27,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 pub use crate::srt::SrtMode as RistMode;
-use crate::srt::{parse_rate, write_rate};
+use crate::srt::{EndpointSpec, parse_rate, write_rate};
 
 /// librist's recovery buffer when none is given, in ms.
 pub const DEFAULT_BUFFER_MS: u32 = 1_000;
@@ -204,35 +204,13 @@ impl RistEndpoint {
 impl FromStr for RistEndpoint {
     type Err = String;
     fn from_str(spec: &str) -> Result<Self, String> {
-        let spec = spec.trim();
-        let rest = spec
-            .strip_prefix("rist://")
-            .ok_or_else(|| format!("`{spec}`: a RIST endpoint starts with rist://"))?;
-        let (addr, opts) = match rest.split_once(',') {
-            Some((a, o)) => (a, Some(o)),
-            None => (rest, None),
-        };
-        let address: SocketAddr = addr.parse().map_err(|_| {
-            format!("`{spec}`: `{addr}` is not HOST:PORT (an IP address; IPv6 in brackets, e.g. rist://[::]:8200)")
-        })?;
-        let mut e = RistEndpoint::new(address);
-        let num = |k: &str, v: &str| -> Result<u32, String> {
-            v.parse()
-                .map_err(|_| format!("`{spec}`: {k} `{v}` is not a whole number"))
-        };
-        for o in opts.into_iter().flat_map(|o| o.split(',')) {
-            let (k, v) = o
-                .split_once('=')
-                .ok_or_else(|| format!("`{spec}`: option `{o}` is not KEY=VALUE"))?;
-            let (k, v) = (k.trim(), v.trim());
+        let p = EndpointSpec::parse(spec, "rist")?;
+        let spec = p.spec;
+        let mut e = RistEndpoint::new(p.address);
+        let num = |k: &str, v: &str| p.num(k, v);
+        for &(k, v) in &p.options {
             match k {
-                "mode" => {
-                    e.mode = match v {
-                        "listener" => RistMode::Listener,
-                        "caller" => RistMode::Caller,
-                        _ => return Err(format!("`{spec}`: mode `{v}`: listener or caller")),
-                    }
-                }
+                "mode" => e.mode = p.mode(v)?,
                 "profile" => {
                     e.profile = match v {
                         "simple" => RistProfile::Simple,

@@ -258,38 +258,67 @@ pub(crate) fn write_rate(f: &mut fmt::Formatter<'_>, bps: u64) -> fmt::Result {
     write!(f, "{bps}")
 }
 
-impl FromStr for SrtEndpoint {
-    type Err = String;
-    fn from_str(spec: &str) -> Result<Self, String> {
+/// An endpoint's text form taken apart: its address and each option as
+/// (key, value), for `scheme` (`srt`, `rist`); a mistake is named with the
+/// whole text.
+pub(crate) struct EndpointSpec<'a> {
+    pub spec: &'a str,
+    pub address: SocketAddr,
+    pub options: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> EndpointSpec<'a> {
+    pub(crate) fn parse(spec: &'a str, scheme: &str) -> Result<Self, String> {
         let spec = spec.trim();
-        let rest = spec
-            .strip_prefix("srt://")
-            .ok_or_else(|| format!("`{spec}`: an SRT endpoint starts with srt://"))?;
+        let rest = spec.strip_prefix(&format!("{scheme}://")).ok_or_else(|| {
+            format!(
+                "`{spec}`: an {} endpoint starts with {scheme}://",
+                scheme.to_uppercase()
+            )
+        })?;
         let (addr, opts) = match rest.split_once(',') {
             Some((a, o)) => (a, Some(o)),
             None => (rest, None),
         };
         let address: SocketAddr = addr.parse().map_err(|_| {
-            format!("`{spec}`: `{addr}` is not HOST:PORT (an IP address; IPv6 in brackets, e.g. srt://[::]:9000)")
+            format!("`{spec}`: `{addr}` is not HOST:PORT (an IP address; IPv6 in brackets, e.g. {scheme}://[::]:9000)")
         })?;
-        let mut e = SrtEndpoint::new(address);
-        let num = |k: &str, v: &str| -> Result<u32, String> {
-            v.parse()
-                .map_err(|_| format!("`{spec}`: {k} `{v}` is not a whole number"))
-        };
+        let mut options = Vec::new();
         for o in opts.into_iter().flat_map(|o| o.split(',')) {
             let (k, v) = o
                 .split_once('=')
                 .ok_or_else(|| format!("`{spec}`: option `{o}` is not KEY=VALUE"))?;
-            let (k, v) = (k.trim(), v.trim());
+            options.push((k.trim(), v.trim()));
+        }
+        Ok(EndpointSpec { spec, address, options })
+    }
+
+    /// Option `k`'s value `v` as a whole number.
+    pub(crate) fn num(&self, k: &str, v: &str) -> Result<u32, String> {
+        v.parse()
+            .map_err(|_| format!("`{}`: {k} `{v}` is not a whole number", self.spec))
+    }
+
+    /// The mode `v` names.
+    pub(crate) fn mode(&self, v: &str) -> Result<SrtMode, String> {
+        match v {
+            "listener" => Ok(SrtMode::Listener),
+            "caller" => Ok(SrtMode::Caller),
+            _ => Err(format!("`{}`: mode `{v}`: listener or caller", self.spec)),
+        }
+    }
+}
+
+impl FromStr for SrtEndpoint {
+    type Err = String;
+    fn from_str(spec: &str) -> Result<Self, String> {
+        let p = EndpointSpec::parse(spec, "srt")?;
+        let spec = p.spec;
+        let mut e = SrtEndpoint::new(p.address);
+        let num = |k: &str, v: &str| p.num(k, v);
+        for &(k, v) in &p.options {
             match k {
-                "mode" => {
-                    e.mode = match v {
-                        "listener" => SrtMode::Listener,
-                        "caller" => SrtMode::Caller,
-                        _ => return Err(format!("`{spec}`: mode `{v}`: listener or caller")),
-                    }
-                }
+                "mode" => e.mode = p.mode(v)?,
                 "latency" => e.latency_ms = num(k, v)?,
                 "passphrase-file" => e.passphrase_file = Some(PathBuf::from(v)),
                 "pbkeylen" => {

@@ -12,25 +12,15 @@
 use std::time::{Duration, Instant};
 
 use mcr_sys::rist::{Profile, Rist, Role};
-use mcr_testbed::Testbed;
 
 const MESSAGES: u32 = 2000;
 const MESSAGE_BYTES: usize = 1316;
 /// Generous: the machine may be busy.
 const WAIT: Duration = Duration::from_secs(20);
 
-/// Runs `f` on a thread inside a fresh namespace (loopback up), removed
-/// afterwards even when `f` panics.
+/// Runs `f` on a thread inside a fresh namespace of its own.
 fn in_namespace<T: Send + 'static>(tag: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let mut tb = Testbed::new(tag).expect("test bed");
-    let name = tb.ns("rist").expect("namespace").name().to_string();
-    let ran = std::thread::spawn(move || {
-        mcr_sys::netns::enter(&name).expect("enter the namespace");
-        f()
-    })
-    .join();
-    drop(tb);
-    ran.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    mcr_testbed::on_thread_in_namespace(tag, f)
 }
 
 /// Message `i`: its number, then a pattern that depends on it.

@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mcr_sys::srt::{Events, HookRequest, ListenHook, RejectCode, RejectReason, Sent, SrtEpoll, SrtSocket, SrtState};
-use mcr_testbed::Testbed;
 
 const PASSPHRASE: &str = "0123456789abcdef";
 /// The latency the hook gives stream "a"; callers ask for less, so seeing
@@ -36,18 +35,9 @@ const MESSAGE_BYTES: usize = 1316;
 /// Generous: the machine may be busy.
 const WAIT: Duration = Duration::from_secs(20);
 
-/// Runs `f` on a thread inside a fresh namespace (loopback up), removed
-/// afterwards even when `f` panics.
+/// Runs `f` on a thread inside a fresh namespace of its own.
 fn in_namespace<T: Send + 'static>(tag: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let mut tb = Testbed::new(tag).expect("test bed");
-    let name = tb.ns("srt").expect("namespace").name().to_string();
-    let ran = std::thread::spawn(move || {
-        mcr_sys::netns::enter(&name).expect("enter the namespace");
-        f()
-    })
-    .join();
-    drop(tb);
-    ran.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    mcr_testbed::on_thread_in_namespace(tag, f)
 }
 
 /// Accepts stream "a" (with its passphrase and latency), panics on stream

@@ -30,6 +30,22 @@ pub struct BridgeOptions {
     pub querier: bool,
 }
 
+/// Runs `f` on a thread of its own inside a fresh namespace (loopback
+/// up) of a test bed tagged `tag`, removed afterwards even when `f`
+/// panics (the panic then goes on). For tests of libraries that open
+/// their sockets in the namespace of the calling thread (libsrt, librist).
+pub fn on_thread_in_namespace<T: Send + 'static>(tag: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let mut tb = Testbed::new(tag).expect("test bed");
+    let name = tb.ns("t").expect("namespace").name().to_string();
+    let ran = std::thread::spawn(move || {
+        mcr_sys::netns::enter(&name).expect("enter the namespace");
+        f()
+    })
+    .join();
+    drop(tb);
+    ran.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
 impl Testbed {
     /// A new, empty test bed. `tag` (the test's name, say) is kept, shortened,
     /// in every namespace name so a leftover can be traced to its test.

@@ -49,7 +49,7 @@ pub mod traffic;
 pub mod upgrade;
 pub mod vrrp;
 
-pub use bed::{BridgeOptions, Testbed};
+pub use bed::{BridgeOptions, Testbed, on_thread_in_namespace};
 pub use bins::bin;
 pub use lock::{TrafficLock, traffic_lock};
 pub use naming::{PREFIX, live_namespaces};

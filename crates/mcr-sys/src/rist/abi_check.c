@@ -8,24 +8,9 @@
  * Each line: FIELD(C type, field, C field type, byte offset),
  * SIZE(C type, bytes) or VALUE(constant, value). */
 
-#include <stddef.h>
-#include <stdint.h>
+#define ABI_BINDINGS "src/rist/"
+#include "../abi_check.h"
 #include <librist/librist.h>
-
-#define FIELD(type, field, ctype, offset)                                      \
-    _Static_assert(offsetof(type, field) == (offset) &&                        \
-                       _Generic(&((type *)0)->field, __typeof__(ctype) *: 1,   \
-                                default: 0),                           \
-                   #type "." #field " is not a " #ctype " at " #offset         \
-                   ": update src/rist/ (librist's header changed)")
-#define SIZE(type, bytes)                                                      \
-    _Static_assert(sizeof(type) == (bytes),                                    \
-                   "sizeof(" #type ") is not " #bytes                          \
-                   ": update src/rist/ (librist's header changed)")
-#define VALUE(name, value)                                                     \
-    _Static_assert((long long)(name) == (long long)(value),                    \
-                   #name " is not " #value                                     \
-                   ": update src/rist/ffi.rs (librist's header changed)")
 
 /* The API the bindings were written against (checked again at run time). */
 #include <librist/version.h>

@@ -8,24 +8,10 @@
  * Each line: FIELD(C type, field, C field type, byte offset),
  * SIZE(C type, bytes) or VALUE(constant, value). */
 
-#include <stddef.h>
-#include <stdint.h>
+#define ABI_BINDINGS "src/srt/"
+#include "../abi_check.h"
 #include <srt/srt.h>
 #include <srt/access_control.h>
-
-#define FIELD(type, field, ctype, offset)                                      \
-    _Static_assert(offsetof(type, field) == (offset) &&                        \
-                       _Generic(((type *)0)->field, ctype: 1, default: 0),     \
-                   #type "." #field " is not a " #ctype " at " #offset         \
-                   ": update src/srt/ (libsrt's header changed)")
-#define SIZE(type, bytes)                                                      \
-    _Static_assert(sizeof(type) == (bytes),                                    \
-                   "sizeof(" #type ") is not " #bytes                          \
-                   ": update src/srt/ (libsrt's header changed)")
-#define VALUE(name, value)                                                     \
-    _Static_assert((long long)(name) == (long long)(value),                    \
-                   #name " is not " #value                                     \
-                   ": update src/srt/ffi.rs (libsrt's header changed)")
 
 /* The version the bindings were written against (checked again at run time
  * with srt_getversion()). */

@@ -21,7 +21,7 @@ use mcr_sys::rist::{self as sys, MAX_PAYLOAD_BYTES, Role};
 
 use super::egress::Counts;
 use super::liblog::LibLog;
-use super::srt::{Carried, Target};
+use super::srt::{Carried, Target, wanted};
 use crate::channel::{Problem, Scope};
 
 /// How often each endpoint's peers and statistics are sent on.
@@ -117,17 +117,14 @@ impl Rist {
         if !self.owner {
             return problems;
         }
-        let mut wanted: Vec<(&str, Target, &RistEndpoint)> = Vec::new();
-        for r in table.rules() {
-            for (k, e) in &r.rist_inputs {
-                wanted.push((&r.name, Target::Input(r.slot, *k), e));
-            }
-            for o in &r.outputs {
-                if let OutputKind::Rist(e) = &o.kind {
-                    wanted.push((&r.name, Target::Output(o.slot), e));
-                }
-            }
-        }
+        let wanted = wanted(
+            table,
+            |r| &r.rist_inputs,
+            |k| match k {
+                OutputKind::Rist(e) => Some(e),
+                _ => None,
+            },
+        );
         self.ends
             .retain(|t, end| end.ctx.is_ok() && wanted.iter().any(|(_, w, e)| w == t && **e == end.endpoint));
         for (rule, target, e) in wanted {

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use mcr_core::control::{SrtConnection, SrtStatus};
 use mcr_core::srt::{MAX_PAYLOAD_BYTES, SrtEndpoint, SrtMode};
 use mcr_core::stats::OutputCounter;
-use mcr_core::table::{MatchTable, OutputKind};
+use mcr_core::table::{CompiledRule, MatchTable, OutputKind};
 use mcr_core::wire::UDP_V4_HEADERS;
 use mcr_sys::srt::{self as sys, SrtSocket, SrtState};
 
@@ -50,6 +50,28 @@ pub enum Target {
     Output(u32),
     /// An input: its rule's statistics slot and which of its inputs.
     Input(u32, usize),
+}
+
+/// Every endpoint of one kind the rules of `table` have: each rule's
+/// inputs of the kind (`inputs`) and outputs whose kind `output` takes,
+/// with the rule's name and where its status goes.
+pub fn wanted<'t, E>(
+    table: &'t MatchTable,
+    inputs: fn(&'t CompiledRule) -> &'t [(usize, E)],
+    output: fn(&'t OutputKind) -> Option<&'t E>,
+) -> Vec<(&'t str, Target, &'t E)> {
+    let mut v = Vec::new();
+    for r in table.rules() {
+        for (k, e) in inputs(r) {
+            v.push((r.name.as_str(), Target::Input(r.slot, *k), e));
+        }
+        for o in &r.outputs {
+            if let Some(e) = output(&o.kind) {
+                v.push((r.name.as_str(), Target::Output(o.slot), e));
+            }
+        }
+    }
+    v
 }
 
 /// Every SRT endpoint of this worker.
@@ -178,17 +200,14 @@ impl Srt {
         if !self.owner {
             return problems;
         }
-        let mut wanted: Vec<(&str, Target, &SrtEndpoint)> = Vec::new();
-        for r in table.rules() {
-            for (k, e) in &r.srt_inputs {
-                wanted.push((&r.name, Target::Input(r.slot, *k), e));
-            }
-            for o in &r.outputs {
-                if let OutputKind::Srt(e) = &o.kind {
-                    wanted.push((&r.name, Target::Output(o.slot), e));
-                }
-            }
-        }
+        let wanted = wanted(
+            table,
+            |r| &r.srt_inputs,
+            |k| match k {
+                OutputKind::Srt(e) => Some(e),
+                _ => None,
+            },
+        );
         self.ends
             .retain(|t, end| wanted.iter().any(|(_, w, e)| w == t && **e == end.endpoint));
         let mut by_listener: HashMap<SocketAddr, Vec<Route>> = HashMap::new();

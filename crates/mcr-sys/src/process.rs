@@ -185,14 +185,22 @@ pub fn own_inherited_fd(n: i32) -> io::Result<std::os::fd::OwnedFd> {
 
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no CPU {cpu}")));
-    }
+    set_thread_cpus(&[cpu])
+}
+
+/// Lets the calling thread run on `cpus` (and no other CPU); threads it
+/// starts from now on inherit the set.
+pub fn set_thread_cpus(cpus: &[usize]) -> io::Result<()> {
     // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` was checked to be below CPU_SETSIZE, so the bit is
-    // inside `set`.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    for &cpu in cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no CPU {cpu}")));
+        }
+        // SAFETY: `cpu` was checked to be below CPU_SETSIZE, so the bit is
+        // inside `set`.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
     // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 means the
     // calling thread.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };

@@ -385,6 +385,11 @@ impl Rist {
         self.shared().state().peers.iter().map(|(_, p)| p.clone()).collect()
     }
 
+    /// Whether any peer is connected now.
+    pub fn has_peers(&self) -> bool {
+        !self.shared().state().peers.is_empty()
+    }
+
     /// Peers a listener refused for want of room (`max_peers`).
     pub fn refused(&self) -> u64 {
         self.shared().state().refused

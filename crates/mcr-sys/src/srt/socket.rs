@@ -36,6 +36,22 @@ pub enum SrtState {
 }
 
 impl SrtState {
+    /// The state of the socket with id `id`, which need not be one this
+    /// process holds an [`SrtSocket`] for (a caller a listen hook let in,
+    /// say): [`SrtState::NonExistent`] once libsrt has forgotten it.
+    pub fn of(id: i32) -> SrtState {
+        SrtState::from_raw(ffi::srt_getsockstate(id))
+    }
+
+    /// Whether the socket is gone or going: broken, closing, closed or
+    /// forgotten.
+    pub fn is_over(self) -> bool {
+        matches!(
+            self,
+            SrtState::Broken | SrtState::Closing | SrtState::Closed | SrtState::NonExistent
+        )
+    }
+
     fn from_raw(s: i32) -> SrtState {
         match s {
             ffi::SRTS_INIT => SrtState::Init,

@@ -103,10 +103,36 @@ struct Worker {
     ident: u16,
 }
 
+/// The CPUs the worker may use, before it pins itself to one, and that
+/// one.
+static CPUS: std::sync::OnceLock<(Vec<usize>, usize)> = std::sync::OnceLock::new();
+
+/// Runs `f` with the calling thread free to run on every CPU the worker
+/// may use, then pins it back. The threads libsrt and librist start inside
+/// `f` (their send, receive and protocol threads) inherit that freedom: a
+/// listener's one send thread serves every caller, and pinned to the
+/// worker's CPU it would compete with the worker's loop and whatever else
+/// runs there, where the scheduler can move it to a quieter one.
+pub(crate) fn unpinned<T>(f: impl FnOnce() -> T) -> T {
+    let Some((all, cpu)) = CPUS.get() else { return f() };
+    if let Err(e) = mcr_sys::process::set_thread_cpus(all) {
+        tracing::debug!("unpin for a library's threads: {e}");
+    }
+    let out = f();
+    if let Err(e) = mcr_sys::process::pin_current_thread(*cpu) {
+        tracing::warn!("pin back to CPU {cpu}: {e}");
+    }
+    out
+}
+
 /// Runs a worker until the supervisor says stop or goes away.
 pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
     if let Some(cpu) = args.cpu {
+        let all = mcr_sys::process::allowed_cpus().unwrap_or_default();
         mcr_sys::process::pin_current_thread(cpu).with_context(|| format!("pin to CPU {cpu}"))?;
+        if all.len() > 1 {
+            let _ = CPUS.set((all, cpu));
+        }
     }
     let layout = StatsLayout::new(args.workers);
     // The supervisor passed these descriptors at these numbers (see

@@ -85,7 +85,9 @@ fn open(e: &RistEndpoint, role: Role) -> Result<sys::Rist, String> {
         RistMode::Listener => e.max_peers as usize,
         RistMode::Caller => 0,
     };
-    sys::Rist::new(role, profile, &e.url(secret.as_deref()), max_peers).map_err(|err| err.to_string())
+    // (librist starts the context's protocol thread here.)
+    crate::worker::unpinned(|| sys::Rist::new(role, profile, &e.url(secret.as_deref()), max_peers))
+        .map_err(|err| err.to_string())
 }
 
 impl Rist {
@@ -170,6 +172,11 @@ impl Rist {
             return;
         };
         let Ok(ctx) = &o.ctx else { return };
+        if !ctx.has_peers() {
+            // No one to send to (an SRT output without callers counts
+            // nothing either).
+            return;
+        }
         if payload.len() > MAX_PAYLOAD_BYTES {
             counts.output(slot, OutputCounter::TooBig, 1);
             return;

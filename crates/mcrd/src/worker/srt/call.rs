@@ -105,7 +105,12 @@ impl Call {
             s.connect(e.address)?;
             Ok(s)
         };
-        super::listener::start().map_err(|err| format!("could not call: {err}"))?;
-        open().map_err(|err| format!("could not call: {err}"))
+        // (libsrt starts its threads here: the call's send and receive
+        // threads, and on the first call its collector.)
+        crate::worker::unpinned(|| {
+            super::listener::start()?;
+            open().map_err(|err| err.to_string())
+        })
+        .map_err(|err| format!("could not call: {err}"))
     }
 }

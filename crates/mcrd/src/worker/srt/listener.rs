@@ -20,6 +20,11 @@ const BACKLOG: i32 = 256;
 /// How long a caller the hook let in may take to complete its handshake
 /// before it counts as refused (libsrt's connection timeout is 3 s).
 const HANDSHAKE_LIMIT_NS: u64 = 5_000_000_000;
+/// After a caller's handshake fails (a wrong passphrase), its endpoint
+/// lets no caller in for this long: a flood of callers with the wrong key
+/// makes libsrt set up (and drop) at most ten connections a second for it,
+/// each with its buffers, and a caller with the right key still gets in.
+const AFTER_FAILURE_NS: u64 = 100_000_000;
 
 pub(super) struct Listener {
     /// The socket, or why there is none.
@@ -44,6 +49,8 @@ struct RouteTable {
     /// Connections the hook let in and no `accept` has taken yet: whose,
     /// and since when.
     pending: HashMap<i32, (Target, u64)>,
+    /// When a handshake for each endpoint last failed.
+    failed_at: HashMap<Target, u64>,
 }
 
 /// One endpoint a listener serves.
@@ -78,6 +85,17 @@ impl Routes {
             self.refused(req, "nothing here serves that stream ID");
             return Err(RejectCode::NOT_FOUND);
         };
+        if t.failed_at
+            .get(&r.target)
+            .is_some_and(|&at| now.saturating_sub(at) < AFTER_FAILURE_NS)
+        {
+            self.overload.fetch_add(1, Ordering::Relaxed);
+            self.refused(
+                req,
+                "a caller's handshake for it failed just now (a wrong passphrase?); the next may call 100 ms later",
+            );
+            return Err(RejectCode::OVERLOAD);
+        }
         let waiting = t.pending.values().filter(|(s, _)| *s == r.target).count();
         if r.connected.load(Ordering::Relaxed) + waiting >= r.max {
             self.overload.fetch_add(1, Ordering::Relaxed);
@@ -122,6 +140,7 @@ impl Routes {
     pub fn set(&self, routes: Vec<Route>) {
         if let Ok(mut t) = self.table.lock() {
             t.pending.retain(|_, (s, _)| routes.iter().any(|r| r.target == *s));
+            t.failed_at.retain(|s, _| routes.iter().any(|r| r.target == *s));
             t.routes = routes;
         }
     }
@@ -132,12 +151,22 @@ impl Routes {
         self.table.lock().ok()?.pending.remove(&id).map(|(t, _)| t)
     }
 
-    /// Counts callers the hook let in whose handshake never completed.
+    /// Counts callers the hook let in whose handshake never completed:
+    /// those libsrt gave up on (a wrong passphrase: the key exchange fails
+    /// after the hook, and libsrt drops the socket), at once, so that
+    /// their reservation does not keep the next caller out, and any still
+    /// pending after [`HANDSHAKE_LIMIT_NS`].
     pub fn sweep(&self, now: u64) {
         if let Ok(mut t) = self.table.lock() {
             let before = t.pending.len();
-            t.pending
-                .retain(|_, (_, since)| now.saturating_sub(*since) < HANDSHAKE_LIMIT_NS);
+            let RouteTable { pending, failed_at, .. } = &mut *t;
+            pending.retain(|id, (target, since)| {
+                let keep = now.saturating_sub(*since) < HANDSHAKE_LIMIT_NS && !sys::SrtState::of(*id).is_over();
+                if !keep {
+                    failed_at.insert(*target, now);
+                }
+                keep
+            });
             let gone = (before - t.pending.len()) as u64;
             if gone > 0 {
                 self.handshake.fetch_add(gone, Ordering::Relaxed);
@@ -162,7 +191,8 @@ impl Routes {
 /// (made on first use) telling when a caller waits, or why not.
 pub(super) fn open(addr: SocketAddr, epoll: &mut Option<sys::SrtEpoll>) -> Listener {
     let routes = Arc::new(Routes::default());
-    let socket = listen(addr, routes.clone(), epoll);
+    // (libsrt starts the port's send and receive threads here.)
+    let socket = crate::worker::unpinned(|| listen(addr, routes.clone(), epoll));
     if let Err(e) = &socket {
         tracing::warn!("SRT listener {addr}: {e}");
     }

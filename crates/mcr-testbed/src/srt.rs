@@ -19,7 +19,20 @@ impl LiveTransmit {
     /// logging at `note` so its connection and its refusals show, with a
     /// statistics line every `stats_every` packets (0: none).
     pub fn start(ns: &Ns, source: &str, target: &str, stats_every: u32) -> Result<LiveTransmit> {
-        let mut cmd = ns.command("srt-live-transmit");
+        Self::start_on(ns, None, source, target, stats_every)
+    }
+
+    /// [`LiveTransmit::start`], pinned to `cpu` if one is given (through
+    /// `taskset`, which execs it: [`LiveTransmit::pid`] is still its own).
+    pub fn start_on(ns: &Ns, cpu: Option<usize>, source: &str, target: &str, stats_every: u32) -> Result<LiveTransmit> {
+        let mut cmd = match cpu {
+            Some(cpu) => {
+                let mut c = ns.command("taskset");
+                c.args(["-c", &cpu.to_string(), "srt-live-transmit"]);
+                c
+            }
+            None => ns.command("srt-live-transmit"),
+        };
         cmd.arg("-loglevel:note");
         if stats_every > 0 {
             cmd.arg(format!("-s:{stats_every}")).arg("-pf:json");
@@ -53,6 +66,12 @@ impl LiveTransmit {
     /// Whether it has exited.
     pub fn exited(&mut self) -> Result<bool> {
         Ok(self.proc.try_status()?.is_some())
+    }
+
+    /// Sends it `signal` (`Stop` freezes it as a peer that vanished
+    /// without a word: its socket stays open and says nothing).
+    pub fn signal(&mut self, signal: Signal) -> Result<()> {
+        self.proc.signal(signal)
     }
 
     /// Kills it (SIGKILL: its peers hear no goodbye).

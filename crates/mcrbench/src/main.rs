@@ -6,6 +6,8 @@
 //!   machine; the ceiling every relay measurement here is bounded by.
 //! - `relay`: relays on the chain topology, measured as MEASURING.md says.
 //! - `sockets`: the UDP socket API benchmark (docs/SOCKETS.md).
+//! - `srt-fanout`: one stream to many SRT callers, by MCR and by one
+//!   srt-live-transmit per caller (docs/SRT.md).
 
 #![forbid(unsafe_code)]
 
@@ -14,6 +16,7 @@ mod generator;
 mod relay;
 mod soak;
 mod sockets;
+mod srt_fanout;
 mod stats;
 
 use std::process::ExitCode;
@@ -44,6 +47,10 @@ enum Command {
     /// loss, CPU per datagram and latency over a matrix of backends and
     /// dimensions (`mcrbench sockets compare A.json B.json` for two runs).
     Sockets(Box<sockets::Args>),
+    /// One multicast stream to many SRT callers: MCR's one listener port
+    /// against one srt-live-transmit per caller, every packet of every
+    /// caller checked, CPU of each.
+    SrtFanout(srt_fanout::Args),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +60,7 @@ fn main() -> ExitCode {
         Command::Relay(a) => relay::run(&a),
         Command::Soak(a) => soak::run(&a),
         Command::Sockets(a) => sockets::run(&a),
+        Command::SrtFanout(a) => srt_fanout::run(&a),
     };
     match result {
         Ok(code) => code,

@@ -169,6 +169,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let list = matches!(cli.command, Command::List);
     let request = match cli.command {
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "mcrctl", &mut std::io::stdout());
@@ -257,10 +258,35 @@ fn main() -> ExitCode {
     } else {
         match &response.reply {
             Reply::Error { error } => eprintln!("mcrctl: {}", error.message),
+            other if list => print!(
+                "{}",
+                tables::render_list(other, connections(&cli.socket, other).as_ref())
+            ),
             other => print!("{}", tables::render(other)),
         }
     }
     ExitCode::from(exit_code(&response))
+}
+
+/// For `mcrctl list`: when a rule has an SRT or RIST endpoint, the
+/// statistics that hold its connections (one more request; none without
+/// such endpoints, and nothing shown if it fails: the list stands alone).
+fn connections(socket: &std::path::Path, reply: &Reply) -> Option<mcr_core::control::StatsReport> {
+    let Reply::Rules { rules, .. } = reply else { return None };
+    let linked = rules.iter().any(|r| {
+        r.rule.inputs().any(|i| i.as_srt().is_some() || i.as_rist().is_some())
+            || r.rule
+                .outputs
+                .iter()
+                .any(|o| o.as_srt().is_some() || o.as_rist().is_some())
+    });
+    if !linked {
+        return None;
+    }
+    match client::ask(socket, &Request::Stats {}).ok()?.reply {
+        Reply::Stats(s) => Some(*s),
+        _ => None,
+    }
 }
 
 /// How long `mcrctl restart` waits for the new program to serve.

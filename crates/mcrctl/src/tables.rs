@@ -113,57 +113,7 @@ pub fn render(r: &Reply) -> String {
                 let _ = writeln!(o, "  NOT yet applied by every worker (see `mcrctl workers`)");
             }
         }
-        Reply::Rules { rules, store } => {
-            if let Some(st) = store {
-                store_status(&mut o, st);
-            }
-            if rules.is_empty() {
-                o.push_str("no rules\n");
-            }
-            for s in rules {
-                let join = match s.joins.iter().find(|j| !j.joined) {
-                    None if s.joins.is_empty() && s.rule.input.as_srt().is_some() => "no join (SRT input)".to_string(),
-                    None if s.joins.is_empty() && s.rule.input.as_rist().is_some() => {
-                        "no join (RIST input)".to_string()
-                    }
-                    None if s.joins.is_empty() && s.rule.input.as_udp().is_some_and(|i| i.vlan.is_some()) => {
-                        "no join (a VLAN of a trunk)".to_string()
-                    }
-                    None if s.joins.is_empty()
-                        && s.rule
-                            .input
-                            .as_udp()
-                            .is_some_and(|i| !i.destination.ip().is_multicast()) =>
-                    {
-                        "no join (unicast input)".to_string()
-                    }
-                    None if s.joins.is_empty() => "not joined yet".to_string(),
-                    None => "joined".to_string(),
-                    Some(j) => format!(
-                        "NOT joined{}: {}",
-                        j.source.map(|s| format!(" from {s}")).unwrap_or_default(),
-                        j.error.as_deref().unwrap_or("?")
-                    ),
-                };
-                let _ = writeln!(o, "{:<20} {:<40} {join}", s.rule.name, s.rule.input.to_string());
-                if !s.rule.health {
-                    let _ = writeln!(o, "{:<20}   health not followed (health = false)", "");
-                }
-                if let Some(red) = &s.rule.redundancy {
-                    for i in &red.inputs {
-                        let _ = writeln!(o, "{:<20} {i}", "");
-                    }
-                    let _ = writeln!(o, "{:<20}   {} of {} inputs", "", red.mode, s.rule.input_count());
-                }
-                for out in &s.rule.outputs {
-                    let _ = writeln!(o, "{:<20}   -> {out}", "");
-                }
-                let _ = writeln!(o, "{:<20}   from {}", "", s.origin);
-                for p in &s.problems {
-                    let _ = writeln!(o, "{:<20}   problem: {p}", "");
-                }
-            }
-        }
+        Reply::Rules { rules, store } => rule_list(&mut o, rules, store.as_ref(), None),
         Reply::Stats(s) => stats(&mut o, s),
         Reply::Workers { workers } => {
             let _ = writeln!(
@@ -548,6 +498,137 @@ fn utc(at_ms: u64) -> String {
         ms / 1000 % 60,
         ms % 1000
     )
+}
+
+/// `mcrctl list`: every rule with its inputs and outputs; given a `stats`
+/// reply, each SRT and RIST endpoint's connections on a line under it.
+fn rule_list(
+    o: &mut String,
+    rules: &[mcr_core::control::RuleStatus],
+    store: Option<&mcr_core::control::StoreStatus>,
+    stats: Option<&StatsReport>,
+) {
+    if let Some(st) = store {
+        store_status(o, st);
+    }
+    if rules.is_empty() {
+        o.push_str("no rules\n");
+    }
+    for s in rules {
+        let join = match s.joins.iter().find(|j| !j.joined) {
+            None if s.joins.is_empty() && s.rule.input.as_srt().is_some() => "no join (SRT input)".to_string(),
+            None if s.joins.is_empty() && s.rule.input.as_rist().is_some() => "no join (RIST input)".to_string(),
+            None if s.joins.is_empty() && s.rule.input.as_udp().is_some_and(|i| i.vlan.is_some()) => {
+                "no join (a VLAN of a trunk)".to_string()
+            }
+            None if s.joins.is_empty()
+                && s.rule
+                    .input
+                    .as_udp()
+                    .is_some_and(|i| !i.destination.ip().is_multicast()) =>
+            {
+                "no join (unicast input)".to_string()
+            }
+            None if s.joins.is_empty() => "not joined yet".to_string(),
+            None => "joined".to_string(),
+            Some(j) => format!(
+                "NOT joined{}: {}",
+                j.source.map(|s| format!(" from {s}")).unwrap_or_default(),
+                j.error.as_deref().unwrap_or("?")
+            ),
+        };
+        let _ = writeln!(o, "{:<20} {:<40} {join}", s.rule.name, s.rule.input.to_string());
+        if !s.rule.health {
+            let _ = writeln!(o, "{:<20}   health not followed (health = false)", "");
+        }
+        if let Some(red) = &s.rule.redundancy {
+            for i in &red.inputs {
+                let _ = writeln!(o, "{:<20} {i}", "");
+            }
+            let _ = writeln!(o, "{:<20}   {} of {} inputs", "", red.mode, s.rule.input_count());
+        }
+        let rs = stats.and_then(|st| st.rules.iter().find(|r| r.name == s.rule.name));
+        if let Some(rs) = rs {
+            for i in &rs.srt_inputs {
+                connections_line(o, "<-", "srt", i.index, &i.srt);
+            }
+            for i in &rs.rist_inputs {
+                connections_line(o, "<-", "rist", i.index, &i.rist);
+            }
+        }
+        for (k, out) in s.rule.outputs.iter().enumerate() {
+            let _ = writeln!(o, "{:<20}   -> {out}", "");
+            if let Some(os) = rs.and_then(|r| r.outputs.get(k)) {
+                if let Some(srt) = &os.srt {
+                    connections_line(o, "  ", "srt", k, srt);
+                }
+                if let Some(rist) = &os.rist {
+                    connections_line(o, "  ", "rist", k, rist);
+                }
+            }
+        }
+        let _ = writeln!(o, "{:<20}   from {}", "", s.origin);
+        for p in &s.problems {
+            let _ = writeln!(o, "{:<20}   problem: {p}", "");
+        }
+    }
+}
+
+/// How many peers a `list` line names before "and N more".
+const LIST_PEERS: usize = 8;
+
+/// One line for `mcrctl list`: an SRT or RIST endpoint's state and whom
+/// it is connected to (its counters are `mcrctl stats`'s).
+fn connections_line(o: &mut String, arrow: &str, protocol: &str, index: usize, s: &mcr_core::control::SrtStatus) {
+    let which = if arrow == "<-" {
+        format!("input {}: ", index + 1)
+    } else {
+        String::new()
+    };
+    let peers: Vec<String> = s
+        .connections
+        .iter()
+        .take(LIST_PEERS)
+        .map(|c| {
+            if c.stream_id.is_empty() {
+                c.peer.clone()
+            } else {
+                format!("{} `{}`", c.peer, c.stream_id)
+            }
+        })
+        .collect();
+    let more = s.connections.len().saturating_sub(LIST_PEERS);
+    let _ = writeln!(
+        o,
+        "{:<20}   {arrow}   {which}{protocol} {}, {} connection(s){}{}{}",
+        "",
+        s.state,
+        s.connections.len(),
+        s.error.as_deref().map_or_else(String::new, |e| format!(" ({e})")),
+        if peers.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", peers.join(", "))
+        },
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    );
+}
+
+/// Renders a reply to `mcrctl list`, with the connections of each SRT and
+/// RIST endpoint from `stats` (a `stats` reply asked for beside it).
+pub fn render_list(r: &Reply, stats: Option<&StatsReport>) -> String {
+    match r {
+        Reply::Rules { rules, store } => {
+            let mut o = String::new();
+            rule_list(&mut o, rules, store.as_ref(), stats);
+            o
+        }
+        other => render(other),
+    }
 }
 
 /// An SRT or RIST (`protocol`) endpoint and its connections, under its

@@ -10,8 +10,8 @@ use mcr_testbed::TempDir;
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
 use mcr_testbed::srt::LiveTransmit;
-use mcr_testbed::traffic::Mcrgen;
-use mcr_testbed::traffic_lock;
+use mcr_testbed::traffic::{Mcrgen, Received};
+use mcr_testbed::{Signal, traffic_lock};
 
 const MINUTES: Duration = Duration::from_secs(180);
 const PASSPHRASE: &str = "correct horse battery";
@@ -455,5 +455,446 @@ fn a_failover_from_an_srt_primary_takes_the_multicast_backup_when_the_primary_is
     eprintln!(
         "SRT primary cut: {missed} packets missed; the output was interrupted about {} ms (loss of signal 200 ms, SRT latency 120 ms)",
         missed.saturating_sub(120)
+    );
+}
+
+/// Sends `count` MPEG-TS datagrams (1,316 bytes) at 500 a second from the
+/// generator to `streams`, in a thread.
+fn send_ts_meanwhile(
+    c: &Chain,
+    streams: &str,
+    count: u64,
+) -> std::thread::JoinHandle<mcr_testbed::Result<mcrgen::report::SendReport>> {
+    let (generator, streams) = (c.generator.clone(), streams.to_string());
+    std::thread::spawn(move || {
+        Mcrgen::streams(streams, Chain::GEN_IF)
+            .count(count)
+            .rate(500)
+            .wrap("ts")
+            .send(&generator, MINUTES)
+    })
+}
+
+/// Worker 0's process id, once it runs.
+fn worker0(relay: &Relay) -> u32 {
+    let start = Instant::now();
+    loop {
+        let w = relay.workers().expect("workers")[0].clone();
+        if let (Some(pid), "running") = (w.pid, w.state.as_str()) {
+            return pid;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "worker 0 not running: {w:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until rule `rule` has forwarded at least `n` packets.
+fn wait_for_packets(relay: &Relay, rule: &str, n: u64) {
+    let start = Instant::now();
+    loop {
+        let st = relay.stats().expect("stats");
+        let got = st.rules.iter().find(|r| r.name == rule).map_or(0, |r| r.packets);
+        if got >= n {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{rule} forwarded {got} of {n} packets\n{}",
+            relay.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Ends a receiver started with a long idle timeout (SIGINT: it reports
+/// what it had), `tail` after the sender finished: the streams here cross
+/// SRT at 200 ms of latency, so `tail` is many times what the last packet
+/// may still take.
+fn end_receiver(rx: mcr_testbed::traffic::Receiver, tail: Duration) -> Received {
+    std::thread::sleep(tail);
+    // The receiver is ours and not reaped while `rx` lives.
+    mcr_sys::process::send_signal(rx.pid(), Signal::Int).expect("SIGINT the receiver");
+    rx.finish(MINUTES).expect("recv done")
+}
+
+/// How many MPEG-TS continuity errors a hole of `missed` datagrams makes
+/// (`mcrgen send --wrap ts`): the PAT's counter steps by one a datagram
+/// and the data PID's by six, each modulo 16.
+fn continuity_errors_of_a_hole(missed: u64) -> u64 {
+    u64::from(!missed.is_multiple_of(16)) + u64::from(!(missed * 6).is_multiple_of(16))
+}
+
+/// Checks that `s` is the whole stream of `count` packets but for one
+/// contiguous hole; returns the hole (first missing, how many).
+fn one_hole_then_every_packet(s: &mcrgen::report::StreamStats, count: u64, what: &str) -> (u64, u64) {
+    assert_eq!(
+        (
+            s.duplicated,
+            s.reordered,
+            s.corrupted,
+            s.wrong_stream,
+            s.unrecognized,
+            s.too_late
+        ),
+        (0, 0, 0, 0, 0, 0),
+        "{what}: {s:?}"
+    );
+    assert_eq!(s.holes.len(), 1, "{what}: one interruption: {s:?}");
+    assert_eq!(
+        s.highest_seq,
+        Some(count - 1),
+        "{what}: the stream resumed to its end: {s:?}"
+    );
+    let (from, missed) = s.holes[0];
+    assert!(from > 0, "{what}: the stream flowed before the hole: {s:?}");
+    assert_eq!(s.received + missed, count, "{what}: {s:?}");
+    let ts = s.health.and_then(|h| h.ts).expect("MPEG-TS health");
+    assert_eq!(
+        (ts.continuity_errors, ts.sync_byte_errors, ts.pat_errors),
+        (continuity_errors_of_a_hole(missed), 0, 0),
+        "{what}: TS continuity breaks only at the hole of {missed}: {ts:?}"
+    );
+    (from, missed)
+}
+
+#[test]
+fn after_a_worker_restart_srt_callers_call_again_and_calls_are_made_again_with_one_hole_each() {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("srt-restart").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    // Both peers give up on a silent connection after libsrt's idle
+    // timeout (5 s), then call again (the caller) or listen again (the
+    // listener).
+    let remote = LiveTransmit::start(
+        &c.sink,
+        "srt://:9100?mode=listener&latency=200",
+        &format!("udp://239.9.9.2:6000?adapter={}", Chain::SINK_ADDR),
+        0,
+    )
+    .expect("srt-live-transmit listener");
+    relay
+        .add_rule(
+            "feed",
+            "veth1:239.1.1.1:5001",
+            &[
+                "srt://0.0.0.0:9000,latency=200,streamid=feed",
+                &format!("srt://{}:9100,latency=200", Chain::SINK_ADDR),
+            ],
+        )
+        .expect("rule added");
+    wait_for(&relay, "feed", "listener", |s| s.state == "listening");
+    let caller = LiveTransmit::start(
+        &c.sink,
+        &format!("srt://{}:9000?streamid=feed&latency=200", Chain::RELAY_OUT_ADDR),
+        &format!("udp://239.9.9.1:6000?adapter={}", Chain::SINK_ADDR),
+        0,
+    )
+    .expect("srt-live-transmit caller");
+    wait_for(&relay, "feed", "the caller", |s| s.connections.len() == 1);
+    wait_for_output(&relay, "feed", 1, "the call", |s| s.state == "connected");
+
+    let rx = Mcrgen::streams("239.9.9.1+2:6000", Chain::SINK_IF)
+        .ids("0")
+        .wrap("ts")
+        .arg("--idle-timeout")
+        .arg("60s")
+        .recv(&c.sink)
+        .expect("recv");
+    // 16 s: the peers are back 5-6 s after the kill (2 s in); a call
+    // that fails twice is made again about 10 s after it.
+    let count = 8000;
+    let sender = send_ts_meanwhile(&c, "239.1.1.1:5001", count);
+    wait_for_packets(&relay, "feed", 1000);
+    let old = worker0(&relay);
+    // The test started mcrd, which started this worker.
+    mcr_sys::process::send_signal(old, Signal::Kill).expect("kill -9 worker 0");
+    let killed = Instant::now();
+    let start = Instant::now();
+    while relay.workers().expect("workers")[0].pid == Some(old) {
+        assert!(start.elapsed() < Duration::from_secs(30), "worker 0 not restarted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The caller's connection died with the worker: once its idle timeout
+    // ends it, it calls again and the new worker takes it (a connection
+    // younger than the kill: the old one was older).
+    let again = wait_for(&relay, "feed", "the caller back", |s| {
+        s.connections.len() == 1 && s.connections[0].connected_s <= killed.elapsed().as_secs()
+    });
+    let caller_back = killed.elapsed();
+    assert_eq!(again.connections[0].stream_id, "feed", "{again:?}");
+    assert_eq!(again.connections[0].state, "connected", "{again:?}");
+    let call = wait_for_output(&relay, "feed", 1, "the call made again", |s| {
+        s.state == "connected"
+            && s.connections
+                .first()
+                .is_some_and(|c| c.connected_s <= killed.elapsed().as_secs())
+    });
+    let call_back = killed.elapsed();
+    assert_eq!(call.connections.len(), 1, "{call:?}");
+    sender.join().expect("sender").expect("send");
+    let got = end_receiver(rx, Duration::from_secs(3));
+    let log = || {
+        format!(
+            "{}\n--- caller\n{}\n--- called\n{}",
+            relay.log(),
+            caller.log(),
+            remote.log()
+        )
+    };
+    let (from, missed) = one_hole_then_every_packet(&got.report.streams[0], count, "the caller");
+    let (call_from, call_missed) = one_hole_then_every_packet(&got.report.streams[1], count, "the called");
+    let w = relay.workers().expect("workers")[0].clone();
+    assert_eq!(w.restarts, 1, "{w:?}\n{}", log());
+    // `mcrctl list` names each endpoint's connections.
+    let list = relay.ctl_ok(&["list"]).expect("mcrctl list");
+    assert!(
+        list.contains(&format!("srt listening, 1 connection(s): {}:", Chain::SINK_ADDR))
+            && list.contains(&format!("srt connected, 1 connection(s): {}:9100", Chain::SINK_ADDR)),
+        "{list}"
+    );
+    eprintln!(
+        "worker 0 killed after packet {from}: the caller missed {missed} packets ({:.1} s at 500/s) and was back in the worker's status {:.1} s after the kill; the called listener missed {call_missed} from {call_from} and the call was made again {:.1} s after",
+        missed as f64 / 500.0,
+        caller_back.as_secs_f64(),
+        call_back.as_secs_f64(),
+    );
+}
+
+/// What a process holds: threads, open descriptors, resident memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    threads: usize,
+    fds: usize,
+    rss_kib: u64,
+}
+
+fn held(pid: u32) -> Held {
+    let count = |what: &str| std::fs::read_dir(format!("/proc/{pid}/{what}")).map_or(0, |d| d.count());
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    Held {
+        threads: count("task"),
+        fds: count("fd"),
+        rss_kib,
+    }
+}
+
+/// Callers in a loop: srt-live-transmit calls again at once when it is
+/// refused, so each of these is a caller that never stops trying.
+const FLOODERS_PER_KIND: usize = 8;
+
+#[test]
+fn a_flood_of_refused_callers_is_counted_and_bounded_while_two_callers_lose_nothing() {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("srt-flood").expect("chain");
+    let dir = TempDir::new("srt-flood").expect("dir");
+    let key = dir.file("b.key", &format!("{PASSPHRASE}\n")).expect("key");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    relay
+        .add_rule(
+            "feed",
+            "veth1:239.1.1.1:5001",
+            &["srt://0.0.0.0:9000,latency=200,streamid=feed,max-callers=2"],
+        )
+        .expect("rule added");
+    // A second output on the port, encrypted, with room for four: callers
+    // with the wrong passphrase get through the stream ID check and fail
+    // in libsrt's key exchange.
+    relay
+        .add_rule(
+            "feed-b",
+            "veth1:239.1.1.2:5001",
+            &[&format!(
+                "srt://0.0.0.0:9000,latency=200,streamid=feed-b,max-callers=4,passphrase-file={}",
+                key.display()
+            )],
+        )
+        .expect("rule added");
+    wait_for(&relay, "feed", "listener", |s| s.state == "listening");
+    let caller = |id: &str, extra: &str, target: &str| {
+        LiveTransmit::start(
+            &c.sink,
+            &format!("srt://{}:9000?streamid={id}&latency=200{extra}", Chain::RELAY_OUT_ADDR),
+            target,
+            0,
+        )
+        .expect("srt-live-transmit")
+    };
+    let group = |g: &str| format!("udp://{g}:6000?adapter={}", Chain::SINK_ADDR);
+    let legit = [
+        caller("feed", "", &group("239.9.9.1")),
+        caller("feed", "", &group("239.9.9.2")),
+    ];
+    wait_for(&relay, "feed", "two callers", |s| s.connections.len() == 2);
+    let pid = worker0(&relay);
+    let before = held(pid);
+
+    // The flood: callers of a stream ID nothing serves, callers beyond
+    // max-callers and callers with a wrong passphrase, each calling again
+    // as soon as it is refused, for as long as the stream flows.
+    let nowhere = "udp://127.0.0.1:7000";
+    let mut flood = Vec::new();
+    for _ in 0..FLOODERS_PER_KIND {
+        flood.push(caller("nothing-here", "", nowhere));
+        flood.push(caller("feed", "", nowhere));
+        flood.push(caller("feed-b", "&passphrase=not the passphrase", nowhere));
+    }
+    // A caller with the right passphrase still gets into feed-b: the
+    // places the wrong ones took during their handshakes are given back
+    // as soon as libsrt drops them.
+    let right = caller("feed-b", &format!("&passphrase={PASSPHRASE}"), nowhere);
+    wait_for(&relay, "feed-b", "the right passphrase's caller", |s| {
+        s.connections.len() == 1
+    });
+    let rx = Mcrgen::streams("239.9.9.1+2:6000", Chain::SINK_IF)
+        .ids("0")
+        .wrap("ts")
+        .expect(5000)
+        .recv(&c.sink)
+        .expect("recv");
+    let sender = send_ts_meanwhile(&c, "239.1.1.1:5001", 5000);
+    // What worker 0 holds while the flood goes on, twice a second.
+    let mut samples = Vec::new();
+    while !sender.is_finished() {
+        samples.push(held(pid));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    sender.join().expect("sender").expect("send");
+    let got = rx.finish(MINUTES).expect("recv done");
+    let stats = relay.ctl_ok(&["stats"]).unwrap_or_default();
+    assert_eq!(
+        got.code,
+        Some(0),
+        "{:?}\n{stats}\n{}\n--- caller 1\n{}\n--- caller 2\n{}",
+        got.report.problems,
+        relay.log(),
+        legit[0].log(),
+        legit[1].log()
+    );
+    assert_eq!(got.report.total.received, 10_000);
+    let s = srt_of(&relay.stats().expect("stats"), "feed", 0);
+    assert_eq!(s.connections.len(), 2, "{s:?}");
+    assert!(s.connections.iter().all(|c| c.stream_id == "feed"), "{s:?}");
+    // Every kind was refused, each flooder many times over (they call
+    // again at once), and counted.
+    let refused = |k: &str| s.refused.get(k).copied().unwrap_or(0);
+    assert!(
+        refused("not_found") >= FLOODERS_PER_KIND as u64 && refused("overload") >= FLOODERS_PER_KIND as u64,
+        "{s:?}"
+    );
+    // Each wrong passphrase's call is counted as a failed handshake.
+    assert!(refused("handshake") >= FLOODERS_PER_KIND as u64, "{s:?}");
+    let b = srt_of(&relay.stats().expect("stats"), "feed-b", 0);
+    assert_eq!(b.connections.len(), 1, "only the right passphrase got in: {b:?}");
+    drop(right);
+    // Nothing in the worker grows with the flood: no thread or descriptor
+    // per refused caller, and its memory in the second half of the flood
+    // no more than in the first.
+    let after = held(pid);
+    let half = samples.len() / 2;
+    let first_half = samples[..half].iter().map(|h| h.rss_kib).max().unwrap_or(0);
+    let second_half = samples[half..].iter().map(|h| h.rss_kib).max().unwrap_or(0);
+    eprintln!(
+        "flood of {} callers for {} s: refused {:?}; worker 0 before {before:?}, after {after:?}, resident memory at most {first_half} KiB in the first half and {second_half} KiB in the second",
+        flood.len(),
+        samples.len() / 2,
+        s.refused
+    );
+    assert!(
+        samples.iter().chain([&after]).all(|h| h.threads == before.threads),
+        "threads: before {before:?}, during {samples:?}"
+    );
+    assert!(
+        samples.iter().chain([&after]).all(|h| h.fds == before.fds),
+        "descriptors: before {before:?}, during {samples:?}"
+    );
+    assert!(
+        second_half <= first_half + 4096,
+        "resident memory grew from {first_half} KiB to {second_half} KiB: {samples:?}"
+    );
+    assert_eq!(worker0(&relay), pid, "worker 0 never restarted");
+    let list = relay.ctl_ok(&["list"]).expect("mcrctl list");
+    assert!(
+        list.contains("srt listening, 2 connection(s): 10.0.1.2:") && list.contains("srt listening, 1 connection(s)"),
+        "{list}"
+    );
+}
+
+#[test]
+fn a_caller_that_vanishes_times_out_alone_while_the_other_loses_nothing() {
+    let _lock = traffic_lock().expect("lock");
+    let c = Chain::new("srt-vanish").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    relay
+        .add_rule(
+            "feed",
+            "veth1:239.1.1.1:5001",
+            &["srt://0.0.0.0:9000,latency=200,streamid=feed"],
+        )
+        .expect("rule added");
+    wait_for(&relay, "feed", "listener", |s| s.state == "listening");
+    let caller = |group: &str| {
+        LiveTransmit::start(
+            &c.sink,
+            &format!("srt://{}:9000?streamid=feed&latency=200", Chain::RELAY_OUT_ADDR),
+            &format!("udp://{group}:6000?adapter={}", Chain::SINK_ADDR),
+            0,
+        )
+        .expect("srt-live-transmit")
+    };
+    let stays = caller("239.9.9.1");
+    let mut vanishes = caller("239.9.9.2");
+    let two = wait_for(&relay, "feed", "two callers", |s| s.connections.len() == 2);
+    // Which connection is whose: the one that vanishes is the other peer.
+    let rx = Mcrgen::streams("239.9.9.1+2:6000", Chain::SINK_IF)
+        .ids("0")
+        .wrap("ts")
+        .expect(3000)
+        .recv(&c.sink)
+        .expect("recv");
+    let sender = send_ts_meanwhile(&c, "239.1.1.1:5001", 3000);
+    wait_for_packets(&relay, "feed", 500);
+    // Frozen: its socket stays open, the kernel still takes its packets,
+    // and it answers nothing (no ACK, no keepalive, no shutdown).
+    vanishes.signal(Signal::Stop).expect("SIGSTOP a caller");
+    let stopped = Instant::now();
+    // The output's idle timeout (5 s) ends its connection alone.
+    let one = wait_for(&relay, "feed", "the frozen caller gone", |s| s.connections.len() == 1);
+    let gone_after = stopped.elapsed();
+    let kept = &one.connections[0];
+    assert!(
+        two.connections.iter().any(|c| c.peer == kept.peer),
+        "the caller kept is one of the two: {two:?} {one:?}"
+    );
+    sender.join().expect("sender").expect("send");
+    let got = rx.finish(MINUTES).expect("recv done");
+    vanishes.signal(Signal::Kill).expect("kill the frozen caller");
+    let s = &got.report.streams[0];
+    assert!(
+        s.problems(Some(3000)).is_empty(),
+        "the caller that stayed: {:?}\n{}\n{}",
+        s.problems(Some(3000)),
+        relay.log(),
+        stays.log()
+    );
+    assert_eq!(s.received, 3000);
+    // The frozen one: a clean prefix, then nothing.
+    let f = &got.report.streams[1];
+    assert!(f.received > 0 && f.received < 3000, "{f:?}");
+    assert_eq!((f.duplicated, f.reordered, f.corrupted), (0, 0, 0), "{f:?}");
+    assert!(f.holes.is_empty(), "{f:?}");
+    assert_eq!(f.highest_seq, Some(f.received - 1), "{f:?}");
+    let out = &relay.stats().expect("stats").rules[0].outputs[0];
+    assert_eq!(out.packets, 3000, "{out:?}");
+    let s = srt_of(&relay.stats().expect("stats"), "feed", 0);
+    assert_eq!(s.connections.len(), 1, "{s:?}");
+    assert_eq!(s.connections[0].peer, kept.peer, "{s:?}");
+    eprintln!(
+        "a frozen caller left the status {:.1} s after SIGSTOP (idle-timeout 5 s); the other received all 3000",
+        gone_after.as_secs_f64()
     );
 }

@@ -13,7 +13,7 @@
 //! and memory, and where every lost packet went. A run during which other
 //! processes used more than 0.1 core is flagged and repeated.
 
-mod cpu;
+pub(crate) mod cpu;
 mod losses;
 mod relays;
 mod report;

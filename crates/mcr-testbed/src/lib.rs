@@ -33,6 +33,7 @@ pub mod capture;
 mod command;
 pub mod config_file;
 pub mod etcd;
+pub mod ffmpeg;
 mod lock;
 pub mod metrics;
 mod naming;

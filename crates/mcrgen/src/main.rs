@@ -32,8 +32,9 @@ enum Command {
     /// Receive streams and account for every packet.
     Recv(RecvArgs),
     /// Forward frames between two interfaces, dropping, duplicating,
-    /// reordering or corrupting a share of the test packets (a userspace
-    /// stand-in for netem).
+    /// reordering, delaying or corrupting a share of the test packets (or,
+    /// with --match udp, of every UDP datagram): a userspace stand-in for
+    /// netem.
     Impair(ImpairArgs),
     /// Send malformed frames of the given kinds to one group and port, for
     /// checking that a relay counts each and forwards none.
@@ -91,6 +92,14 @@ struct ImpairArgs {
     /// Interface frames go out on.
     #[arg(long = "out")]
     output: String,
+    /// Which frames the faults act on: `test` (mcrgen's test packets;
+    /// every other frame passes unchanged) or `udp` (every IPv4 UDP
+    /// datagram, whatever it carries: SRT, RIST; then --corrupt,
+    /// --sync-error, --sync-loss and --loss-band, which need a test
+    /// payload, are refused). The other options' "test packets" are then
+    /// UDP datagrams.
+    #[arg(long = "match", value_enum, default_value = "test")]
+    matching: mcrgen::impair::Match,
     /// Percent of test packets to drop (e.g. 5 or 5%).
     #[arg(long, default_value = "0", value_parser = parse_percent)]
     loss: f64,
@@ -210,6 +219,7 @@ fn impair(a: ImpairArgs) -> anyhow::Result<ExitCode> {
         input: a.input,
         output: a.output,
         faults: Faults {
+            matching: a.matching,
             loss: a.loss,
             duplicate: a.duplicate,
             reorder: a.reorder,
@@ -228,10 +238,11 @@ fn impair(a: ImpairArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string(&r)?);
     } else {
         println!(
-            "{} frames in, {} out; {} test packets: {} dropped, {} duplicated, {} reordered ({} held and sent in order), {} corrupted; {} other frames; {} send errors",
+            "{} frames in, {} out; {} {}: {} dropped, {} duplicated, {} reordered ({} held and sent in order), {} corrupted; {} other frames; {} send errors",
             r.frames_in,
             r.frames_out,
-            r.test_packets,
+            r.matched,
+            a.matching.noun(),
             r.dropped,
             r.duplicated,
             r.reordered,
@@ -252,7 +263,7 @@ fn impair(a: ImpairArgs) -> anyhow::Result<ExitCode> {
         .map(|(what, n)| format!("{n} {what}"))
         .collect();
         if !more.is_empty() {
-            println!("test packets also: {}", more.join(", "));
+            println!("{} also: {}", a.matching.noun(), more.join(", "));
         }
     }
     Ok(ExitCode::SUCCESS)

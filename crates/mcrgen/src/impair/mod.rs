@@ -1,9 +1,11 @@
 //! `mcrgen impair`: a userspace stand-in for netem between two interfaces.
 //!
 //! Every frame that arrives on the input interface leaves on the output
-//! interface unchanged, except `mcrgen` test packets (IPv4 UDP carrying a
-//! test payload, plain or wrapped in RTP or MPEG-TS), of which a chosen
-//! share is:
+//! interface unchanged, except the frames of the kind chosen ([`Match`]):
+//! by default `mcrgen` test packets (IPv4 UDP carrying a test payload,
+//! plain or wrapped in RTP or MPEG-TS), or with [`Match::Udp`] every IPv4
+//! UDP datagram, whatever it carries (SRT, RIST). Of those, a chosen share
+//! is:
 //!
 //! - *dropped*;
 //! - *duplicated*: sent twice;
@@ -12,35 +14,43 @@
 //!   number (a held packet that no later one overtakes within
 //!   [`HOLD_NS`] is sent as it is and counted as *released in order*);
 //! - *corrupted*: one bit of the pattern flipped, with the UDP checksum
-//!   fixed up, so only a byte-for-byte check of the payload can tell.
+//!   fixed up, so only a byte-for-byte check of the payload can tell
+//!   (test packets only).
 //!
 //! Faults are exclusive per packet and drawn from a seeded generator, so a
-//! run is reproducible. A *loss band* drops instead the test packets whose
+//! run is reproducible. A delay sends every matched frame that much later,
+//! in order, and a cut drops every one for a while. A *loss band* drops
+//! instead the test packets whose
 //! (stream, sequence number) hash, with the seed, into a share of the
 //! range: the same packet is dropped or kept whenever and wherever it
 //! passes, so two impairers with the same seed on two paths that carry
 //! the same stream drop the same packets where their bands overlap and
-//! never the same where they do not ([`in_band`]). Every fault is counted, so a test can check that a
-//! receiver reports exactly what was done.
+//! never the same where they do not ([`in_band`]). The faults that need a
+//! test payload (corruption, broken MPEG-TS sync bytes, loss bands) are
+//! refused with [`Match::Udp`] ([`Faults::validate`]). Every fault is
+//! counted, so a test can check that a receiver reports exactly what was
+//! done.
 
+mod matching;
 mod run;
 
+pub use matching::Match;
 pub use run::{ImpairConfig, ImpairError, run};
 
 use std::collections::HashMap;
 
 use mcr_core::wire::checksum;
-use mcr_core::wire::ethernet::{ETHERTYPE_IPV4, EthernetHeader};
-use mcr_core::wire::ipv4::{Ipv4Header, PROTO_UDP};
-use mcr_core::wire::udp::UdpHeader;
 use serde::{Deserialize, Serialize};
-use zerocopy::FromBytes;
 
 use crate::payload::HEADER_LEN;
+use matching::Flow;
 
-/// The share (0 to 1) of test packets that suffer each fault.
+/// The share (0 to 1) of matched packets (test packets, or with
+/// [`Match::Udp`] every IPv4 UDP datagram) that suffer each fault.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Faults {
+    /// Which frames the faults act on.
+    pub matching: Match,
     /// Dropped.
     pub loss: f64,
     /// Sent twice.
@@ -55,11 +65,11 @@ pub struct Faults {
     /// MPEG-TS datagrams with two transport packets' sync bytes broken in
     /// a row (a TS_sync_loss and two Sync_byte_errors).
     pub sync_loss: f64,
-    /// Every test packet leaves this much later (a longer path), in order.
+    /// Every matched packet leaves this much later (a longer path), in
+    /// order.
     pub delay_ns: u64,
-    /// The path is cut, once per entry: every test packet is dropped from
-    /// this long after
-    /// the first test packet, for this long.
+    /// The path is cut, once per entry: every matched packet is dropped
+    /// from this long after the first matched packet, for this long.
     pub cut: Vec<(u64, u64)>,
     /// Test packets whose hash falls in this share of the range (from, to,
     /// each 0 to 1) are dropped ([`in_band`]).
@@ -78,8 +88,26 @@ pub fn in_band(seed: u64, stream: u32, seq: u64, band: (f64, f64)) -> bool {
 }
 
 impl Faults {
-    /// Checks each share is in 0..=1 and together they are at most 1.
+    /// Checks each share is in 0..=1 and together they are at most 1, and
+    /// that with [`Match::Udp`] no fault needs a test payload.
     pub fn validate(&self) -> Result<(), String> {
+        if self.matching == Match::Udp {
+            let needs_payload = [
+                ("--corrupt", self.corrupt > 0.0),
+                ("--sync-error", self.sync_error > 0.0),
+                ("--sync-loss", self.sync_loss > 0.0),
+                ("--loss-band", self.loss_band.is_some()),
+            ];
+            let refused: Vec<&str> = needs_payload.iter().filter(|(_, on)| *on).map(|(f, _)| *f).collect();
+            if !refused.is_empty() {
+                return Err(format!(
+                    "{} need{} a test payload and cannot act on any UDP datagram: drop {} or use --match test (with --match udp: --loss, --duplicate, --reorder, --delay, --cut)",
+                    refused.join(", "),
+                    if refused.len() == 1 { "s" } else { "" },
+                    if refused.len() == 1 { "it" } else { "them" },
+                ));
+            }
+        }
         if let Some((from, to)) = self.loss_band
             && !(0.0 <= from && from <= to && to <= 1.0)
         {
@@ -110,17 +138,23 @@ pub struct ImpairReport {
     pub frames_in: u64,
     /// Frames written to the output interface.
     pub frames_out: u64,
-    /// Frames that were not test packets, passed on unchanged.
+    /// Frames of no kind the faults act on, passed on unchanged.
     pub other_frames: u64,
-    /// Test packets seen.
+    /// Test packets seen (with `--match udp`, those among the UDP
+    /// datagrams).
     pub test_packets: u64,
-    /// Test packets dropped.
+    /// Frames the faults act on (`--match`): the test packets, or every
+    /// IPv4 UDP datagram. The counts below are of these.
+    #[serde(default)]
+    pub matched: u64,
+    /// Matched packets dropped.
     pub dropped: u64,
-    /// Test packets sent twice.
+    /// Matched packets sent twice.
     pub duplicated: u64,
-    /// Test packets sent after a later packet of their destination.
+    /// Matched packets sent after a later packet of their destination.
     pub reordered: u64,
-    /// Test packets held back but sent in order for want of a later packet.
+    /// Matched packets held back but sent in order for want of a later
+    /// packet.
     pub released_in_order: u64,
     /// Test packets with one payload bit flipped.
     pub corrupted: u64,
@@ -132,14 +166,14 @@ pub struct ImpairReport {
     pub sync_losses: u64,
     /// Frames the output interface refused.
     pub send_errors: u64,
-    /// Test packets sent `--delay` later.
+    /// Matched packets sent `--delay` later.
     #[serde(default)]
     pub delayed: u64,
     /// The least time a delayed packet was held, in ns (the impairer's
     /// clock).
     #[serde(default)]
     pub delay_min_ns: Option<u64>,
-    /// Test packets dropped while the path was cut.
+    /// Matched packets dropped while the path was cut.
     #[serde(default)]
     pub cut: u64,
     /// Test packets dropped by the loss band.
@@ -161,9 +195,6 @@ enum Fault {
 /// destination before it is sent as it is (20 ms).
 pub const HOLD_NS: u64 = 20_000_000;
 
-/// Where a test packet goes: destination address and port.
-type Flow = ([u8; 4], u16);
-
 /// The decisions, without I/O.
 #[derive(Debug)]
 pub struct Impairer {
@@ -172,28 +203,11 @@ pub struct Impairer {
     rng: u64,
     /// Per destination: the held frame and when it was held.
     held: HashMap<Flow, (Vec<u8>, u64)>,
-    /// Test packets waiting out the delay: when they go, in order.
+    /// Matched packets waiting out the delay: when they go, in order.
     delayed: std::collections::VecDeque<(u64, Vec<u8>)>,
-    /// When the first test packet came (the cut counts from it).
+    /// When the first matched packet came (the cut counts from it).
     first_test: Option<u64>,
     report: ImpairReport,
-}
-
-/// Where the UDP payload starts in a test packet, its flow and its
-/// (stream, sequence number); `None` for any other frame.
-fn test_packet(frame: &[u8]) -> Option<(usize, Flow, (u32, u64))> {
-    let (eth, rest) = EthernetHeader::ref_from_prefix(frame).ok()?;
-    if eth.ethertype.get() != ETHERTYPE_IPV4 {
-        return None;
-    }
-    let (ip, _) = Ipv4Header::ref_from_prefix(rest).ok()?;
-    if ip.protocol != PROTO_UDP || ip.is_fragment() || ip.header_len() < 20 {
-        return None;
-    }
-    let udp_at = 14 + ip.header_len();
-    let (udp, payload) = UdpHeader::ref_from_prefix(frame.get(udp_at..)?).ok()?;
-    let id = crate::wrap::test_payload_id(payload)?;
-    Some((udp_at + 8, (ip.dst, udp.dst_port.get()), id))
 }
 
 impl Impairer {
@@ -234,7 +248,7 @@ impl Impairer {
         out.push(frame);
     }
 
-    /// Sends a test packet now, or after the delay.
+    /// Sends a matched packet now, or after the delay.
     fn pass(&mut self, frame: Vec<u8>, now_ns: u64, out: &mut Vec<Vec<u8>>) {
         if self.faults.delay_ns == 0 {
             return self.emit(frame, out);
@@ -248,12 +262,15 @@ impl Impairer {
     /// order, to `out`.
     pub fn frame(&mut self, frame: &[u8], now_ns: u64, out: &mut Vec<Vec<u8>>) {
         self.report.frames_in += 1;
-        let Some((payload_at, flow, (stream, seq))) = test_packet(frame) else {
+        let Some(matching::Matched { payload_at, flow, test }) = self.faults.matching.matches(frame) else {
             self.report.other_frames += 1;
             self.emit(frame.to_vec(), out);
             return;
         };
-        self.report.test_packets += 1;
+        self.report.matched += 1;
+        if test.is_some() {
+            self.report.test_packets += 1;
+        }
         let first = *self.first_test.get_or_insert(now_ns);
         let since = now_ns - first;
         if self
@@ -265,7 +282,10 @@ impl Impairer {
             self.report.cut += 1;
             return;
         }
-        if let Some(band) = self.faults.loss_band
+        // (Loss bands, corruption and broken sync bytes need a test
+        // payload: `validate` refuses them with `Match::Udp`, and a
+        // datagram that is not a test packet is spared them here too.)
+        if let (Some(band), Some((stream, seq))) = (self.faults.loss_band, test)
             && in_band(self.seed, stream, seq, band)
         {
             self.report.band_dropped += 1;
@@ -287,11 +307,11 @@ impl Impairer {
                 self.held.insert(flow, (copy, now_ns));
                 return;
             }
-            Some(Fault::Corrupt) if copy.len() > payload_at + HEADER_LEN => {
+            Some(Fault::Corrupt) if test.is_some() && copy.len() > payload_at + HEADER_LEN => {
                 self.corrupt(&mut copy, payload_at);
                 self.report.corrupted += 1;
             }
-            Some(Fault::BreakSync(n)) if break_sync(&mut copy, payload_at, n) => match n {
+            Some(Fault::BreakSync(n)) if test.is_some() && break_sync(&mut copy, payload_at, n) => match n {
                 1 => self.report.sync_errors += 1,
                 _ => self.report.sync_losses += 1,
             },
@@ -329,7 +349,15 @@ impl Impairer {
         }
     }
 
-    /// Which fault, if any, the next test packet suffers.
+    /// When [`Impairer::expire`] next has something to send: the first
+    /// delayed packet's time, or when a held one stops waiting.
+    pub fn next_due_ns(&self) -> Option<u64> {
+        let held = self.held.values().map(|(_, at)| at.saturating_add(HOLD_NS)).min();
+        let delayed = self.delayed.front().map(|(at, _)| *at);
+        held.into_iter().chain(delayed).min()
+    }
+
+    /// Which fault, if any, the next matched packet suffers.
     fn draw(&mut self) -> Option<Fault> {
         let f = &self.faults;
         let shares = [
@@ -421,7 +449,10 @@ fn break_sync(frame: &mut [u8], payload_at: usize, n: usize) -> bool {
 mod tests {
     use super::*;
     use crate::payload;
+    use mcr_core::wire::ipv4::Ipv4Header;
+    use mcr_core::wire::udp::UdpHeader;
     use mcr_core::wire::{UDP_V4_HEADERS, UdpFrameSpec, write_udp_v4_frame};
+    use zerocopy::FromBytes;
 
     fn frame(seq: u64, port: u16) -> Vec<u8> {
         let mut f = vec![0u8; UDP_V4_HEADERS + 200];
@@ -638,6 +669,173 @@ mod tests {
         assert_eq!(imp.report().reordered, 0);
     }
 
+    /// A UDP datagram that is not a test packet (an SRT data packet's
+    /// shape: 16 bytes of header, then 1,316 of MPEG-TS), number `n` of
+    /// its flow, to `port`.
+    fn foreign(n: u32, port: u16) -> Vec<u8> {
+        let mut f = vec![0u8; UDP_V4_HEADERS + 16 + 1316];
+        f[UDP_V4_HEADERS..UDP_V4_HEADERS + 4].copy_from_slice(&n.to_be_bytes());
+        f[UDP_V4_HEADERS + 16] = 0x47;
+        let spec = UdpFrameSpec {
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_mac: [2, 0, 0, 0, 0, 1],
+            src: "10.0.1.1:9000".parse().expect("literal"),
+            dst: std::net::SocketAddrV4::new("10.0.1.2".parse().expect("literal"), port),
+            ttl: 64,
+            dscp: 0,
+            ident: 0,
+        };
+        write_udp_v4_frame(&mut f, &spec, 16 + 1316).expect("fits");
+        f
+    }
+
+    fn numbers(out: &[Vec<u8>]) -> Vec<u32> {
+        out.iter()
+            .map(|f| u32::from_be_bytes(f[UDP_V4_HEADERS..UDP_V4_HEADERS + 4].try_into().expect("4 bytes")))
+            .collect()
+    }
+
+    #[test]
+    fn by_default_other_udp_traffic_passes_untouched() {
+        let mut imp = Impairer::new(
+            Faults {
+                loss: 0.5,
+                reorder: 0.5,
+                delay_ns: 1_000,
+                ..Default::default()
+            },
+            1,
+        );
+        let mut out = Vec::new();
+        for n in 0..100 {
+            imp.frame(&foreign(n, 40000), 0, &mut out);
+        }
+        assert_eq!(numbers(&out), (0..100).collect::<Vec<_>>());
+        let r = imp.report();
+        assert_eq!((r.other_frames, r.matched, r.dropped, r.delayed), (100, 0, 0, 0));
+    }
+
+    #[test]
+    fn with_match_udp_any_datagram_is_lost_delayed_and_reordered_and_counted() {
+        let mut imp = Impairer::new(
+            Faults {
+                matching: Match::Udp,
+                loss: 0.02,
+                reorder: 0.01,
+                delay_ns: 40_000_000,
+                ..Default::default()
+            },
+            5,
+        );
+        let mut out = Vec::new();
+        let mut sent_at = Vec::new();
+        // 20,000 datagrams of one flow, one a millisecond, an ARP frame
+        // among them; what is due is sent as time goes.
+        let mut arp = foreign(0, 40000);
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        for n in 0..20_000u32 {
+            let now = u64::from(n) * 1_000_000;
+            let before = out.len();
+            imp.expire(now, &mut out);
+            sent_at.extend(std::iter::repeat_n(now, out.len() - before));
+            if n == 10 {
+                imp.frame(&arp, now, &mut out);
+                // Not a UDP datagram: it passes at once, undelayed.
+                assert_eq!(out.last(), Some(&arp));
+                out.pop();
+            }
+            imp.frame(&foreign(n, 40000), now, &mut out);
+            // Nothing leaves before its delay is over.
+            assert_eq!(out.len(), sent_at.len(), "packet {n}");
+        }
+        // A packet still held at the end goes, delayed, when its wait is
+        // over; the rest at the end.
+        imp.expire(20_000 * 1_000_000 + HOLD_NS, &mut out);
+        imp.flush(&mut out);
+        let r = imp.report();
+        assert_eq!(
+            (r.frames_in, r.matched, r.other_frames, r.test_packets),
+            (20_001, 20_000, 1, 0)
+        );
+        let got = numbers(&out);
+        // Each dropped datagram is missing, each reordered one comes after
+        // the next, and nothing else changes.
+        assert_eq!(got.len() as u64, 20_000 - r.dropped);
+        assert!((300..500).contains(&r.dropped), "{r:?}");
+        assert!((100..300).contains(&r.reordered), "{r:?}");
+        let late = got.windows(2).filter(|w| w[1] < w[0]).count() as u64;
+        assert_eq!(late, r.reordered, "{r:?}");
+        let mut sorted = got.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), got.len(), "nothing duplicated");
+        assert_eq!(r.delayed, 20_000 - r.dropped);
+        assert_eq!(r.delay_min_ns, Some(40_000_000), "{r:?}");
+        // Every datagram is left intact.
+        for f in &out {
+            let n = numbers(std::slice::from_ref(f))[0];
+            assert_eq!(f, &foreign(n, 40000));
+        }
+    }
+
+    #[test]
+    fn with_match_udp_the_faults_that_need_a_test_payload_are_refused_by_name() {
+        let udp = |f: Faults| Faults {
+            matching: Match::Udp,
+            ..f
+        };
+        let e = udp(Faults {
+            corrupt: 0.01,
+            loss: 0.02,
+            ..Default::default()
+        })
+        .validate()
+        .expect_err("corrupt needs a test payload");
+        assert!(e.starts_with("--corrupt needs a test payload"), "{e}");
+        let e = udp(Faults {
+            sync_error: 0.01,
+            loss_band: Some((0.0, 0.01)),
+            ..Default::default()
+        })
+        .validate()
+        .expect_err("refused");
+        assert!(e.starts_with("--sync-error, --loss-band need a test payload"), "{e}");
+        assert!(
+            udp(Faults {
+                loss: 0.02,
+                duplicate: 0.01,
+                reorder: 0.01,
+                delay_ns: 40_000_000,
+                cut: vec![(1, 2)],
+                ..Default::default()
+            })
+            .validate()
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn the_next_due_time_is_the_first_delayed_or_held_packets() {
+        let mut imp = Impairer::new(
+            Faults {
+                matching: Match::Udp,
+                reorder: 1.0,
+                delay_ns: 40_000_000,
+                ..Default::default()
+            },
+            1,
+        );
+        let mut out = Vec::new();
+        assert_eq!(imp.next_due_ns(), None);
+        imp.frame(&foreign(0, 40000), 1_000, &mut out); // held
+        assert_eq!(imp.next_due_ns(), Some(1_000 + HOLD_NS));
+        imp.frame(&foreign(1, 40000), 2_000, &mut out); // overtakes it: both delayed
+        assert_eq!(imp.next_due_ns(), Some(2_000 + 40_000_000));
+        imp.expire(2_000 + 40_000_000, &mut out);
+        assert_eq!(numbers(&out), [1, 0]);
+        assert_eq!(imp.next_due_ns(), None);
+    }
+
     proptest::proptest! {
         #[test]
         fn any_bytes_never_panic_and_pass_through(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
@@ -645,7 +843,7 @@ mod tests {
             let mut out = Vec::new();
             imp.frame(&bytes, 0, &mut out);
             // Whatever is not a test packet passes unchanged.
-            if test_packet(&bytes).is_none() {
+            if Match::Test.matches(&bytes).is_none() {
                 proptest::prop_assert_eq!(out, vec![bytes]);
             }
         }

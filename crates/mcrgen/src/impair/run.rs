@@ -20,7 +20,7 @@ pub struct ImpairConfig {
     pub input: String,
     /// Where they go out.
     pub output: String,
-    /// What to do to test packets.
+    /// What to do to which packets.
     pub faults: Faults,
     /// Seed of the fault generator.
     pub seed: u64,
@@ -52,8 +52,9 @@ pub enum ImpairError {
     },
 }
 
-/// Forwards frames from input to output, impairing test packets, until
-/// `stop` or the duration; reports what it did.
+/// Forwards frames from input to output, impairing the matched packets
+/// (test packets, or every UDP datagram), until `stop` or the duration;
+/// reports what it did.
 pub fn run(cfg: &ImpairConfig, stop: &AtomicBool, ready: impl FnOnce(&str)) -> Result<ImpairReport, ImpairError> {
     cfg.faults.validate().map_err(ImpairError::Faults)?;
     let setup = |what: String| move |source| ImpairError::Setup { what, source };
@@ -74,7 +75,13 @@ pub fn run(cfg: &ImpairConfig, stop: &AtomicBool, ready: impl FnOnce(&str)) -> R
             break;
         }
         imp.expire(now, &mut out);
-        let readable = epoll.wait(5).map_err(setup("epoll_wait".into()))?.count() > 0;
+        send(&tx, &mut out, &mut imp);
+        // Wake for the next delayed or held packet (at most 1 ms late), or
+        // every 5 ms to look at the clock and `stop`.
+        let wait_ms = imp
+            .next_due_ns()
+            .map_or(5, |due| due.saturating_sub(now).div_ceil(1_000_000).min(5)) as i32;
+        let readable = epoll.wait(wait_ms).map_err(setup("epoll_wait".into()))?.count() > 0;
         if readable {
             loop {
                 let n = batch.recv(rx.as_fd()).map_err(|source| ImpairError::Recv {

@@ -1,4 +1,4 @@
-//! SRT across an impaired path, against third-party peers: 40 ms of delay
+//! SRT and RIST across an impaired path, against third-party peers: 40 ms of delay
 //! each way, 2 % loss and 1 % reordering of every UDP datagram (data,
 //! ACKs, NAKs), made by two `mcrgen impair --match udp` in a namespace
 //! between two of the line's nodes, one per direction (this kernel has no
@@ -8,7 +8,9 @@
 //! order, intact, with its MPEG-TS continuity whole; the latency it
 //! measured is printed, never asserted. Peers: srt-live-transmit calling
 //! MCR's listener output, and ffmpeg or srt-live-transmit pushing into
-//! MCR's listener input.
+//! MCR's listener input; for RIST (a buffer of 400 ms), ristreceiver
+//! calling MCR's listener output and ristsender pushing into MCR's
+//! listener input.
 //!
 //! ```text
 //! gen (veth0 10.0.0.1) ─ [path] ─ (veth1 10.0.0.2) relay (veth2 10.0.1.1) ─ [path] ─ (veth3 10.0.1.2) sink
@@ -22,6 +24,7 @@ use mcr_core::control::{RuleStats, SrtStatus};
 use mcr_testbed::ffmpeg::{Ffmpeg, srt_url};
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
+use mcr_testbed::rist::RistTool;
 use mcr_testbed::srt::LiveTransmit;
 use mcr_testbed::traffic::{Impairer, Mcrgen, Received};
 use mcr_testbed::{Ns, Testbed, traffic_lock};
@@ -257,7 +260,7 @@ fn report(what: &str, got: &Received, data: &ImpairReport, back: &ImpairReport, 
         "{what}: {COUNT} datagrams (and {} of {TAIL} after them), none lost, duplicated or reordered; \
          impaired way: {} datagrams, {} dropped, {} reordered; return way: {} datagrams, {} dropped, {} reordered; \
          {srt}; latency sender to receiver min {:.1} ms, median {:.1} ms, p99 {:.1} ms, max {:.1} ms \
-         (SRT latency {LATENCY_MS} ms, path delay 40 ms each way)",
+         (SRT latency or RIST buffer {LATENCY_MS} ms, path delay 40 ms each way)",
         got.report.total.unique - COUNT,
         data.matched,
         data.dropped,
@@ -494,4 +497,152 @@ fn push_across_an_impaired_path(tag: &str, ffmpeg: bool) {
         ),
     );
     drop(encoder);
+}
+
+/// The RIST recovery buffer both ends ask for: five round trips.
+const BUFFER_MS: u64 = LATENCY_MS;
+
+#[test]
+fn multicast_to_a_rist_receiver_across_an_impaired_path_loses_nothing() {
+    let _lock = traffic_lock().expect("lock");
+    let n = Impaired::new("rist-impaired-out", Link::Out);
+    let relay = Relay::start(&n.relay, &[]).expect("mcrd");
+    relay
+        .add_rule(
+            "feed",
+            &format!("{}:239.1.1.1:5001", Chain::RELAY_IN_IF),
+            &[&format!("rist://0.0.0.0:8200,buffer={BUFFER_MS}")],
+        )
+        .expect("rule added");
+    let find = |r: &RuleStats| r.outputs.first()?.rist.clone();
+    wait_until(&relay, "feed", "listener", find, |s| s.state == "listening");
+    let (towards_sink, towards_relay) = n.impair();
+    // The remote site: ristreceiver reaches MCR's listener across the
+    // path and hands the stream to a port of its host, where it is
+    // checked.
+    let receiver = RistTool::start(
+        &n.sink,
+        "ristreceiver",
+        1,
+        &format!("rist://{}:8200?buffer={BUFFER_MS}", Chain::RELAY_OUT_ADDR),
+        "udp://127.0.0.1:6100",
+    )
+    .expect("ristreceiver");
+    wait_until(&relay, "feed", "the receiver", find, |s| s.connections.len() == 1);
+    warm_up(&n, &relay, "feed", "239.1.1.1:5001", find);
+    let rx = Mcrgen::streams("127.0.0.1:6100", "lo")
+        .wrap("ts")
+        .arg("--idle-timeout")
+        .arg("5s")
+        .recv(&n.sink)
+        .expect("recv");
+    Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
+        .count(COUNT + TAIL)
+        .rate(RATE)
+        .wrap("ts")
+        .send(&n.generator, MINUTES)
+        .expect("send");
+    let got = rx.finish(MINUTES).expect("recv done");
+    // librist's counts are read once a second (the sender's include its
+    // RTCP packets).
+    let rist = wait_until(&relay, "feed", "every datagram counted", find, |s| {
+        s.connections
+            .first()
+            .is_some_and(|c| c.packets >= WARM_UP + COUNT + TAIL)
+    });
+    let data = towards_sink.stop().expect("impairer");
+    let back = towards_relay.stop().expect("impairer");
+    let context = format!(
+        "{}\n{}\n--- receiver\n{}\n--- impairers\n{data:?}\n{back:?}",
+        relay.ctl_ok(&["stats"]).unwrap_or_default(),
+        relay.log(),
+        receiver.log()
+    );
+    assert_whole(&got, &context);
+    assert_impaired(&data, &back);
+    let c = &rist.connections[0];
+    // What the path lost was sent again.
+    assert!(c.retransmitted > 0, "{c:?}\n{context}");
+    report(
+        "multicast -> MCR -> RIST listener -> ristreceiver -> host",
+        &got,
+        &data,
+        &back,
+        &format!(
+            "MCR's peer (warm-up included): rtt {:.1} ms, {} retransmitted",
+            c.rtt_ms, c.retransmitted
+        ),
+    );
+}
+
+#[test]
+fn ristsender_pushing_across_an_impaired_path_reaches_multicast_whole() {
+    let _lock = traffic_lock().expect("lock");
+    let n = Impaired::new("rist-impaired-in", Link::In);
+    let relay = Relay::start(&n.relay, &[]).expect("mcrd");
+    relay
+        .add_rule(
+            "contrib",
+            &format!("rist://0.0.0.0:8210,buffer={BUFFER_MS}"),
+            &[&format!("{}:239.10.9.9:6009", Chain::RELAY_OUT_IF)],
+        )
+        .expect("rule added");
+    let find = |r: &RuleStats| Some(r.rist_inputs.first()?.rist.clone());
+    wait_until(&relay, "contrib", "listener", find, |s| s.state == "listening");
+    let (towards_relay, towards_gen) = n.impair();
+    // The encoder: ristsender takes the generator's datagrams (sent to its
+    // own address) and reaches MCR's input across the path.
+    let input = format!("{}:5000", Chain::GEN_ADDR);
+    let sender = RistTool::start(
+        &n.generator,
+        "ristsender",
+        1,
+        &format!("udp://@{input}"),
+        &format!("rist://{}:8210?buffer={BUFFER_MS}", Chain::RELAY_IN_ADDR),
+    )
+    .expect("ristsender");
+    wait_until(&relay, "contrib", "the sender", find, |s| s.connections.len() == 1);
+    warm_up(&n, &relay, "contrib", &input, find);
+    let rx = Mcrgen::streams("239.10.9.9:6009", Chain::SINK_IF)
+        .wrap("ts")
+        .arg("--idle-timeout")
+        .arg("5s")
+        .recv(&n.sink)
+        .expect("recv");
+    Mcrgen::streams(&input, Chain::GEN_IF)
+        .count(COUNT + TAIL)
+        .rate(RATE)
+        .wrap("ts")
+        .send(&n.generator, MINUTES)
+        .expect("send");
+    let got = rx.finish(MINUTES).expect("recv done");
+    let data = towards_relay.stop().expect("impairer");
+    let back = towards_gen.stop().expect("impairer");
+    let rist = wait_until(&relay, "contrib", "the flow's counts", find, |s| {
+        s.connections.first().is_some_and(|c| c.packets >= COUNT)
+    });
+    let context = format!(
+        "{:?}\nrelay's UDP: {}\n{}\n{}\n--- sender\n{}\n--- impairers\n{data:?}\n{back:?}",
+        got.report.streams,
+        udp_counters(&n.relay),
+        relay.ctl_ok(&["stats"]).unwrap_or_default(),
+        relay.log(),
+        sender.log()
+    );
+    assert_whole(&got, &context);
+    assert_impaired(&data, &back);
+    let c = &rist.connections[0];
+    // What the path lost, a retransmission brought, and nothing was lost
+    // for good.
+    assert!(c.retransmitted > 0 && c.lost == 0, "{c:?}\n{context}");
+    report(
+        "ristsender -> RIST -> MCR (RIST input, listener) -> multicast",
+        &got,
+        &data,
+        &back,
+        &format!(
+            "MCR's flow (warm-up included): rtt {:.1} ms, {} recovered, {} lost",
+            c.rtt_ms, c.retransmitted, c.lost
+        ),
+    );
 }

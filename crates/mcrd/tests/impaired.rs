@@ -35,8 +35,9 @@ const MINUTES: Duration = Duration::from_secs(180);
 const FAULTS: [&str; 8] = ["--match", "udp", "--delay", "40ms", "--loss", "2%", "--reorder", "1%"];
 /// The SRT latency: at least four round trips of 80 ms.
 const LATENCY_MS: u64 = 400;
-/// Datagrams checked, at `RATE`: 8 s of an MPEG-TS stream of 10.5 Mb/s.
-const COUNT: u64 = 8000;
+/// Datagrams checked, at `RATE`: 5 s of an MPEG-TS stream of 10.5 Mb/s
+/// (about 100 lost on the way, each repaired).
+const COUNT: u64 = 5000;
 /// Datagrams sent after them: a loss is noticed (and repaired) only when
 /// a later datagram arrives, so the last datagram before a pause can be
 /// lost for good. These carry the checked ones' repairs; any of them may
@@ -187,6 +188,27 @@ fn warm_up(n: &Impaired, relay: &Relay, rule: &str, dest: &str, find: impl Fn(&R
     s.connections[0].dropped_too_late
 }
 
+/// Sends the checked stream (`COUNT` datagrams and the `TAIL`) from the
+/// generator to `dest`, and returns what the sink received at `at` on
+/// `iface`.
+fn send_checked(n: &Impaired, dest: &str, at: &str, iface: &str) -> Received {
+    let rx = Mcrgen::streams(at, iface)
+        .wrap("ts")
+        // (It stops once nothing came for this long: a busy machine may
+        // hold the stream up for a while.)
+        .arg("--idle-timeout")
+        .arg("5s")
+        .recv(&n.sink)
+        .expect("recv");
+    Mcrgen::streams(dest, Chain::GEN_IF)
+        .count(COUNT + TAIL)
+        .rate(RATE)
+        .wrap("ts")
+        .send(&n.generator, MINUTES)
+        .expect("send");
+    rx.finish(MINUTES).expect("recv done")
+}
+
 /// The kernel's UDP counters in `ns` (`/proc/net/snmp`: `RcvbufErrors`
 /// are datagrams dropped because a socket's buffer was full).
 fn udp_counters(ns: &Ns) -> String {
@@ -306,21 +328,7 @@ fn multicast_to_an_srt_caller_across_an_impaired_path_loses_nothing() {
     .expect("srt-live-transmit");
     wait_until(&relay, "feed", "the caller", find, |s| s.connections.len() == 1);
     let too_late_before = warm_up(&n, &relay, "feed", "239.1.1.1:5001", find);
-    let rx = Mcrgen::streams("239.9.9.1:6000", Chain::SINK_IF)
-        .wrap("ts")
-        // (It stops once nothing came for this long: a busy machine may
-        // hold the stream up for a while.)
-        .arg("--idle-timeout")
-        .arg("5s")
-        .recv(&n.sink)
-        .expect("recv");
-    Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
-        .count(COUNT + TAIL)
-        .rate(RATE)
-        .wrap("ts")
-        .send(&n.generator, MINUTES)
-        .expect("send");
-    let got = rx.finish(MINUTES).expect("recv done");
+    let got = send_checked(&n, "239.1.1.1:5001", "239.9.9.1:6000", Chain::SINK_IF);
     // libsrt's counts are read once a second: wait until they are whole.
     let srt = wait_until(&relay, "feed", "every datagram counted", find, |s| {
         s.connections
@@ -442,21 +450,7 @@ fn push_across_an_impaired_path(tag: &str, ffmpeg: bool) {
     // one burst: the warm-up makes it call, and lets libsrt measure the
     // round trip before the checked stream starts.
     let too_late_before = warm_up(&n, &relay, "contrib", &input, find);
-    let rx = Mcrgen::streams("239.10.9.9:6009", Chain::SINK_IF)
-        .wrap("ts")
-        // (It stops once nothing came for this long: a busy machine may
-        // hold the stream up for a while.)
-        .arg("--idle-timeout")
-        .arg("5s")
-        .recv(&n.sink)
-        .expect("recv");
-    Mcrgen::streams(&input, Chain::GEN_IF)
-        .count(COUNT + TAIL)
-        .rate(RATE)
-        .wrap("ts")
-        .send(&n.generator, MINUTES)
-        .expect("send");
-    let got = rx.finish(MINUTES).expect("recv done");
+    let got = send_checked(&n, &input, "239.10.9.9:6009", Chain::SINK_IF);
     let data = towards_relay.stop().expect("impairer");
     let back = towards_gen.stop().expect("impairer");
     let context = format!(
@@ -530,19 +524,7 @@ fn multicast_to_a_rist_receiver_across_an_impaired_path_loses_nothing() {
     .expect("ristreceiver");
     wait_until(&relay, "feed", "the receiver", find, |s| s.connections.len() == 1);
     warm_up(&n, &relay, "feed", "239.1.1.1:5001", find);
-    let rx = Mcrgen::streams("127.0.0.1:6100", "lo")
-        .wrap("ts")
-        .arg("--idle-timeout")
-        .arg("5s")
-        .recv(&n.sink)
-        .expect("recv");
-    Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
-        .count(COUNT + TAIL)
-        .rate(RATE)
-        .wrap("ts")
-        .send(&n.generator, MINUTES)
-        .expect("send");
-    let got = rx.finish(MINUTES).expect("recv done");
+    let got = send_checked(&n, "239.1.1.1:5001", "127.0.0.1:6100", "lo");
     // librist's counts are read once a second (the sender's include its
     // RTCP packets).
     let rist = wait_until(&relay, "feed", "every datagram counted", find, |s| {
@@ -603,19 +585,7 @@ fn ristsender_pushing_across_an_impaired_path_reaches_multicast_whole() {
     .expect("ristsender");
     wait_until(&relay, "contrib", "the sender", find, |s| s.connections.len() == 1);
     warm_up(&n, &relay, "contrib", &input, find);
-    let rx = Mcrgen::streams("239.10.9.9:6009", Chain::SINK_IF)
-        .wrap("ts")
-        .arg("--idle-timeout")
-        .arg("5s")
-        .recv(&n.sink)
-        .expect("recv");
-    Mcrgen::streams(&input, Chain::GEN_IF)
-        .count(COUNT + TAIL)
-        .rate(RATE)
-        .wrap("ts")
-        .send(&n.generator, MINUTES)
-        .expect("send");
-    let got = rx.finish(MINUTES).expect("recv done");
+    let got = send_checked(&n, &input, "239.10.9.9:6009", Chain::SINK_IF);
     let data = towards_relay.stop().expect("impairer");
     let back = towards_gen.stop().expect("impairer");
     let rist = wait_until(&relay, "contrib", "the flow's counts", find, |s| {

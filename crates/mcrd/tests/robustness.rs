@@ -422,7 +422,7 @@ fn relay_rss_kib(relay: &Relay) -> u64 {
 }
 
 #[test]
-fn an_overload_of_30_seconds_is_dropped_with_reasons_and_forwarding_recovers() {
+fn an_overload_of_15_seconds_is_dropped_with_reasons_and_forwarding_recovers() {
     let _lock = traffic_lock().expect("lock");
     let c = Chain::new("relay-overload").expect("chain");
     // The workers' overload: their rings and output queues. (The eBPF data
@@ -441,9 +441,9 @@ fn an_overload_of_30_seconds_is_dropped_with_reasons_and_forwarding_recovers() {
     every_packet_crosses(&c, &relay, "239.1.1.1:5001", Chain::GEN_IF, "239.10.1.1:6001", 5000);
     let pids: Vec<Option<u32>> = relay.workers().expect("workers").iter().map(|w| w.pid).collect();
     let rss_before = relay_rss_kib(&relay);
-    // 30 s of small packets as fast as the generator goes.
+    // 15 s of small packets as fast as the generator goes.
     let sent = Mcrgen::streams("239.1.1.1:5001", Chain::GEN_IF)
-        .duration("30s")
+        .duration("15s")
         .rate("max")
         .size(64)
         .send(&c.generator, MINUTES)

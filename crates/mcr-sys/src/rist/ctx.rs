@@ -127,6 +127,9 @@ pub struct RistStats {
 struct Shared {
     /// The most peers a listener takes at once (0: no limit).
     max_peers: usize,
+    /// How many peers are connected (the length of `State::peers`, read
+    /// for every datagram without the lock).
+    connected: std::sync::atomic::AtomicUsize,
     state: Mutex<State>,
 }
 
@@ -142,6 +145,12 @@ struct State {
 impl Shared {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps `connected` in step with `state.peers` (under its lock).
+    fn count(&self, state: &State) {
+        self.connected
+            .store(state.peers.len(), std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -387,7 +396,7 @@ impl Rist {
 
     /// Whether any peer is connected now.
     pub fn has_peers(&self) -> bool {
-        !self.shared().state().peers.is_empty()
+        self.shared().connected.load(std::sync::atomic::Ordering::Relaxed) > 0
     }
 
     /// Peers a listener refused for want of room (`max_peers`).
@@ -482,6 +491,7 @@ unsafe extern "C" fn on_connect(
                 since: Instant::now(),
             },
         ));
+        s.count(&state);
         0
     })
 }
@@ -489,7 +499,9 @@ unsafe extern "C" fn on_connect(
 /// librist's auth handler: a peer is gone (timed out or closed).
 unsafe extern "C" fn on_disconnect(arg: *mut c_void, peer: *mut ffi::rist_peer) -> c_int {
     with_shared(arg, |s| {
-        s.state().peers.retain(|(p, _)| *p != peer as usize);
+        let mut state = s.state();
+        state.peers.retain(|(p, _)| *p != peer as usize);
+        s.count(&state);
         0
     })
 }
@@ -514,6 +526,7 @@ unsafe extern "C" fn on_status(arg: *mut c_void, peer: *mut ffi::rist_peer, stat
             }
             _ => {}
         }
+        s.count(&state);
     });
 }
 

@@ -267,23 +267,11 @@ impl Worker {
             self.poll_timed();
             self.forward_carried();
             if let Some(ends) = self.egress.srt.poll(mcr_sys::clock::monotonic_ns()) {
-                let (mut outputs, mut inputs) = (Vec::new(), Vec::new());
-                for (t, s) in ends {
-                    match t {
-                        srt::Target::Output(slot) => outputs.push((slot, s)),
-                        srt::Target::Input(rule, k) => inputs.push((rule, k, s)),
-                    }
-                }
+                let (outputs, inputs) = srt::by_side(ends);
                 self.say(&FromWorker::Srt { outputs, inputs })?;
             }
             if let Some(ends) = self.egress.rist.poll(mcr_sys::clock::monotonic_ns()) {
-                let (mut outputs, mut inputs) = (Vec::new(), Vec::new());
-                for (t, s) in ends {
-                    match t {
-                        srt::Target::Output(slot) => outputs.push((slot, s)),
-                        srt::Target::Input(rule, k) => inputs.push((rule, k, s)),
-                    }
-                }
+                let (outputs, inputs) = srt::by_side(ends);
                 self.say(&FromWorker::Rist { outputs, inputs })?;
             }
             if table_msg && self.read_channel(&mut epoll)? {

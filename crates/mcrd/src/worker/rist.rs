@@ -86,8 +86,16 @@ fn open(e: &RistEndpoint, role: Role) -> Result<sys::Rist, String> {
         RistMode::Caller => 0,
     };
     // (librist starts the context's protocol thread here.)
-    crate::worker::unpinned(|| sys::Rist::new(role, profile, &e.url(secret.as_deref()), max_peers))
-        .map_err(|err| err.to_string())
+    crate::worker::unpinned(|| sys::Rist::new(role, profile, &e.url(secret.as_deref()), max_peers)).map_err(|err| {
+        match (e.mode, &err) {
+            // (What librist could not do, it says only in its log.)
+            (RistMode::Listener, sys::RistError::Call { op, .. }) if op.starts_with("rist_peer_create") => format!(
+                "could not listen on {} ({err}): is a port of it taken by another program, or the address not one of this host's? Choose another port or address",
+                e.address
+            ),
+            _ => err.to_string(),
+        }
+    })
 }
 
 impl Rist {

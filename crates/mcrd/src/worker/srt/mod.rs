@@ -52,6 +52,24 @@ pub enum Target {
     Input(u32, usize),
 }
 
+/// Statuses of outputs, by slot.
+pub type ByOutput<S> = Vec<(u32, S)>;
+/// Statuses of inputs, by rule slot and which input.
+pub type ByInput<S> = Vec<(u32, usize, S)>;
+
+/// Statuses by endpoint, split into the outputs' and the inputs', as the
+/// supervisor takes them.
+pub fn by_side<S>(ends: Vec<(Target, S)>) -> (ByOutput<S>, ByInput<S>) {
+    let (mut outputs, mut inputs) = (Vec::new(), Vec::new());
+    for (t, s) in ends {
+        match t {
+            Target::Output(slot) => outputs.push((slot, s)),
+            Target::Input(rule, k) => inputs.push((rule, k, s)),
+        }
+    }
+    (outputs, inputs)
+}
+
 /// Every endpoint of one kind the rules of `table` have: each rule's
 /// inputs of the kind (`inputs`) and outputs whose kind `output` takes,
 /// with the rule's name and where its status goes.

@@ -2,16 +2,19 @@
 //! packet from one of the inputs goes in with its arrival time; out comes
 //! what to forward, in order. A merge ([`crate::merge::Merger`]) may hold
 //! packets, so it takes each as the caller's item (a copy of the frame); a
-//! failover ([`crate::failover::Failover`]) only says whether the packet in
-//! hand goes on, so nothing is copied. The counts each input and the rule
+//! failover ([`crate::failover::Failover`]) and an arbitration
+//! ([`crate::arbitrate::Arbiter`]) only say whether the packet in hand
+//! goes on, so nothing is copied. The counts each input and the rule
 //! gained since the last look come out as deltas, for counters that only
 //! ever add (a worker that restarts starts a new state and keeps adding).
 
+use crate::arbitrate::race::LagSummary;
+use crate::arbitrate::{Arbiter, Verdict};
 use crate::failover::{Failover, Settings, Switch};
 use crate::health::RtpSequence;
 use crate::merge::{Merger, Pushed};
 use crate::rule::Mode;
-use crate::stats::{InputCounter, RuleCounter};
+use crate::stats::{InputCounter, LineCounter, RuleCounter};
 use crate::wire::rtp::RtpHeader;
 
 /// What became of one packet.
@@ -30,6 +33,9 @@ pub enum Take {
     /// Not forwarded: a merge needs RTP and this is not.
     NotRtp,
 }
+
+/// The line counters an arbitration keeps, in [`LineCounter`]'s order.
+const LINES: usize = LineCounter::ALL.len();
 
 #[derive(Debug)]
 enum How<T> {
@@ -51,6 +57,7 @@ enum How<T> {
         /// forwarded.
         catch_up: Option<CatchUp>,
     },
+    Arbitrate(Arbiter),
 }
 
 /// The counters of one input that the state keeps (the worker counts
@@ -72,7 +79,8 @@ pub struct Combine<T> {
     /// What [`Combine::deltas`] reported so far: per input, then the rule's
     /// lost and switches.
     told: Vec<[u64; KEPT.len()]>,
-    told_rule: [u64; 2],
+    told_lines: Vec<[u64; LINES]>,
+    told_rule: [u64; 4],
     /// Switches not yet taken by [`Combine::take_switches`].
     switches: Vec<Switch>,
 }
@@ -82,6 +90,8 @@ pub struct Combine<T> {
 pub struct Deltas {
     /// (input, counter, amount to add).
     pub inputs: Vec<(usize, InputCounter, u64)>,
+    /// Arbitrating: (input, line counter, amount to add).
+    pub lines: Vec<(usize, LineCounter, u64)>,
     /// (counter, amount to add).
     pub rule: Vec<(RuleCounter, u64)>,
     /// The active input from 1 (0: none), for [`RuleCounter::Active`].
@@ -117,13 +127,15 @@ impl<T> Combine<T> {
                 last: LastForwarded::default(),
                 catch_up: None,
             },
+            Mode::Arbitrate { framing, window } => How::Arbitrate(Arbiter::new(framing, window, inputs)),
         };
         Combine {
             mode,
             inputs,
             how,
             told: vec![[0; KEPT.len()]; inputs],
-            told_rule: [0; 2],
+            told_lines: vec![[0; LINES]; inputs],
+            told_rule: [0; 4],
             switches: Vec::new(),
         }
     }
@@ -204,6 +216,19 @@ impl<T> Combine<T> {
                 forwarded[input] += 1;
                 Take::Now
             }
+            How::Arbitrate(a) => match a.packet(input, payload, now) {
+                Verdict::Forward => Take::Now,
+                _ => Take::Dropped,
+            },
+        }
+    }
+
+    /// Arbitrating: by how much each line's copies lagged the first, over
+    /// the last few seconds at `now`.
+    pub fn lags(&mut self, now: u64) -> Option<Vec<LagSummary>> {
+        match &mut self.how {
+            How::Arbitrate(a) => Some(a.lags(now)),
+            _ => None,
         }
     }
 
@@ -215,6 +240,7 @@ impl<T> Combine<T> {
             How::Failover {
                 choice, last, catch_up, ..
             } => note_switch(choice.tick(now), *last, catch_up, &mut self.switches),
+            How::Arbitrate(_) => {}
         }
     }
 
@@ -223,6 +249,7 @@ impl<T> Combine<T> {
         match &self.how {
             How::Merge(m) => m.deadline(),
             How::Failover { choice, .. } => choice.deadline(),
+            How::Arbitrate(_) => None,
         }
     }
 
@@ -231,6 +258,7 @@ impl<T> Combine<T> {
     pub fn force(&mut self, input: Option<usize>, now: u64) -> Result<(), String> {
         match &mut self.how {
             How::Merge(_) => Err("a merge takes every input: there is none to switch to".into()),
+            How::Arbitrate(_) => Err("an arbitration takes every line: there is none to switch to".into()),
             How::Failover {
                 choice, last, catch_up, ..
             } => {
@@ -246,7 +274,7 @@ impl<T> Combine<T> {
     /// The input an operator holds a failover to (from 0), if any.
     pub fn forced(&self) -> Option<usize> {
         match &self.how {
-            How::Merge(_) => None,
+            How::Merge(_) | How::Arbitrate(_) => None,
             How::Failover { choice, .. } => choice.forced(),
         }
     }
@@ -258,6 +286,8 @@ impl<T> Combine<T> {
 
     /// The counts gained since the last call.
     pub fn deltas(&mut self) -> Deltas {
+        let mut lines: Vec<[u64; LINES]> = Vec::new();
+        let mut gaps = (0, 0);
         let (now_inputs, lost, switches, active): (Vec<[u64; KEPT.len()]>, u64, u64, u64) = match &self.how {
             How::Merge(m) => (
                 m.paths()
@@ -279,6 +309,33 @@ impl<T> Combine<T> {
                 choice.switches(),
                 choice.active() as u64 + 1,
             ),
+            How::Arbitrate(a) => {
+                gaps = a.gaps();
+                lines = a
+                    .counts()
+                    .iter()
+                    .map(|c| {
+                        [
+                            c.messages,
+                            c.gaps,
+                            c.repeats,
+                            c.heartbeats,
+                            c.wrong_session,
+                            c.malformed,
+                            c.resets,
+                        ]
+                    })
+                    .collect();
+                (
+                    a.counts()
+                        .iter()
+                        .map(|c| [c.forwarded, c.copies, 0, c.too_late, c.strays])
+                        .collect(),
+                    0,
+                    0,
+                    0,
+                )
+            }
         };
         let mut d = Deltas {
             active,
@@ -292,9 +349,22 @@ impl<T> Combine<T> {
                 }
             }
         }
-        for (k, (c, now)) in [(RuleCounter::Lost, lost), (RuleCounter::Switches, switches)]
-            .into_iter()
-            .enumerate()
+        for (i, (now, told)) in lines.iter().zip(&mut self.told_lines).enumerate() {
+            for (k, (c, _)) in LineCounter::ALL.iter().enumerate() {
+                if now[k] > told[k] {
+                    d.lines.push((i, *c, now[k] - told[k]));
+                    told[k] = now[k];
+                }
+            }
+        }
+        for (k, (c, now)) in [
+            (RuleCounter::Lost, lost),
+            (RuleCounter::Switches, switches),
+            (RuleCounter::GapsOpened, gaps.0),
+            (RuleCounter::GapsFilled, gaps.1),
+        ]
+        .into_iter()
+        .enumerate()
         {
             if now > self.told_rule[k] {
                 d.rule.push((c, now - self.told_rule[k]));
@@ -461,6 +531,55 @@ mod tests {
         for t in 6..10 {
             assert_eq!(c.packet(1, &same, t * MS, || (), &mut out), Take::Now);
         }
+    }
+
+    #[test]
+    fn an_arbitration_forwards_first_copies_at_once_and_counts_each_line() {
+        let framing = crate::arbitrate::framing::Framing::Mdp3;
+        let mut c: Combine<()> = Combine::new(
+            Mode::Arbitrate {
+                framing,
+                window: crate::arbitrate::DEFAULT_WINDOW,
+            },
+            2,
+        );
+        let mut out = Vec::new();
+        let mdp3 = |seq: u32| {
+            let mut p = seq.to_le_bytes().to_vec();
+            p.extend_from_slice(&[0; 10]);
+            p
+        };
+        assert_eq!(c.packet(0, &mdp3(1), 0, || (), &mut out), Take::Now);
+        assert_eq!(c.packet(1, &mdp3(1), MS, || (), &mut out), Take::Dropped);
+        // A loses 2; B brings it first. Both lose 3.
+        assert_eq!(c.packet(0, &mdp3(4), 2 * MS, || (), &mut out), Take::Now);
+        assert_eq!(c.packet(1, &mdp3(2), 3 * MS, || (), &mut out), Take::Now);
+        assert_eq!(c.packet(1, &mdp3(4), 3 * MS, || (), &mut out), Take::Dropped);
+        assert_eq!(c.packet(1, b"short", 3 * MS, || (), &mut out), Take::Dropped);
+        assert!(out.is_empty(), "an arbitration keeps nothing");
+        assert_eq!(c.deadline(), None);
+        let d = c.deltas();
+        for want in [
+            (0, InputCounter::Forwarded, 2),
+            (1, InputCounter::Forwarded, 1),
+            (1, InputCounter::Duplicates, 2),
+        ] {
+            assert!(d.inputs.contains(&want), "{want:?} in {d:?}");
+        }
+        for want in [
+            (0, LineCounter::Messages, 2),
+            (0, LineCounter::Gaps, 2),
+            (1, LineCounter::Gaps, 1),
+            (1, LineCounter::Malformed, 1),
+        ] {
+            assert!(d.lines.contains(&want), "{want:?} in {d:?}");
+        }
+        // 2 and 3 went past unbrought; 2 was filled.
+        assert_eq!(d.rule, [(RuleCounter::GapsOpened, 2), (RuleCounter::GapsFilled, 1)]);
+        assert_eq!(c.deltas(), Deltas::default());
+        let lags = c.lags(4 * MS).expect("lags");
+        assert_eq!((lags[0].samples, lags[1].samples), (0, 2));
+        assert!(c.force(Some(1), 0).is_err());
     }
 
     #[test]

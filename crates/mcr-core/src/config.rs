@@ -791,7 +791,7 @@ health = false
                 "inputs = [\"eth0:239.1.1.1:5001\", \"eth1:239.2.1.1:5001\"]\nmode = \"mirror\"\n",
                 4,
                 8,
-                "write merge or failover",
+                "write merge, failover or arbitrate",
             ),
             (
                 "inputs = [\"eth0:239.1.1.1:5001\", \"eth0:239.1.1.1:5001\"]\nmode = \"failover\"\n",

@@ -16,6 +16,9 @@
 //!   jitter, MPEG-TS first-priority checks).
 //! - [`failover`]: a primary input and its backups: which one the stream
 //!   is taken from, with loss of signal, hold time and forced choices.
+//! - [`arbitrate`]: A/B line arbitration of sequenced market-data feeds
+//!   (MoldUDP64, MDP 3.0, PITCH, MITCH, generic): each sequence number
+//!   once, from the first line to bring it.
 //! - [`merge`]: SMPTE ST 2022-7: copies of one RTP stream from several
 //!   paths merged back into one, in order.
 //! - [`plane`]: the control plane as one state machine: events in, effects
@@ -26,6 +29,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod arbitrate;
 pub mod bpf;
 pub mod combine;
 pub mod config;

@@ -198,7 +198,7 @@ fn redundancy(out: &mut String, stats: &StatsReport) {
         out,
         "mcr_input_discarded_total",
         "counter",
-        "Packets of the input not forwarded, by reason (merge: duplicate, too_late, stray, not_rtp).",
+        "Packets of the input not forwarded, by reason (merge: duplicate, too_late, stray, not_rtp; arbitrate: duplicate, too_late, stray, wrong_session, malformed).",
     );
     for (r, x) in several() {
         for i in &x.inputs {
@@ -210,8 +210,14 @@ fn redundancy(out: &mut String, stats: &StatsReport) {
             ] {
                 f.sample(&[("rule", &r.name), ("input", &i.input), ("reason", reason)], n);
             }
+            if let Some(l) = &i.line {
+                for (reason, n) in [("wrong_session", l.wrong_session), ("malformed", l.malformed)] {
+                    f.sample(&[("rule", &r.name), ("input", &i.input), ("reason", reason)], n);
+                }
+            }
         }
     }
+    lines(out, stats);
     let mut f = family(
         out,
         "mcr_input_signal",
@@ -234,7 +240,7 @@ fn redundancy(out: &mut String, stats: &StatsReport) {
         out,
         "mcr_rule_lost_total",
         "counter",
-        "Merge: sequence numbers no input brought within the path differential.",
+        "Merge: sequence numbers no input brought within the path differential. Arbitrate: sequence numbers no line brought.",
     );
     for (r, x) in several() {
         f.sample(&[("rule", &r.name), ("mode", mode_name(&x.mode))], x.lost);
@@ -265,6 +271,64 @@ fn redundancy(out: &mut String, stats: &StatsReport) {
     );
     for (r, x) in several() {
         f.sample(&[("rule", &r.name)], x.forced.unwrap_or(0));
+    }
+}
+
+/// The families of arbitrated lines: each line's own sequence, and by how
+/// much its copies came after the first.
+fn lines(out: &mut String, stats: &StatsReport) {
+    let lines = || {
+        stats.rules.iter().flat_map(|r| {
+            r.redundancy
+                .iter()
+                .flat_map(|x| &x.inputs)
+                .filter_map(move |i| Some((r.name.as_str(), i.input.as_str(), i.line.as_ref()?)))
+        })
+    };
+    type LineCount = fn(&crate::control::LineStats) -> u64;
+    let counts: [(&'static str, &str, LineCount); 5] = [
+        (
+            "mcr_line_messages_total",
+            "Arbitrate: messages (sequence numbers) the line's data packets carried.",
+            |l| l.messages,
+        ),
+        (
+            "mcr_line_gaps_total",
+            "Arbitrate: sequence numbers the line skipped (it lost them; the other line may have brought them).",
+            |l| l.gaps,
+        ),
+        (
+            "mcr_line_duplicates_total",
+            "Arbitrate: packets at or behind what the line had brought already (duplicates within the line).",
+            |l| l.duplicates,
+        ),
+        (
+            "mcr_line_heartbeats_total",
+            "Arbitrate: heartbeats (and ends of session) the line brought.",
+            |l| l.heartbeats,
+        ),
+        (
+            "mcr_line_resets_total",
+            "Arbitrate: sequence resets and session changes the line made.",
+            |l| l.resets,
+        ),
+    ];
+    for (name, help, get) in counts {
+        let mut f = family(out, name, "counter", help);
+        for (rule, input, l) in lines() {
+            f.sample(&[("rule", rule), ("input", input)], get(l));
+        }
+    }
+    let mut f = family(
+        out,
+        "mcr_line_lag_seconds",
+        "gauge",
+        "Arbitrate: how long after the first copy of a sequence number the line's copy came, over the last 5 to 10 s (quantile 0.5 and 0.99; 0 when it was always first).",
+    );
+    for (rule, input, l) in lines() {
+        for (q, v) in [("0.5", l.lag_p50_us), ("0.99", l.lag_p99_us)] {
+            f.sample(&[("rule", rule), ("input", input), ("quantile", q)], v / 1e6);
+        }
     }
 }
 
@@ -720,6 +784,7 @@ mod tests {
                                 too_late: 0,
                                 strays: 0,
                                 not_rtp: 0,
+                                line: None,
                             })
                             .collect(),
                     }),

@@ -24,6 +24,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::arbitrate::framing::Framing;
+
 pub use crate::rist::RistEndpoint;
 pub use crate::srt::SrtEndpoint;
 
@@ -121,6 +123,12 @@ enum RedundancyForm {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error_threshold: Option<u64>,
     },
+    Arbitrate {
+        inputs: Vec<Input>,
+        framing: Framing,
+        #[serde(default = "default_window")]
+        window: u32,
+    },
 }
 
 /// A merge's path differential when a rule names none.
@@ -138,6 +146,9 @@ fn default_loss_of_signal() -> u32 {
 }
 fn default_hold() -> u32 {
     DEFAULT_HOLD_MS
+}
+fn default_window() -> u32 {
+    crate::arbitrate::DEFAULT_WINDOW
 }
 
 impl From<RedundancyForm> for Redundancy {
@@ -163,6 +174,14 @@ impl From<RedundancyForm> for Redundancy {
                 },
                 inputs,
             },
+            RedundancyForm::Arbitrate {
+                inputs,
+                framing,
+                window,
+            } => Redundancy {
+                mode: Mode::Arbitrate { framing, window },
+                inputs,
+            },
         }
     }
 }
@@ -183,6 +202,11 @@ impl From<Redundancy> for RedundancyForm {
                 loss_of_signal_ms,
                 hold_ms,
                 error_threshold,
+            },
+            Mode::Arbitrate { framing, window } => RedundancyForm::Arbitrate {
+                inputs: r.inputs,
+                framing,
+                window,
             },
         }
     }
@@ -210,6 +234,16 @@ pub enum Mode {
         /// (none: only a loss of signal does).
         error_threshold: Option<u64>,
     },
+    /// A/B line arbitration of a sequenced market-data feed: the first
+    /// copy of each sequence number goes out at once, later copies are
+    /// dropped, and nothing waits for a gap ([`crate::arbitrate`]).
+    Arbitrate {
+        /// Where the feed keeps its sequence number.
+        framing: Framing,
+        /// Sequence numbers the window of each unit spans (a power of
+        /// two).
+        window: u32,
+    },
 }
 
 impl Mode {
@@ -230,6 +264,7 @@ impl Mode {
         match self {
             Mode::Merge { .. } => "merge",
             Mode::Failover { .. } => "failover",
+            Mode::Arbitrate { .. } => "arbitrate",
         }
     }
 }
@@ -260,6 +295,15 @@ impl fmt::Display for Mode {
                     write!(f, ",errors={n}")?;
                 }
             }
+            Mode::Arbitrate { framing, window } => {
+                match framing {
+                    Framing::Generic(_) => write!(f, ",{framing}")?,
+                    _ => write!(f, ",framing={framing}")?,
+                }
+                if window != crate::arbitrate::DEFAULT_WINDOW {
+                    write!(f, ",window={window}")?;
+                }
+            }
         }
         Ok(())
     }
@@ -283,14 +327,21 @@ fn parse_ms(key: &str, v: &str) -> Result<u32, String> {
 
 impl FromStr for Mode {
     type Err = String;
-    /// `merge[,differential=T]` or
-    /// `failover[,loss-of-signal=T][,hold=T][,errors=N]`.
+    /// `merge[,differential=T]`,
+    /// `failover[,loss-of-signal=T][,hold=T][,errors=N]` or
+    /// `arbitrate,framing=NAME[,window=N]` (or the generic framing's
+    /// fields instead of `framing=`).
     fn from_str(s: &str) -> Result<Self, String> {
         let mut parts = s.split(',').map(str::trim);
         let mut mode = match parts.next() {
             Some("merge") => Mode::MERGE,
             Some("failover") => Mode::FAILOVER,
-            _ => return Err(format!("mode `{s}`: write merge or failover, then any settings")),
+            Some("arbitrate") => return parse_arbitrate(s, parts),
+            _ => {
+                return Err(format!(
+                    "mode `{s}`: write merge, failover or arbitrate, then any settings"
+                ));
+            }
         };
         for kv in parts {
             let (k, v) = kv
@@ -311,6 +362,7 @@ impl FromStr for Mode {
                     let known = match m {
                         Mode::Merge { .. } => "differential",
                         Mode::Failover { .. } => "loss-of-signal, hold, errors",
+                        Mode::Arbitrate { .. } => "framing, window",
                     };
                     return Err(format!(
                         "mode `{s}`: {} has no setting `{k}` (it has {known})",
@@ -321,6 +373,51 @@ impl FromStr for Mode {
         }
         Ok(mode)
     }
+}
+
+/// The settings of `arbitrate` (after its name): `framing=NAME` or the
+/// generic framing's fields, and `window=N`.
+fn parse_arbitrate<'a>(s: &str, parts: impl Iterator<Item = &'a str>) -> Result<Mode, String> {
+    let mut named = None;
+    let mut fields = Vec::new();
+    let mut window = crate::arbitrate::DEFAULT_WINDOW;
+    for kv in parts {
+        let (k, v) = kv
+            .split_once('=')
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .ok_or_else(|| format!("mode `{s}`: setting `{kv}` is not KEY=VALUE"))?;
+        match k {
+            "framing" => named = Some(Framing::by_name(v)?),
+            "window" => {
+                window = v
+                    .replace('_', "")
+                    .parse()
+                    .map_err(|_| format!("window `{v}`: write a number of sequence numbers, such as 65536"))?
+            }
+            "sequence" | "count" | "session" | "unit" => fields.push((k, v)),
+            other => {
+                return Err(format!(
+                    "mode `{s}`: arbitrate has no setting `{other}` (it has framing, window, or a generic framing's sequence, count, session, unit)"
+                ));
+            }
+        }
+    }
+    let framing = match (named, fields.is_empty()) {
+        (Some(f), true) => f,
+        (None, false) => Framing::generic(fields)?,
+        (Some(_), false) => {
+            return Err(format!(
+                "mode `{s}`: give framing= or the fields of a generic framing (sequence=...), not both"
+            ));
+        }
+        (None, true) => {
+            return Err(format!(
+                "mode `{s}`: arbitrate needs the feed's framing: framing={}, or sequence=TYPE@OFFSET",
+                crate::arbitrate::framing::NAMES.replace(", ", "|")
+            ));
+        }
+    };
+    Ok(Mode::Arbitrate { framing, window })
 }
 
 /// Where a rule takes its stream from.
@@ -1114,7 +1211,7 @@ mod tests {
             })
         );
         for (bad, says) in [
-            ("mirror", "write merge or failover"),
+            ("mirror", "write merge, failover or arbitrate"),
             ("merge,hold=2s", "merge has no setting `hold` (it has differential)"),
             ("merge,differential=fast", "write a time such as 50ms"),
             ("failover,errors", "is not KEY=VALUE"),
@@ -1145,5 +1242,88 @@ mod tests {
             r.inputs().filter_map(Input::interface).collect::<Vec<_>>(),
             ["veth1", "veth3"]
         );
+    }
+
+    #[test]
+    fn arbitrate_modes_parse_print_back_and_name_their_mistakes() {
+        use crate::arbitrate::framing::{Field, Generic};
+        for (text, mode) in [
+            (
+                "arbitrate,framing=moldudp64",
+                Mode::Arbitrate {
+                    framing: Framing::MoldUdp64,
+                    window: 65_536,
+                },
+            ),
+            (
+                "arbitrate,framing=mitch,window=4096",
+                Mode::Arbitrate {
+                    framing: Framing::Mitch,
+                    window: 4096,
+                },
+            ),
+            (
+                "arbitrate,sequence=u32le@0,count=u16be@4",
+                Mode::Arbitrate {
+                    framing: Framing::Generic(Generic {
+                        sequence: Field {
+                            offset: 0,
+                            width: 4,
+                            big_endian: false,
+                        },
+                        count: Some(Field {
+                            offset: 4,
+                            width: 2,
+                            big_endian: true,
+                        }),
+                        session: None,
+                        unit: None,
+                    }),
+                    window: 65_536,
+                },
+            ),
+        ] {
+            assert_eq!(text.parse::<Mode>(), Ok(mode), "{text}");
+            assert_eq!(mode.to_string(), text);
+        }
+        for (bad, says) in [
+            (
+                "arbitrate",
+                "needs the feed's framing: framing=moldudp64|mdp3|pitch|mitch",
+            ),
+            ("arbitrate,framing=itch", "write one of moldudp64, mdp3, pitch, mitch"),
+            ("arbitrate,framing=mdp3,sequence=u32le@0", "not both"),
+            ("arbitrate,framing=mdp3,differential=5ms", "no setting `differential`"),
+            ("arbitrate,framing=mdp3,window=lots", "a number of sequence numbers"),
+        ] {
+            let e = bad.parse::<Mode>().expect_err(bad);
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let r = Rule {
+            redundancy: Some(Redundancy {
+                mode: "arbitrate,framing=pitch".parse().expect("mode"),
+                inputs: vec!["veth3:239.2.1.1:5001".parse().expect("input")],
+            }),
+            ..Rule::new(
+                "md",
+                "veth1:239.1.1.1:5001".parse().expect("input"),
+                vec!["veth2:239.10.1.1:6001".parse().expect("output")],
+            )
+        };
+        let j = serde_json::to_string(&r).expect("json");
+        assert!(
+            j.contains(r#""mode":"arbitrate","inputs":[{"interface":"veth3","destination":"239.2.1.1:5001"}],"framing":"pitch","window":65536}"#),
+            "{j}"
+        );
+        assert_eq!(serde_json::from_str::<Rule>(&j).expect("back"), r);
+        let generic = j.replace(r#""framing":"pitch""#, r#""framing":"sequence=u64be@2,unit=u8@0""#);
+        let back = serde_json::from_str::<Rule>(&generic).expect("generic");
+        assert_eq!(
+            back.redundancy.map(|r| r.mode.to_string()).as_deref(),
+            Some("arbitrate,sequence=u64be@2,unit=u8@0")
+        );
+        let bad = j.replace(r#""framing":"pitch""#, r#""framing":"sequence=u64be@2,unit=u16be@0""#);
+        let e = serde_json::from_str::<Rule>(&bad).expect_err("unit").to_string();
+        assert!(e.contains("one byte"), "{e}");
     }
 }

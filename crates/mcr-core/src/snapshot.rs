@@ -68,7 +68,9 @@ pub struct SlottedRule {
     pub output_slots: Vec<u32>,
     /// With several inputs: one slot among the output counters per input,
     /// in order, for the input's counters ([`crate::stats::InputCounter`]);
-    /// none for a rule with one input (its counters are the rule's).
+    /// an arbitrated rule then has a second per input, in order, for its
+    /// line's health ([`crate::stats::LineCounter`]); none for a rule with
+    /// one input (its counters are the rule's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub input_slots: Vec<u32>,
     /// A failover held to one input by `mcrctl switch` (its index from 0);

@@ -130,15 +130,23 @@ pub enum RuleCounter {
     /// handed the health ring a datagram of the rule that is neither RTP
     /// nor MPEG-TS (it hands on one such in 25 ms). A value, not a count.
     HealthSampled,
+    /// Arbitrating: sequence numbers that went past with no line bringing
+    /// them.
+    GapsOpened,
+    /// Arbitrating: of those, the ones a line brought later (the rule
+    /// lost the difference).
+    GapsFilled,
 }
 
 impl RuleCounter {
     /// The counters that count (the rest are values).
-    pub const SUMS: [RuleCounter; 4] = [
+    pub const SUMS: [RuleCounter; 6] = [
         RuleCounter::Packets,
         RuleCounter::Bytes,
         RuleCounter::Lost,
         RuleCounter::Switches,
+        RuleCounter::GapsOpened,
+        RuleCounter::GapsFilled,
     ];
 }
 
@@ -258,6 +266,40 @@ impl InputCounter {
     ];
 }
 
+/// The line health of one input of an arbitrated rule, in a second slot
+/// among the output slots (after the slots of every input).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum LineCounter {
+    /// Messages (sequence numbers) its data packets carried.
+    Messages,
+    /// Sequence numbers it skipped.
+    Gaps,
+    /// Packets at or behind what it had brought already.
+    Repeats,
+    /// Heartbeats and ends of session.
+    Heartbeats,
+    /// Of another session, before the change was confirmed.
+    WrongSession,
+    /// Not the framing.
+    Malformed,
+    /// Resets and session changes it made.
+    Resets,
+}
+
+impl LineCounter {
+    /// Every counter, in order, with its name in reports.
+    pub const ALL: [(LineCounter, &'static str); 7] = [
+        (LineCounter::Messages, "messages"),
+        (LineCounter::Gaps, "gaps"),
+        (LineCounter::Repeats, "duplicates"),
+        (LineCounter::Heartbeats, "heartbeats"),
+        (LineCounter::WrongSession, "wrong_session"),
+        (LineCounter::Malformed, "malformed"),
+        (LineCounter::Resets, "resets"),
+    ];
+}
+
 /// An output's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
@@ -356,6 +398,12 @@ impl StatsLayout {
     /// Where worker `w`'s counter `c` of an input counted in output slot
     /// `slot` lives.
     pub fn input(&self, w: usize, slot: u32, c: InputCounter) -> usize {
+        self.output_line(w, slot) + c as usize
+    }
+
+    /// Where worker `w`'s line counter `c` of an input counted in output
+    /// slot `slot` (its second) lives.
+    pub fn line(&self, w: usize, slot: u32, c: LineCounter) -> usize {
         self.output_line(w, slot) + c as usize
     }
 
@@ -475,7 +523,8 @@ mod tests {
         assert_eq!(l.rule_slot_at(l.rule(0, 1, RuleCounter::Bytes)), None);
         assert_eq!(l.rule_slot_at(3), None);
         assert_eq!(l.rule_slot_at(l.output(0, 0, OutputCounter::Packets)), None);
-        assert!((InputCounter::NotRtp as usize) < LINE && (RuleCounter::HealthSampled as usize) < LINE);
+        assert!((InputCounter::NotRtp as usize) < LINE && (RuleCounter::GapsFilled as usize) < LINE);
+        assert!((LineCounter::Resets as usize) < LINE);
         // Rule and output lines start on cache-line boundaries.
         assert_eq!(l.rule(1, 2, RuleCounter::Packets) % LINE, 0);
         assert_eq!(l.output(1, 3, OutputCounter::Packets) % LINE, 0);

@@ -89,10 +89,29 @@ impl CompiledRule {
 pub struct CompiledRedundancy {
     /// The mode and its settings.
     pub mode: Mode,
-    /// Each input's statistics slot (among the output slots), in order.
+    /// Each input's statistics slot (among the output slots), in order;
+    /// then, arbitrating, each input's second slot (its line's health).
     pub input_slots: Vec<u32>,
     /// A failover held to this input (from 0) by `mcrctl switch`.
     pub forced: Option<usize>,
+}
+
+impl CompiledRedundancy {
+    /// How many inputs.
+    pub fn inputs(&self) -> usize {
+        match self.mode {
+            Mode::Arbitrate { .. } => self.input_slots.len() / 2,
+            _ => self.input_slots.len(),
+        }
+    }
+
+    /// Input `i`'s line slot, arbitrating.
+    pub fn line_slot(&self, i: usize) -> Option<u32> {
+        match self.mode {
+            Mode::Arbitrate { .. } => self.input_slots.get(self.inputs() + i).copied(),
+            _ => None,
+        }
+    }
 }
 
 /// A rule's input that takes a destination: the rule's index, and which

@@ -434,6 +434,22 @@ fn check_redundancy(rule: &Rule) -> Result<(), RuleError> {
             within("the loss-of-signal time", loss_of_signal_ms, 10, 60_000)?;
             within("the hold time", hold_ms, 0, 3_600_000)
         }
+        crate::rule::Mode::Arbitrate { framing, window } => {
+            use crate::arbitrate::{WINDOW_MAX, WINDOW_MIN};
+            if !window.is_power_of_two() || !(WINDOW_MIN..=WINDOW_MAX).contains(&window) {
+                return Err(err(
+                    rule,
+                    Field::Redundancy,
+                    format!(
+                        "the window of {window} sequence numbers is not a power of two from {WINDOW_MIN} to {WINDOW_MAX} (such as 65536)"
+                    ),
+                ));
+            }
+            framing
+                .fields()
+                .check()
+                .map_err(|e| err(rule, Field::Redundancy, format!("framing: {e}")))
+        }
     }
 }
 

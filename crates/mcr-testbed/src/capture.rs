@@ -53,7 +53,13 @@ impl Capture {
     }
 
     /// Stops the capture and returns the frames, oldest first.
-    pub fn stop(mut self) -> Result<Vec<Vec<u8>>> {
+    pub fn stop(self) -> Result<Vec<Vec<u8>>> {
+        self.stop_keeping(None)
+    }
+
+    /// As [`Capture::stop`], keeping the capture file at `keep` (for a
+    /// decoder that reads pcap, such as tshark).
+    pub fn stop_keeping(mut self, keep: Option<&std::path::Path>) -> Result<Vec<Vec<u8>>> {
         // Let the last frames reach the file.
         std::thread::sleep(Duration::from_millis(200));
         self.proc.signal(Signal::Int)?;
@@ -63,6 +69,12 @@ impl Capture {
             what: format!("read {}", file.display()),
             source,
         })?;
+        if let Some(to) = keep {
+            std::fs::write(to, &bytes).map_err(|source| Error::Io {
+                what: format!("write {}", to.display()),
+                source,
+            })?;
+        }
         let _ = std::fs::remove_file(&file);
         parse_pcap(&bytes).map_err(|reason| Error::Report {
             what: "tcpdump".into(),

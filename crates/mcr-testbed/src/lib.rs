@@ -47,6 +47,7 @@ pub mod srt;
 pub mod systemd;
 mod temp_dir;
 pub mod traffic;
+pub mod tshark;
 pub mod upgrade;
 pub mod vrrp;
 

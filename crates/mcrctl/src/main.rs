@@ -42,7 +42,7 @@ enum Command {
     Version,
     /// Add a rule, or replace the rule of the same name.
     #[command(
-        after_help = "Examples:\n  mcrctl add feed-a --input eth0:239.1.1.1:5001 --output eth1:239.10.1.1:6001\n  mcrctl add feed-b --input eth0:239.1.1.2:5001,source=10.0.0.1 \\\n      --output eth1:239.10.1.2:6001,ttl=8 --output eth2:10.0.2.9:7000\n  mcrctl add v6 --input eth0:[ff3e::1]:5001,vlan=100 --output eth1:[ff3e::10]:6001,dscp=ef\n  mcrctl add news --input eth0:239.1.1.1:5001 --input eth3:239.2.1.1:5001 --mode merge \\\n      --output eth1:239.10.1.1:6001\n  mcrctl add feed-c --input eth0:239.1.1.3:5001 --input eth3:239.2.1.3:5001 \\\n      --mode failover,hold=30s --output eth1:239.10.1.3:6001"
+        after_help = "Examples:\n  mcrctl add feed-a --input eth0:239.1.1.1:5001 --output eth1:239.10.1.1:6001\n  mcrctl add feed-b --input eth0:239.1.1.2:5001,source=10.0.0.1 \\\n      --output eth1:239.10.1.2:6001,ttl=8 --output eth2:10.0.2.9:7000\n  mcrctl add v6 --input eth0:[ff3e::1]:5001,vlan=100 --output eth1:[ff3e::10]:6001,dscp=ef\n  mcrctl add news --input eth0:239.1.1.1:5001 --input eth3:239.2.1.1:5001 --mode merge \\\n      --output eth1:239.10.1.1:6001\n  mcrctl add feed-c --input eth0:239.1.1.3:5001 --input eth3:239.2.1.3:5001 \\\n      --mode failover,hold=30s --output eth1:239.10.1.3:6001\n  mcrctl add itch --input eth0:233.54.12.1:26400 --input eth3:233.49.196.1:26400 \\\n      --mode arbitrate,framing=moldudp64 --output eth1:239.20.1.1:26400"
     )]
     Add {
         /// The rule's name.
@@ -55,7 +55,12 @@ enum Command {
         inputs: Vec<Input>,
         /// How several inputs make one stream: merge[,differential=50ms]
         /// (SMPTE ST 2022-7: every RTP packet once, from whichever input
-        /// brings it first) or failover[,loss-of-signal=200ms][,hold=10s][,errors=N].
+        /// brings it first), failover[,loss-of-signal=200ms][,hold=10s][,errors=N]
+        /// or arbitrate,framing=moldudp64|mdp3|pitch|mitch[,window=65536]
+        /// (market-data A/B lines: the first copy of each sequence number
+        /// goes out at once; a generic feed gives
+        /// sequence=u32le@0[,count=u16be@4][,session=OFF+LEN][,unit=u8@OFF]
+        /// instead of framing=).
         #[arg(long, value_parser = |s: &str| s.parse::<Mode>())]
         mode: Option<Mode>,
         /// IFACE:ADDRESS:PORT[,vlan=ID][,ttl=N|decrement][,dscp=D|keep][,source=interface|keep|ADDRESS],
@@ -213,7 +218,7 @@ fn main() -> ExitCode {
                 (None, true) => None,
                 (None, false) => {
                     eprintln!(
-                        "mcrctl: {} inputs need --mode merge (ST 2022-7, packet by packet) or --mode failover",
+                        "mcrctl: {} inputs need --mode merge (ST 2022-7, packet by packet), --mode failover or --mode arbitrate,framing=... (market-data A/B lines)",
                         others.len() + 1
                     );
                     return ExitCode::from(2);

@@ -258,9 +258,13 @@ fn redundancy(o: &mut String, red: &RedundancyStats, health: &[InputHealthStats]
             red.switches
         ),
         None if red.mode.starts_with("failover") => format!("{}: no input yet", red.mode),
+        None if red.mode.starts_with("arbitrate") => {
+            format!("{}: {} lost (sequence numbers no line brought)", red.mode, red.lost)
+        }
         None => format!("{}: {} lost (no input brought them in time)", red.mode, red.lost),
     };
     let _ = writeln!(o, "  {head}");
+    let all_first: u64 = red.inputs.iter().map(|i| i.forwarded).sum();
     for (k, i) in red.inputs.iter().enumerate() {
         let mut what = vec![format!("forwarded {}", i.forwarded)];
         for (name, v) in [
@@ -288,6 +292,49 @@ fn redundancy(o: &mut String, red: &RedundancyStats, health: &[InputHealthStats]
             bits(i.bps),
             what.join(", ")
         );
+        if let Some(l) = &i.line {
+            let _ = writeln!(o, "     {}", line_text(l, i.forwarded, all_first));
+        }
+    }
+}
+
+/// An arbitrated line's own sequence and its place in the race.
+fn line_text(l: &mcr_core::control::LineStats, first: u64, all_first: u64) -> String {
+    let mut parts = vec![format!("messages {}", l.messages), format!("gaps {}", l.gaps)];
+    for (name, v) in [
+        ("duplicates", l.duplicates),
+        ("heartbeats", l.heartbeats),
+        ("wrong session", l.wrong_session),
+        ("malformed", l.malformed),
+        ("resets", l.resets),
+    ] {
+        if v > 0 {
+            parts.push(format!("{name} {v}"));
+        }
+    }
+    let share = if all_first > 0 {
+        format!("first for {:.1} %", first as f64 * 100.0 / all_first as f64)
+    } else {
+        "first for none yet".into()
+    };
+    let lag = if l.lag_samples > 0 {
+        format!(
+            "behind the first copy: median {}, p99 {}",
+            micros(l.lag_p50_us),
+            micros(l.lag_p99_us)
+        )
+    } else {
+        "never behind the first copy lately".into()
+    };
+    format!("line: {}; {share}; {lag}", parts.join(", "))
+}
+
+/// A time in µs, as µs or ms.
+fn micros(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.0} µs")
     }
 }
 

@@ -300,9 +300,28 @@ function redundancyItems(c, mode) {
   if (mode.startsWith("merge")) {
     items.push([`dup ${fmtCount(c.duplicates)}`], [`filled ${fmtCount(c.filled)}`]);
   }
+  if (mode.startsWith("arbitrate")) items.push([`copies ${fmtCount(c.duplicates)}`]);
   for (const [k, label] of [["too_late", "too late"], ["strays", "strays"], ["not_rtp", "not RTP"]]) {
     if (c[k] > 0) items.push([`${label} ${fmtCount(c[k])}`, "bad"]);
   }
+  return items;
+}
+
+// An arbitrated line's own sequence and its place in the race: messages,
+// gaps, the error counters that are not zero, and how far behind the first
+// copy its copies came (median and p99).
+function lineItems(l) {
+  const items = [[`${fmtCount(l.messages)} messages`], [`gaps ${fmtCount(l.gaps)}`, l.gaps > 0 ? "warn-text" : null]];
+  for (const [k, label] of [
+    ["duplicates", "dup in line"],
+    ["wrong_session", "wrong session"],
+    ["malformed", "malformed"],
+  ]) {
+    if (l[k] > 0) items.push([`${label} ${fmtCount(l[k])}`, "bad"]);
+  }
+  if (l.resets > 0) items.push([`resets ${fmtCount(l.resets)}`]);
+  if (l.lag_samples > 0) items.push([`behind the first: median ${fmtJitter(l.lag_p50_us)}, p99 ${fmtJitter(l.lag_p99_us)}`]);
+  else items.push(["never behind the first lately"]);
   return items;
 }
 
@@ -388,6 +407,7 @@ function inputsCell(v) {
           active ? h("span", { class: "tag" }, "active") : null,
         ),
         i.counters ? itemList(redundancyItems(i.counters, m ? m.text : "")) : null,
+        i.counters && i.counters.line ? itemList(lineItems(i.counters.line)) : null,
         i.health ? healthLine(i.health) : null,
         i.link ? linkLines(...i.link) : null,
       ),

@@ -62,6 +62,12 @@ pub enum FromWorker {
         /// peers.
         inputs: Vec<(u32, usize, mcr_core::control::SrtStatus)>,
     },
+    /// The line race of its arbitrated rules, once a second while it has
+    /// any: by rule slot, each line's lag behind the first copy.
+    Race {
+        /// (rule slot, each line's lags).
+        rules: Vec<(u32, Vec<mcr_core::arbitrate::race::LagSummary>)>,
+    },
 }
 
 /// Something a worker could not set up.

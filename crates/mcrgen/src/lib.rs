@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cpu;
+pub mod feed;
 pub mod histogram;
 pub mod hostile;
 pub mod impair;

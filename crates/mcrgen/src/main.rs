@@ -9,13 +9,13 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::ValueEnum as _;
+
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use mcrgen::impair::{Faults, ImpairConfig};
 use mcrgen::recv::{IdPolicy, RecvConfig, RecvVia};
 use mcrgen::send::{Pace, Rate, SendConfig, Via};
 use mcrgen::units::{parse_duration, parse_rate};
-use mcrgen::wrap::Wrap;
+use mcrgen::wrap::{Wrap, WrapArg};
 use mcrgen::{payload, spec};
 
 #[derive(Parser, Debug)]
@@ -289,10 +289,28 @@ struct SendArgs {
     #[arg(long)]
     size: Option<usize>,
     /// How the test payload is carried: `plain`, `rtp` (after an RTP
-    /// header), `ts` (in seven MPEG-TS packets, with a PAT) or `rtp-ts`
-    /// (MPEG-TS in RTP, as IPTV and SMPTE ST 2022-2 carry it).
+    /// header), `ts` (in seven MPEG-TS packets, with a PAT), `rtp-ts`
+    /// (MPEG-TS in RTP, as IPTV and SMPTE ST 2022-2 carry it), or as a
+    /// market-data feed: `moldudp64`, `mdp3`, `pitch` or `mitch` (the
+    /// feed's header with its own sequence number from 1, the payload in
+    /// --messages messages; with --copy, an A and a B line).
     #[arg(long, value_enum, default_value = "plain")]
-    wrap: mcrgen::wrap::Wrap,
+    wrap: WrapArg,
+    /// With a feed's --wrap: messages per packet (the feed's sequence
+    /// number counts them; MDP 3.0 numbers packets and has one).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=255))]
+    messages: u16,
+    /// With --wrap pitch or mitch: the unit (market data group).
+    #[arg(long, default_value_t = 1)]
+    unit: u8,
+    /// With a feed's --wrap: from this packet of each stream on (counted
+    /// from 0), a new session (MoldUDP64's name changes) numbered from 1.
+    #[arg(long)]
+    new_session_at: Option<u64>,
+    /// With a feed's --wrap: from this packet on, the sequence number
+    /// starts again at 1 (a feed's daily or weekly reset).
+    #[arg(long)]
+    reset_at: Option<u64>,
     /// With --wrap rtp or rtp-ts: the RTP sequence number of each stream's
     /// first packet (0-65535; it wraps at 65536, so 65000 wraps early).
     #[arg(long, default_value_t = 0)]
@@ -413,7 +431,7 @@ struct RecvArgs {
     /// `ts` or `rtp-ts` the RTP sequence and jitter and the MPEG-TS
     /// first-priority errors (ETSI TR 101 290) are checked and reported too.
     #[arg(long, value_enum, default_value = "plain")]
-    wrap: mcrgen::wrap::Wrap,
+    wrap: WrapArg,
     /// List every stream in the table, not only those with a problem.
     #[arg(long)]
     all_streams: bool,
@@ -423,17 +441,46 @@ struct RecvArgs {
 }
 
 /// The datagram's size: `--size` (1024 bytes by default), except that
-/// MPEG-TS fixes it.
-fn payload_bytes(wrap: Wrap, size: Option<usize>) -> anyhow::Result<usize> {
+/// MPEG-TS fixes it; a feed's messages must hold the test payload.
+fn payload_bytes(arg: WrapArg, wrap: Wrap, size: Option<usize>) -> anyhow::Result<usize> {
+    let name = || clap::ValueEnum::to_possible_value(&arg).map_or_else(String::new, |v| v.get_name().to_string());
     match (wrap, size) {
         (Wrap::Ts | Wrap::RtpTs, Some(n)) if n != wrap.datagram_len(n) => anyhow::bail!(
             "--size {n} with --wrap {}: a datagram of seven MPEG-TS packets is {} bytes; leave --size out",
-            wrap.to_possible_value()
-                .map_or_else(String::new, |v| v.get_name().to_string()),
+            name(),
             wrap.datagram_len(n)
         ),
+        (Wrap::Feed(plan), _) => {
+            let n = wrap.datagram_len(size.unwrap_or(1024));
+            plan.payload_len(n)
+                .map_err(|e| anyhow::anyhow!("--wrap {}: {e}", name()))?;
+            Ok(n)
+        }
         _ => Ok(wrap.datagram_len(size.unwrap_or(1024))),
     }
+}
+
+/// The wrapping `--wrap` and the feed's settings make.
+fn wrapping(arg: WrapArg, a: Option<&SendArgs>) -> anyhow::Result<Wrap> {
+    let Some(framing) = arg.framing() else {
+        if a.is_some_and(|a| a.new_session_at.is_some() || a.reset_at.is_some() || a.messages != 1) {
+            anyhow::bail!(
+                "--messages, --new-session-at and --reset-at number a feed's messages: give --wrap moldudp64, mdp3, pitch or mitch"
+            );
+        }
+        return Ok(arg.with(mcrgen::feed::Plan::new(mcrgen::feed::Framing::Mdp3)));
+    };
+    let mut plan = mcrgen::feed::Plan::new(framing);
+    if let Some(a) = a {
+        if a.new_session_at.is_some() && framing != mcrgen::feed::Framing::MoldUdp64 {
+            anyhow::bail!("--new-session-at: only MoldUDP64 names its sessions (use --reset-at for the others)");
+        }
+        plan.messages = a.messages;
+        plan.unit = a.unit;
+        plan.new_session_at = a.new_session_at;
+        plan.reset_at = a.reset_at;
+    }
+    Ok(arg.with(plan))
 }
 
 fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
@@ -457,14 +504,15 @@ fn send(a: SendArgs) -> anyhow::Result<ExitCode> {
     if a.count.is_none() && a.duration.is_none() {
         eprintln!("mcrgen send: no --count or --duration: sending until interrupted");
     }
+    let wrap = wrapping(a.wrap, Some(&a))?;
     let cfg = SendConfig {
         streams,
         first_id: a.first_id,
         interface: a.interface,
         source: a.source,
         ttl: a.ttl,
-        payload_bytes: payload_bytes(a.wrap, a.size)?,
-        wrap: a.wrap,
+        payload_bytes: payload_bytes(a.wrap, wrap, a.size)?,
+        wrap,
         rtp_start: a.rtp_seq_start,
         copy: match &a.copy {
             Some(c) => Some(mcrgen::send::Copy {
@@ -509,7 +557,7 @@ fn recv(a: RecvArgs) -> anyhow::Result<ExitCode> {
         cpu: a.cpu,
         via: a.via,
         vlan: a.vlan,
-        wrap: a.wrap,
+        wrap: wrapping(a.wrap, None)?,
     };
     if a.vlan.is_some() && a.via != RecvVia::Ring {
         anyhow::bail!("--vlan reads the tag of each frame, so it needs --via ring");

@@ -13,9 +13,8 @@
 //!
 //! Where the sequence skipped ahead, it notes the *holes*: the first number
 //! skipped and how many (the first [`SeqTracker::MAX_HOLES`] of them). A
-//! hole is noted when it opens; an arrival that comes late fills it in the
-//! counts but not in the list, so with nothing reordered the holes are
-//! exactly what was lost, and where.
+//! hole is noted when it opens, and an arrival that comes late takes its
+//! number out of it, so the holes are exactly what was lost, and where.
 //!
 //! Memory is bounded: the tracker remembers the last `window` sequence
 //! numbers. An arrival further behind the highest than that is counted as
@@ -85,6 +84,28 @@ impl SeqTracker {
         }
     }
 
+    /// Takes `seq`, come late, out of the hole that holds it (the most
+    /// recent holes first: a late arrival is mostly a little late).
+    fn fill_hole(&mut self, seq: u64) {
+        let Some(k) = self.holes.iter().rposition(|&(f, n)| f <= seq && seq < f + n) else {
+            return;
+        };
+        let (first, count) = self.holes[k];
+        let before = (first, seq - first);
+        let after = (seq + 1, first + count - seq - 1);
+        match (before.1, after.1) {
+            (0, 0) => {
+                self.holes.remove(k);
+            }
+            (0, _) => self.holes[k] = after,
+            (_, 0) => self.holes[k] = before,
+            _ => {
+                self.holes[k] = before;
+                self.holes.insert(k + 1, after);
+            }
+        }
+    }
+
     fn slot(&self, seq: u64) -> (usize, u64) {
         let i = seq % self.window;
         ((i / 64) as usize, 1u64 << (i % 64))
@@ -146,6 +167,7 @@ impl SeqTracker {
             Some(_) if self.seen(seq) => Arrival::Duplicate,
             Some(_) => {
                 self.mark(seq);
+                self.fill_hole(seq);
                 Arrival::Reordered
             }
         };
@@ -181,8 +203,9 @@ impl SeqTracker {
     pub fn too_late(&self) -> u64 {
         self.too_late
     }
-    /// Where the sequence skipped ahead: (first number skipped, how many),
-    /// in order; at most [`Self::MAX_HOLES`].
+    /// What is still missing where the sequence skipped ahead: (first
+    /// number, how many), in order; at most [`Self::MAX_HOLES`] holes
+    /// noted.
     pub fn holes(&self) -> &[(u64, u64)] {
         &self.holes
     }
@@ -227,8 +250,15 @@ mod tests {
         for s in [2, 3, 7, 8, 9, 20, 5] {
             t.record(s);
         }
-        assert_eq!(t.holes(), [(0, 2), (4, 3), (10, 10)]);
+        // (5 came late: it is no longer missing.)
+        assert_eq!(t.holes(), [(0, 2), (4, 1), (6, 1), (10, 10)]);
         assert_eq!(t.lost(None), 21 - 7);
+        // Late arrivals take their numbers out of the holes.
+        for late in [0, 10, 19, 14] {
+            t.record(late);
+        }
+        assert_eq!(t.holes(), [(1, 1), (4, 1), (6, 1), (11, 3), (15, 4)]);
+        assert_eq!(t.lost(None), 21 - 11);
         let mut late = SeqTracker::late_join(1024);
         for s in [100, 101, 103] {
             late.record(s);

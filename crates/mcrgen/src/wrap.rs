@@ -11,15 +11,19 @@
 //! its SSRC the stream's id. The receiver checks RTP sequence and jitter
 //! and the TS first-priority errors (`mcr_core::health`), then the test
 //! payload byte for byte as always.
+//!
+//! Or as a market-data feed carries its messages (`moldudp64`, `mdp3`,
+//! `pitch`, `mitch`; [`crate::feed`]): the feed's header with its own
+//! sequence number, and the test payload cut into the packet's messages.
 
 use mcr_core::wire::rtp::{self, RtpHeader};
 use mcr_core::wire::ts;
 
+use crate::feed;
 use crate::payload::{HEADER_LEN, MAGIC};
 
 /// What carries the test payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Wrap {
     /// The UDP payload is the test payload.
     #[default]
@@ -30,6 +34,72 @@ pub enum Wrap {
     Ts,
     /// An RTP header, then seven MPEG-TS packets.
     RtpTs,
+    /// A market-data feed's header, then its messages.
+    Feed(feed::Plan),
+}
+
+/// `--wrap` as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum WrapArg {
+    /// The UDP payload is the test payload.
+    #[default]
+    Plain,
+    /// An RTP header, then the test payload.
+    Rtp,
+    /// Seven MPEG-TS packets.
+    Ts,
+    /// An RTP header, then seven MPEG-TS packets.
+    RtpTs,
+    /// Nasdaq MoldUDP64.
+    Moldudp64,
+    /// CME MDP 3.0.
+    Mdp3,
+    /// Cboe PITCH.
+    Pitch,
+    /// LSE MITCH.
+    Mitch,
+}
+
+impl WrapArg {
+    /// The wrapping, with `plan` for a feed (its framing set from here).
+    pub fn with(self, plan: feed::Plan) -> Wrap {
+        let feed = |framing| Wrap::Feed(feed::Plan { framing, ..plan });
+        match self {
+            WrapArg::Plain => Wrap::Plain,
+            WrapArg::Rtp => Wrap::Rtp,
+            WrapArg::Ts => Wrap::Ts,
+            WrapArg::RtpTs => Wrap::RtpTs,
+            WrapArg::Moldudp64 => feed(feed::Framing::MoldUdp64),
+            WrapArg::Mdp3 => feed(feed::Framing::Mdp3),
+            WrapArg::Pitch => feed(feed::Framing::Pitch),
+            WrapArg::Mitch => feed(feed::Framing::Mitch),
+        }
+    }
+
+    /// The feed's framing, if it is one.
+    pub fn framing(self) -> Option<feed::Framing> {
+        match self.with(feed::Plan::new(feed::Framing::Mdp3)) {
+            Wrap::Feed(p) => Some(p.framing),
+            _ => None,
+        }
+    }
+}
+
+impl serde::Serialize for Wrap {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(match self {
+            Wrap::Plain => "plain",
+            Wrap::Rtp => "rtp",
+            Wrap::Ts => "ts",
+            Wrap::RtpTs => "rtp-ts",
+            Wrap::Feed(p) => match p.framing {
+                feed::Framing::MoldUdp64 => "moldudp64",
+                feed::Framing::Mdp3 => "mdp3",
+                feed::Framing::Pitch => "pitch",
+                feed::Framing::Mitch => "mitch",
+            },
+        })
+    }
 }
 
 /// Transport packets per datagram.
@@ -47,7 +117,7 @@ impl Wrap {
     /// The datagram's length for `--size` bytes: MPEG-TS fixes it.
     pub fn datagram_len(self, size: usize) -> usize {
         match self {
-            Wrap::Plain | Wrap::Rtp => size,
+            Wrap::Plain | Wrap::Rtp | Wrap::Feed(_) => size,
             Wrap::Ts => TS_PACKETS * ts::PACKET,
             Wrap::RtpTs => rtp::FIXED + TS_PACKETS * ts::PACKET,
         }
@@ -72,6 +142,13 @@ impl Wrap {
         scratch: &mut Vec<u8>,
         fill: impl FnOnce(&mut [u8]),
     ) {
+        if let Wrap::Feed(plan) = self {
+            // (The length was checked when the run started.)
+            scratch.resize(plan.payload_len(buf.len()).unwrap_or(0), 0);
+            fill(scratch);
+            plan.write(buf, seq, send_ns, scratch);
+            return;
+        }
         let body = if self.rtp() {
             let pt = if self == Wrap::RtpTs { PT_MP2T } else { PT_DYNAMIC };
             // The 90 kHz media clock, from the send time (wraps as RTP's does).
@@ -101,6 +178,10 @@ impl Wrap {
     /// The test payload of a received datagram (gathered into `scratch`
     /// for MPEG-TS), or `None` when the datagram is not wrapped this way.
     pub fn unwrap<'a>(self, datagram: &'a [u8], scratch: &'a mut Vec<u8>) -> Option<&'a [u8]> {
+        if let Wrap::Feed(plan) = self {
+            feed::read(plan.framing, datagram, scratch)?;
+            return Some(scratch);
+        }
         let body = if self.rtp() {
             let h = RtpHeader::parse(datagram)?;
             &datagram[h.payload_start..h.payload_end]
@@ -133,6 +214,13 @@ pub fn test_payload_id(udp_payload: &[u8]) -> Option<(u32, u64)> {
     let starts = |b: &[u8]| b.len() >= HEADER_LEN && b[..4] == MAGIC;
     if starts(udp_payload) {
         return id(udp_payload);
+    }
+    // A feed's first message: after MoldUDP64's, PITCH's or MITCH's, or
+    // MDP 3.0's header and the message's own length (and type).
+    for at in [23, 10, 14] {
+        if let Some(b) = udp_payload.get(at..).filter(|b| b.len() >= 16 && b[..4] == MAGIC) {
+            return id(b);
+        }
     }
     let body = match RtpHeader::parse(udp_payload) {
         Some(h) if starts(&udp_payload[h.payload_start..h.payload_end]) => {
@@ -234,7 +322,13 @@ mod tests {
 
     #[test]
     fn a_test_payload_is_recognised_in_every_wrapping() {
-        for wrap in [Wrap::Plain, Wrap::Rtp, Wrap::Ts, Wrap::RtpTs] {
+        let feeds = [WrapArg::Moldudp64, WrapArg::Mdp3, WrapArg::Pitch, WrapArg::Mitch].map(|w| {
+            w.with(feed::Plan {
+                messages: 3,
+                ..feed::Plan::new(feed::Framing::Mdp3)
+            })
+        });
+        for wrap in [Wrap::Plain, Wrap::Rtp, Wrap::Ts, Wrap::RtpTs].into_iter().chain(feeds) {
             let mut buf = vec![0u8; wrap.datagram_len(200)];
             wrap.fill(&mut buf, 1, 5, 0, 0, &mut Vec::new(), |b| payload::fill(b, 1, 5, 0));
             assert_eq!(test_payload_id(&buf), Some((1, 5)), "{wrap:?}");

@@ -1069,9 +1069,12 @@ fn forced_input(rule: &Rule, input: Option<&str>) -> Result<Option<(usize, Strin
     match rule.redundancy.as_ref().map(|r| r.mode) {
         Some(crate::rule::Mode::Failover { .. }) => {}
         Some(m) => {
+            let what = match m {
+                crate::rule::Mode::Arbitrate { .. } => "arbitrates its lines".to_string(),
+                _ => format!("is a {}", m.name()),
+            };
             return refuse(format!(
-                "rule `{name}` is a {}: it takes every input at once, so there is none to switch to",
-                m.name()
+                "rule `{name}` {what}: it takes every input at once, so there is none to switch to"
             ));
         }
         None => return refuse(format!("rule `{name}` has one input: there is none to switch to")),

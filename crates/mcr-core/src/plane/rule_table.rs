@@ -245,10 +245,12 @@ impl RuleTable {
         let mut old_slots: Vec<(OutputKey, u32)> = old
             .map(|i| {
                 let r = &self.rules[i];
+                // (An arbitrated rule's second slots after its inputs'.)
                 let inputs = r
                     .rule
                     .inputs()
                     .map(OutputKey::of_input)
+                    .chain(r.rule.inputs().map(OutputKey::of_line))
                     .zip(r.input_slots.iter().copied());
                 r.rule
                     .outputs
@@ -272,8 +274,15 @@ impl RuleTable {
             },
         };
         // A rule with several inputs counts each in a slot of its own.
-        let input_keys: Vec<OutputKey> = match rule.redundancy {
-            Some(_) => rule.inputs().map(OutputKey::of_input).collect(),
+        // An arbitrated rule counts each input's line health in a second.
+        let input_keys: Vec<OutputKey> = match &rule.redundancy {
+            Some(r) => {
+                let lines = matches!(r.mode, crate::rule::Mode::Arbitrate { .. });
+                rule.inputs()
+                    .map(OutputKey::of_input)
+                    .chain(rule.inputs().filter(|_| lines).map(OutputKey::of_line))
+                    .collect()
+            }
             None => Vec::new(),
         };
         let keys: Vec<OutputKey> = rule.outputs.iter().map(OutputKey::of).chain(input_keys).collect();
@@ -393,6 +402,11 @@ impl OutputKey {
     /// An input of a rule with several, which counts in an output slot.
     fn of_input(i: &crate::rule::Input) -> Self {
         OutputKey(format!("from {i}"))
+    }
+
+    /// The line health of an input of an arbitrated rule.
+    fn of_line(i: &crate::rule::Input) -> Self {
+        OutputKey(format!("line {i}"))
     }
 }
 

@@ -294,6 +294,16 @@ impl Before {
                     .chain(was.inputs.iter().zip(&was.input_slots).filter_map(|(text, s)| {
                         Some((*s, *now.input_slots.get(inputs.iter().position(|i| i == text)?)?))
                     }))
+                    // An arbitrated rule's line slots, after its inputs'.
+                    .chain(
+                        was.inputs
+                            .iter()
+                            .zip(was.input_slots.iter().skip(was.inputs.len()))
+                            .filter_map(|(text, s)| {
+                                let k = inputs.iter().position(|i| i == text)?;
+                                Some((*s, *now.input_slots.get(inputs.len() + k)?))
+                            }),
+                    )
                     .collect();
             let health: Vec<(usize, usize)> = was
                 .inputs

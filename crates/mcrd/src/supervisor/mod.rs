@@ -667,6 +667,7 @@ impl Supervisor {
                         w.rist = outputs;
                         w.rist_inputs = inputs;
                     }
+                    FromWorker::Race { rules } => w.race = rules,
                 }
             }
             WorkerEvent::Exited {
@@ -980,6 +981,26 @@ impl Supervisor {
             for (slot, o) in r.output_slots.iter().zip(&mut s.outputs) {
                 o.srt = srt.get(slot).map(|&x| x.clone());
                 o.rist = rist.get(slot).map(|&x| x.clone());
+            }
+        }
+        // The line race of arbitrated rules.
+        for (slot, lags) in self.workers.iter().flat_map(|w| &w.race) {
+            let Some(s) = self
+                .plane
+                .rules()
+                .iter()
+                .zip(&mut report.rules)
+                .find(|(r, _)| r.slot == *slot)
+                .and_then(|(_, s)| s.redundancy.as_mut())
+            else {
+                continue;
+            };
+            for (i, l) in s.inputs.iter_mut().zip(lags) {
+                if let Some(line) = &mut i.line {
+                    line.lag_samples = l.samples;
+                    line.lag_p50_us = l.p50_ns as f64 / 1e3;
+                    line.lag_p99_us = l.p99_ns as f64 / 1e3;
+                }
             }
         }
         let inputs = self.workers.iter().flat_map(|w| {

@@ -10,7 +10,7 @@ use mcr_core::control::{
 };
 use mcr_core::snapshot::SlottedRule;
 use mcr_core::stats::{
-    HEALTH_INPUTS, HealthCounter, InputCounter, OutputCounter, RuleCounter, StatsLayout, WorkerCounter,
+    HEALTH_INPUTS, HealthCounter, InputCounter, LineCounter, OutputCounter, RuleCounter, StatsLayout, WorkerCounter,
 };
 use mcr_sys::bpf::MappedCounters;
 use mcr_sys::shm::SharedCounters;
@@ -123,6 +123,28 @@ impl Stats {
             .sum()
     }
 
+    /// The line health of an arbitrated input whose second slot is
+    /// `slot` (the race is the worker's to tell: see `fill_links`).
+    fn line_stats(&self, c: Counters<'_>, slot: u32) -> mcr_core::control::LineStats {
+        let n = |k: LineCounter| -> u64 {
+            (0..self.layout.workers)
+                .map(|w| self.shm(c, self.layout.line(w, slot, k)))
+                .sum()
+        };
+        mcr_core::control::LineStats {
+            messages: n(LineCounter::Messages),
+            gaps: n(LineCounter::Gaps),
+            duplicates: n(LineCounter::Repeats),
+            heartbeats: n(LineCounter::Heartbeats),
+            wrong_session: n(LineCounter::WrongSession),
+            malformed: n(LineCounter::Malformed),
+            resets: n(LineCounter::Resets),
+            lag_samples: 0,
+            lag_p50_us: 0.0,
+            lag_p99_us: 0.0,
+        }
+    }
+
     /// The health of input `i` of the rule `r`, if its workers have seen
     /// a packet of it: counts summed over the workers, values (what it
     /// carries, jitter, last arrival) from the worker that saw the latest.
@@ -218,6 +240,8 @@ impl Stats {
                     RuleCounter::Lost,
                     RuleCounter::Switches,
                     RuleCounter::Active,
+                    RuleCounter::GapsOpened,
+                    RuleCounter::GapsFilled,
                 ] {
                     set(self.layout.rule(w, s, k));
                 }
@@ -370,9 +394,16 @@ impl Stats {
                     datapath_reason: None,
                     redundancy: r.rule.redundancy.as_ref().map(|red| {
                         let active = self.sum_rule(c, r.slot, RuleCounter::Active);
+                        let arbitrate = matches!(red.mode, mcr_core::rule::Mode::Arbitrate { .. });
+                        let n_inputs = r.rule.input_count();
                         RedundancyStats {
                             mode: red.mode.to_string(),
-                            lost: self.sum_rule(c, r.slot, RuleCounter::Lost),
+                            lost: if arbitrate {
+                                self.sum_rule(c, r.slot, RuleCounter::GapsOpened)
+                                    .saturating_sub(self.sum_rule(c, r.slot, RuleCounter::GapsFilled))
+                            } else {
+                                self.sum_rule(c, r.slot, RuleCounter::Lost)
+                            },
                             switches: self.sum_rule(c, r.slot, RuleCounter::Switches),
                             // Only a failover has one (a rule that was one
                             // may have left it behind).
@@ -384,7 +415,8 @@ impl Stats {
                                 .rule
                                 .inputs()
                                 .zip(&r.input_slots)
-                                .map(|(i, &s)| {
+                                .enumerate()
+                                .map(|(k, (i, &s))| {
                                     let (pps, bps) = rate(Key::Input(s));
                                     let n = |k| self.sum_input(c, s, k);
                                     InputStats {
@@ -399,6 +431,11 @@ impl Stats {
                                         too_late: n(InputCounter::TooLate),
                                         strays: n(InputCounter::Strays),
                                         not_rtp: n(InputCounter::NotRtp),
+                                        line: r
+                                            .input_slots
+                                            .get(n_inputs + k)
+                                            .filter(|_| arbitrate)
+                                            .map(|&l| self.line_stats(c, l)),
                                     }
                                 })
                                 .collect(),

@@ -102,6 +102,9 @@ pub struct WorkerSlot {
     pub rist: Vec<(u32, mcr_core::control::SrtStatus)>,
     /// Its RIST inputs as it last said (by rule slot and input).
     pub rist_inputs: Vec<(u32, usize, mcr_core::control::SrtStatus)>,
+    /// The line race of its arbitrated rules as it last said (by rule
+    /// slot).
+    pub race: Vec<(u32, Vec<mcr_core::arbitrate::race::LagSummary>)>,
     /// CPU seconds of its earlier processes.
     cpu_before_s: f64,
     /// CPU seconds of the current process when last sampled, and when.
@@ -133,6 +136,7 @@ impl WorkerSlot {
             srt_inputs: Vec::new(),
             rist: Vec::new(),
             rist_inputs: Vec::new(),
+            race: Vec::new(),
             cpu_before_s: 0.0,
             cpu_now: None,
             busy: 0.0,
@@ -307,6 +311,7 @@ impl WorkerSlot {
         self.srt_inputs.clear();
         self.rist.clear();
         self.rist_inputs.clear();
+        self.race.clear();
         self.kept.extend(rings);
         self.cpu_before_s += self.cpu_now.take().map_or(0.0, |(_, s)| s);
         self.busy = 0.0;

@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 
 use mcr_core::forward::{Datagram, FrameRewrite, rewrite_as};
 use mcr_core::interfaces::Interfaces;
-use mcr_core::stats::{InputCounter, OutputCounter, RuleCounter, StatsLayout, WorkerCounter};
+use mcr_core::stats::{InputCounter, LineCounter, OutputCounter, RuleCounter, StatsLayout, WorkerCounter};
 use mcr_core::table::{CompiledOutput, MatchTable, OutputKind};
 use mcr_sys::mmsg::{MAX_BATCH, Outgoing, is_queue_full, send_batch};
 use mcr_sys::packet::PacketTx;
@@ -48,6 +48,13 @@ impl Counts<'_> {
     #[inline]
     pub fn input(&self, slot: u32, c: InputCounter, v: u64) {
         self.counters.add(self.layout.input(self.worker, slot, c), v);
+    }
+
+    /// Adds `v` to line counter `c` of the arbitrated input whose second
+    /// slot is `slot`.
+    #[inline]
+    pub fn line(&self, slot: u32, c: LineCounter, v: u64) {
+        self.counters.add(self.layout.line(self.worker, slot, c), v);
     }
 
     /// Whether the relay is standby (the supervisor says so in the

@@ -219,6 +219,7 @@ impl Worker {
         }
         let mut records_wait = false;
         let mut last_stats = mcr_sys::clock::monotonic_ns();
+        let mut last_race = last_stats;
         loop {
             // Any wake-up looks at every ring: a ring whose slot is not ready
             // costs one load. A ring that reports an error (its interface
@@ -280,6 +281,14 @@ impl Worker {
             let now = mcr_sys::clock::monotonic_ns();
             if now - last_stats >= 500_000_000 {
                 last_stats = now;
+                // The line race of arbitrated rules, once a second.
+                if now - last_race >= 1_000_000_000 {
+                    last_race = now;
+                    let rules = self.redundancy.race(now);
+                    if !rules.is_empty() {
+                        self.say(&FromWorker::Race { rules })?;
+                    }
+                }
                 let drops = self.ingress.take_drops();
                 self.counts().worker(WorkerCounter::RingDrops, drops);
             }

@@ -49,7 +49,7 @@ impl Redundancy {
         let mut next = FxHashMap::default();
         for (index, r) in table.rules().iter().enumerate() {
             let Some(red) = &r.redundancy else { continue };
-            let inputs = red.input_slots.len().max(1);
+            let inputs = red.inputs().max(1);
             let mut state = match self.rules.remove(&r.slot) {
                 Some(old) if old.state.mode() == red.mode && old.state.inputs() == inputs => old.state,
                 _ => Combine::new(red.mode, inputs),
@@ -126,6 +126,15 @@ impl Redundancy {
         }
     }
 
+    /// The line race of each arbitrated rule (by its slot) at `now`: by
+    /// how much each line's copies lagged the first, recently.
+    pub fn race(&mut self, now: u64) -> Vec<(u32, Vec<mcr_core::arbitrate::race::LagSummary>)> {
+        self.rules
+            .iter_mut()
+            .filter_map(|(&slot, r)| Some((slot, r.state.lags(now)?)))
+            .collect()
+    }
+
     /// The earliest time [`Redundancy::poll`] has something to do.
     pub fn deadline(&self) -> Option<u64> {
         self.rules.values().filter_map(|r| r.state.deadline()).min()
@@ -152,6 +161,11 @@ impl Redundancy {
             for (i, c, n) in d.inputs {
                 if let Some(&s) = red.input_slots.get(i) {
                     counts.input(s, c, n);
+                }
+            }
+            for (i, c, n) in d.lines {
+                if let Some(s) = red.line_slot(i) {
+                    counts.line(s, c, n);
                 }
             }
             if matches!(red.mode, Mode::Failover { .. }) {

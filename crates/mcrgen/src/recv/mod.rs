@@ -223,7 +223,11 @@ impl Counters {
                     unrecognized: 0,
                     bytes: 0,
                     dscp_seen: 0,
-                    health: (cfg.wrap != crate::wrap::Wrap::Plain).then(mcr_core::health::InputHealth::default),
+                    health: matches!(
+                        cfg.wrap,
+                        crate::wrap::Wrap::Rtp | crate::wrap::Wrap::Ts | crate::wrap::Wrap::RtpTs
+                    )
+                    .then(mcr_core::health::InputHealth::default),
                 })
                 .collect(),
             index: cfg.streams.iter().enumerate().map(|(i, a)| (*a, i)).collect(),

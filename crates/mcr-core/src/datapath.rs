@@ -336,7 +336,7 @@ impl std::fmt::Display for Ineligible {
             Ineligible::Translation => f.write_str("an output of the other IP version"),
             Ineligible::TooManyOutputs(n) => write!(f, "{n} outputs (the kernel path takes up to {MAX_FANOUT})"),
             Ineligible::NoProgram => f.write_str("no tc program on the input interface"),
-            Ineligible::Redundancy => f.write_str("several inputs (a worker merges them or fails over)"),
+            Ineligible::Redundancy => f.write_str("several inputs (a worker merges, arbitrates or fails over)"),
             Ineligible::SrtOutput => f.write_str("an SRT output (a worker holds its connections)"),
             Ineligible::SrtInput => f.write_str("an SRT input (a worker takes its datagrams from libsrt)"),
             Ineligible::RistOutput => f.write_str("a RIST output (a worker hands its datagrams to librist)"),
@@ -462,11 +462,15 @@ impl FastTable {
                     name: r.name.clone(),
                     counters: layout.rule(0, r.slot, RuleCounter::Packets) as u32,
                     health: r.health,
-                    outputs: if carried(d.ifindex) {
-                        outputs_of(r, d.dst, layout)
-                    } else {
-                        Err(Ineligible::NoProgram)
-                    },
+                    // What the rule is says why first; then whether its
+                    // interface has the program.
+                    outputs: outputs_of(r, d.dst, layout).and_then(|o| {
+                        if carried(d.ifindex) {
+                            Ok(o)
+                        } else {
+                            Err(Ineligible::NoProgram)
+                        }
+                    }),
                 });
             };
             let has_sources = !d.by_source.is_empty();

@@ -319,15 +319,22 @@ fn lines(out: &mut String, stats: &StatsReport) {
             f.sample(&[("rule", rule), ("input", input)], get(l));
         }
     }
-    let mut f = family(
-        out,
-        "mcr_line_lag_seconds",
-        "gauge",
-        "Arbitrate: how long after the first copy of a sequence number the line's copy came, over the last 5 to 10 s (quantile 0.5 and 0.99; 0 when it was always first).",
-    );
-    for (rule, input, l) in lines() {
-        for (q, v) in [("0.5", l.lag_p50_us), ("0.99", l.lag_p99_us)] {
-            f.sample(&[("rule", rule), ("input", input), ("quantile", q)], v / 1e6);
+    for (name, help, q) in [
+        (
+            "mcr_line_lag_p50_seconds",
+            "Arbitrate: half of the line's copies came at most this long after the first copy of their sequence number, over the last 5 to 10 s (0 when it was always first).",
+            0,
+        ),
+        (
+            "mcr_line_lag_p99_seconds",
+            "Arbitrate: 99 % of the line's copies came at most this long after the first copy, over the last 5 to 10 s.",
+            1,
+        ),
+    ] {
+        let mut f = family(out, name, "gauge", help);
+        for (rule, input, l) in lines() {
+            let us = if q == 0 { l.lag_p50_us } else { l.lag_p99_us };
+            f.sample(&[("rule", rule), ("input", input)], us / 1e6);
         }
     }
 }
@@ -703,7 +710,7 @@ mod tests {
         )
         .expect("rule");
         let drops: BTreeMap<String, u64> = [("queue_full".to_string(), 3), ("ttl_expired".to_string(), 0)].into();
-        let stats = StatsReport {
+        let mut stats = StatsReport {
             uptime_s: 12.5,
             interval_s: 1.0,
             rules: vec![
@@ -860,6 +867,28 @@ mod tests {
                 },
             ],
         };
+        // An arbitrated market-data rule: news's shape, its lines' figures.
+        let mut itch = stats.rules[1].clone();
+        itch.name = "itch".into();
+        if let Some(red) = &mut itch.redundancy {
+            red.mode = "arbitrate,framing=moldudp64".into();
+            red.lost = 6;
+            for (k, i) in red.inputs.iter_mut().enumerate() {
+                i.line = Some(crate::control::LineStats {
+                    messages: 90,
+                    gaps: 3 + k as u64,
+                    duplicates: 0,
+                    heartbeats: 2,
+                    wrong_session: 0,
+                    malformed: k as u64,
+                    resets: 0,
+                    lag_samples: 20 * k as u64,
+                    lag_p50_us: 1500.0 * k as f64,
+                    lag_p99_us: 2500.0 * k as f64,
+                });
+            }
+        }
+        stats.rules.push(itch);
         let rules = vec![RuleStatus {
             rule,
             joins: vec![JoinState {
@@ -910,7 +939,7 @@ mod tests {
         let text = render("0.1.0", &s, &r, &w);
         for want in [
             "mcr_build_info{version=\"0.1.0\"} 1",
-            "mcr_rules 2",
+            "mcr_rules 3",
             "mcr_input_packets_total{rule=\"news\",input=\"eth2:239.2.1.2:5001\"} 30",
             "mcr_input_discarded_total{rule=\"news\",input=\"eth0:239.1.1.2:5001\",reason=\"duplicate\"} 1",
             "mcr_input_signal{rule=\"news\",input=\"eth0:239.1.1.2:5001\"} 0",
@@ -923,6 +952,10 @@ mod tests {
             "mcr_input_rtp_late_total{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\"} 1",
             "mcr_input_rtp_jitter_seconds{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\"} 0.00015",
             "mcr_input_ts_errors_total{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\",error=\"continuity_count\"} 4",
+            "mcr_line_gaps_total{rule=\"itch\",input=\"eth2:239.2.1.2:5001\"} 4",
+            "mcr_line_lag_p99_seconds{rule=\"itch\",input=\"eth2:239.2.1.2:5001\"} 0.0025",
+            "mcr_input_discarded_total{rule=\"itch\",input=\"eth2:239.2.1.2:5001\",reason=\"malformed\"} 1",
+            "mcr_rule_lost_total{rule=\"itch\",mode=\"arbitrate\"} 6",
             "mcr_rule_active_input{rule=\"news\"} 2",
             "mcr_rule_forced_input{rule=\"news\"} 0",
             "mcr_rule_packets_total{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\"} 100",

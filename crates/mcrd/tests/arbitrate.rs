@@ -24,6 +24,8 @@ const IN_A: &str = "in0:239.1.1.1:5001";
 const IN_B: &str = "in1:239.2.1.1:5001";
 const OUT: &str = "out0:239.10.1.1:6001";
 const SEED: u64 = 11;
+/// Packets a second on each line.
+const RATE: &str = "2000";
 
 /// One run of a framing: its `--wrap`, what else mcrgen sends it with,
 /// each line's loss band (fractions) and line b's lag.
@@ -102,12 +104,12 @@ fn run(p: &TwoPaths, relay: &Relay, c: &Case, count: u64, extra: &[&str], pcap: 
         .wrap(c.wrap)
         .ids(0)
         .arg("--idle-timeout")
-        .arg("2s")
+        .arg("1s")
         .recv(&p.sink)
         .expect("receiver ready");
     let mut send = Mcrgen::streams("239.1.1.1:5001", TwoPaths::GEN_A_IF)
         .count(count)
-        .rate("1000")
+        .rate(RATE)
         .wrap(c.wrap)
         .arg("--copy")
         .arg("239.2.1.1:5001")
@@ -133,6 +135,7 @@ fn run(p: &TwoPaths, relay: &Relay, c: &Case, count: u64, extra: &[&str], pcap: 
         shown.contains("line: messages"),
         "mcrctl stats shows each line:\n{shown}"
     );
+    eprintln!("{shown}");
     relay.ctl_ok(&["remove", "md"]).expect("rule removed");
     Run { got, paths, rule, red }
 }
@@ -222,7 +225,7 @@ fn every_sequence_number_one_line_brought_goes_out_once_for_each_framing() {
     let _lock = traffic_lock().expect("lock");
     let p = TwoPaths::new("arb-framings").expect("topology");
     let relay = Relay::start(&p.relay, &[]).expect("mcrd");
-    let count = 3000;
+    let count = 2000;
     let pcap = PathBuf::from(format!("/tmp/{}-moldudp64.pcap", p.sink.name()));
     for c in &CASES {
         let keep = (c.wrap == "moldudp64").then_some(&pcap);
@@ -313,26 +316,26 @@ fn heartbeats_sessions_resets_and_malformed_packets_mid_stream() {
         p.generator.route(&[group, "dev", dev]).expect("route");
     }
     let relay = Relay::start(&p.relay, &[]).expect("mcrd");
-    let count = 4000;
+    let count = 6000;
     let c = Case {
         wrap: "moldudp64",
-        extra: &["--messages", "2", "--new-session-at", "3000"],
+        extra: &["--messages", "2", "--new-session-at", "4500"],
         messages: 2,
         band_a: (0.0, 0.01),
         band_b: (0.01, 0.02),
         skew: "2ms",
     };
     let pcap = PathBuf::from(format!("/tmp/{}-events.pcap", p.sink.name()));
-    // Mid-stream, on top of the feed: three heartbeats on each line (each
-    // pair 600 ms apart: one of each pair goes out), two packets too short
-    // for MoldUDP64 and one of another session on line a.
+    // Mid-stream, on top of the feed: three heartbeats on each line (one
+    // of each pair goes out), two packets too short for MoldUDP64 and one
+    // of another session on line a.
     let crafted = {
         let generator = p.generator.name().to_string();
         let relay_ns = p.relay.name().to_string();
         std::thread::spawn(move || {
             // Wait until the feed flows: 300 packets of it have reached
-            // the relay on line a (the stream lasts 4 s, its first session
-            // 3 s).
+            // the relay on line a (the stream lasts 3 s, its first session
+            // 2.25 s).
             let arrived = || {
                 std::process::Command::new("ip")
                     .args([
@@ -352,19 +355,22 @@ fn heartbeats_sessions_resets_and_malformed_packets_mid_stream() {
                 std::thread::sleep(Duration::from_millis(20));
             }
             let hb = mold_header(b"MCRFEED001", 1, 0);
+            let mut bogus = mold_header(b"BOGUS00000", 90_000, 1);
+            bogus.extend_from_slice(&[0, 1, b'X']);
+            let odd = [
+                b"short".to_vec(),
+                mold_header(b"MCRFEED001", 7, 1)[..19].to_vec(),
+                bogus,
+            ];
+            // 200 ms apart: each pair's copy 200 ms after the first (a
+            // copy), the next pair 600 ms after the one before.
             let mut d = Vec::new();
-            for _ in 0..3 {
+            for x in odd {
                 d.push((false, hb.clone()));
                 d.push((true, hb.clone()));
+                d.push((false, x));
             }
-            d.push((false, b"short".to_vec()));
-            d.push((false, mold_header(b"MCRFEED001", 7, 1)[..19].to_vec()));
-            d.push((false, {
-                let mut x = mold_header(b"BOGUS00000", 90_000, 1);
-                x.extend_from_slice(&[0, 1, b'X']);
-                x
-            }));
-            send_crafted(generator, d, Duration::from_millis(300));
+            send_crafted(generator, d, Duration::from_millis(200));
         })
     };
     let r = run(&p, &relay, &c, count, &[], Some(&pcap));
@@ -383,7 +389,7 @@ fn heartbeats_sessions_resets_and_malformed_packets_mid_stream() {
         (3, 0, 0, 1),
         "{lb:?}"
     );
-    // tshark: the first session numbered 1, 3, 5 ... for 3,000 packets,
+    // tshark: the first session numbered 1, 3, 5 ... for 4,500 packets,
     // then the second from 1; each once; three heartbeats between.
     let frames = tshark::fields(
         &pcap,
@@ -412,8 +418,8 @@ fn heartbeats_sessions_resets_and_malformed_packets_mid_stream() {
     for s in &mut sessions {
         s.sort_unstable();
     }
-    assert_eq!(sessions[0], (0..3000).map(|q| 1 + 2 * q).collect::<Vec<u64>>());
-    assert_eq!(sessions[1], (0..1000).map(|q| 1 + 2 * q).collect::<Vec<u64>>());
+    assert_eq!(sessions[0], (0..4500).map(|q| 1 + 2 * q).collect::<Vec<u64>>());
+    assert_eq!(sessions[1], (0..1500).map(|q| 1 + 2 * q).collect::<Vec<u64>>());
 
     // CME's weekly reset: MDP 3.0 back to 1 after 1,000 packets.
     let c = Case {

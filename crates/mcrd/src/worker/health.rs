@@ -51,6 +51,10 @@ struct Tracked {
     dirty: bool,
     /// Fed from the eBPF data path's records.
     from_kernel: bool,
+    /// A line of an arbitrated market-data feed: only its signal is
+    /// followed here (its sequence is the arbitration's to count; its
+    /// bytes would only look like RTP by chance).
+    signal_only: bool,
 }
 
 impl Tracked {
@@ -94,10 +98,14 @@ impl Health {
     pub fn reconcile(&mut self, snap: &TableSnapshot, counts: &Counts<'_>) {
         let mut next = FxHashMap::default();
         for r in snap.rules.iter().filter(|r| r.rule.health) {
+            let signal_only = matches!(
+                r.rule.redundancy.as_ref().map(|x| x.mode),
+                Some(mcr_core::rule::Mode::Arbitrate { .. })
+            );
             for (k, input) in r.rule.inputs().enumerate() {
                 let who = (r.rule.name.clone(), input.to_string());
                 let t = match self.inputs.remove(&(r.slot, k)) {
-                    Some(t) if t.who == who => t,
+                    Some(t) if t.who == who && t.signal_only == signal_only => t,
                     before => {
                         let base = before.map(|_| {
                             for c in H::ALL {
@@ -117,6 +125,7 @@ impl Health {
                             written_at_ns: 0,
                             dirty: false,
                             from_kernel: false,
+                            signal_only,
                         }
                     }
                 };
@@ -150,7 +159,7 @@ impl Health {
             return;
         };
         t.from_kernel |= from_kernel;
-        if let Some(p) = payload {
+        if let Some(p) = payload.filter(|_| !t.signal_only) {
             t.state.observe(p, arrived_ns);
         }
         t.packets += 1;

@@ -360,9 +360,11 @@ struct SendArgs {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=63))]
     dscp: u8,
     /// How due packets are handed to the kernel: `batch` (every packet
-    /// that is due, up to 64, in one call: they arrive in bursts) or `each`
+    /// that is due, up to 64, in one call: they arrive in bursts), `each`
     /// (one packet per call at its own due time: they arrive spaced, as an
-    /// encoder sends them).
+    /// encoder sends them) or `tick` (every 100 µs, the packets due by then
+    /// in one call: rate/10,000 at a time, as a software sender with a
+    /// pacing tick sends them).
     #[arg(long, default_value = "batch")]
     pace: Pace,
     /// Report the busy time of this CPU over the sending window (comma

@@ -74,8 +74,11 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     runs: usize,
     /// How packets arrive at the relay, comma separated: `spaced` (one at a
-    /// time through the kernel's UDP send path, as encoders send) and
-    /// `burst` (frames handed over in batches). Every point runs under each.
+    /// time through the kernel's UDP send path, as encoders send), `tick`
+    /// (every 100 µs the datagrams due by then, rate/10,000, in one
+    /// `sendmmsg` through the UDP send path, as software senders with a
+    /// pacing tick send) and `burst` (frames handed over in batches). Every
+    /// point runs under each.
     #[arg(long, value_delimiter = ',', default_values = ["spaced", "burst"])]
     arrivals: Vec<scenario::Arrivals>,
     /// Seconds without traffic over which each relay's idle cost (the busy
@@ -114,7 +117,7 @@ pub struct Args {
 pub struct Outcome {
     scenario: String,
     point: String,
-    /// How the packets arrived: `spaced` or `burst`.
+    /// How the packets arrived: `spaced`, `tick` or `burst`.
     arrivals: scenario::Arrivals,
     relay: String,
     kind: String,

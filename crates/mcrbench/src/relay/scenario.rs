@@ -66,17 +66,23 @@ pub enum Arrivals {
     /// AF_PACKET socket in one `sendmmsg` (`mcrgen send --via frames --pace
     /// batch`), so that the relay's ring fills a dozen frames at a time.
     Burst,
+    /// In small bursts on a pacing tick: every 100 µs the datagrams due by
+    /// then through the kernel's UDP send path in one `sendmmsg` (`mcrgen
+    /// send --via udp --pace tick`), rate/10,000 at a time (5 at 50k pps,
+    /// 10 at 100k), as software senders with a pacing timer send them.
+    Tick,
 }
 
 impl Arrivals {
-    /// Both, the one that decides the cost first.
-    pub const ALL: [Arrivals; 2] = [Arrivals::Spaced, Arrivals::Burst];
+    /// Every shape, the one that decides the cost first.
+    pub const ALL: [Arrivals; 3] = [Arrivals::Spaced, Arrivals::Tick, Arrivals::Burst];
 
     /// Its name in tables and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Arrivals::Spaced => "spaced",
             Arrivals::Burst => "burst",
+            Arrivals::Tick => "tick",
         }
     }
 
@@ -85,6 +91,7 @@ impl Arrivals {
         match self {
             Arrivals::Spaced => ["--via", "udp", "--pace", "each"],
             Arrivals::Burst => ["--via", "frames", "--pace", "batch"],
+            Arrivals::Tick => ["--via", "udp", "--pace", "tick"],
         }
     }
 }
@@ -95,7 +102,7 @@ impl std::str::FromStr for Arrivals {
         Arrivals::ALL
             .into_iter()
             .find(|a| a.name() == s)
-            .ok_or_else(|| format!("`{s}`: write spaced or burst"))
+            .ok_or_else(|| format!("`{s}`: write spaced, tick or burst"))
     }
 }
 
@@ -306,5 +313,15 @@ mod tests {
             let pts = points(sc, &p, &Arrivals::ALL).expect("points");
             assert!(pts.iter().all(|pt| pt.shape.has_second_path() == merges), "{sc}");
         }
+    }
+
+    #[test]
+    fn each_arrival_shape_has_its_name_and_sender() {
+        for a in Arrivals::ALL {
+            assert_eq!(a.name().parse::<Arrivals>(), Ok(a));
+        }
+        assert_eq!("tick".parse::<Arrivals>(), Ok(Arrivals::Tick));
+        assert_eq!(Arrivals::Tick.sender_args(), ["--via", "udp", "--pace", "tick"]);
+        assert!("bursts".parse::<Arrivals>().is_err());
     }
 }

@@ -6,8 +6,11 @@
 //! bursts stay small when it is not. With [`Pace::Each`] every packet is
 //! sent on its own, at its own due time, one call per packet: packets leave
 //! spaced as an encoder or a software sender spaces them, never several in
-//! one call. Streams take turns: packet `k` belongs to stream `k mod S` and
-//! carries sequence number `k div S`.
+//! one call. With [`Pace::Tick`] the sender wakes on a fixed 100 µs tick
+//! (`start + j * 100 µs`) and hands over, in one call, every packet due by
+//! that tick: rate/10,000 per tick (5 at 50k pps, 10 at 100k), as a
+//! software sender with a pacing timer does. Streams take turns: packet `k`
+//! belongs to stream `k mod S` and carries sequence number `k div S`.
 //!
 //! Two paths put packets on the wire ([`Via`]): the kernel's UDP sockets
 //! (`sendmmsg` with a destination per packet; any destination, routed, both
@@ -76,6 +79,42 @@ pub enum Pace {
     /// One packet per call, each at its own due time: when the sender is
     /// behind, packets still leave one by one, spaced by the cost of a send.
     Each,
+    /// On a 100 µs tick, every packet due by the tick in one call
+    /// ([`TICK_NS`]): small bursts of rate/10,000 packets, as a software
+    /// sender with a pacing timer sends them.
+    Tick,
+}
+
+/// The period of [`Pace::Tick`], in nanoseconds.
+pub const TICK_NS: u64 = 100_000;
+
+/// How many packets of the run are due `elapsed_ns` after its start at
+/// `pps` packets per second (packet `k` at `k / pps`, so packet 0 at once)
+/// with [`Pace::Tick`]: those due by the last tick at or before
+/// `elapsed_ns`.
+fn tick_due(elapsed_ns: u64, pps: f64) -> u64 {
+    let tick = elapsed_ns / TICK_NS * TICK_NS;
+    // The small excess keeps a packet due exactly on a tick on that tick
+    // whatever the rounding (at 30k pps, 100 µs is 3.0 intervals, not
+    // 2.9999...). Float-to-integer casts saturate.
+    ((tick as f64 * pps / 1e9 + 1e-6) as u64).saturating_add(1)
+}
+
+/// When (ns after the start) the first tick comes at which more than
+/// `sent` packets are due at `pps`: the tick at or after packet `sent`'s
+/// due time.
+fn tick_wake(sent: u64, pps: f64) -> u64 {
+    let at = sent as f64 * 1e9 / pps;
+    let mut j = (at / TICK_NS as f64).ceil() as u64;
+    // Correct the rounding either way, so that the tick is exactly the
+    // first one with the packet due.
+    while j > 0 && tick_due((j - 1) * TICK_NS, pps) > sent {
+        j -= 1;
+    }
+    while j < u64::MAX / TICK_NS && tick_due(j * TICK_NS, pps) <= sent {
+        j += 1;
+    }
+    j.saturating_mul(TICK_NS)
 }
 
 impl std::str::FromStr for Pace {
@@ -84,7 +123,8 @@ impl std::str::FromStr for Pace {
         match s {
             "batch" => Ok(Pace::Batch),
             "each" => Ok(Pace::Each),
-            _ => Err(format!("`{s}`: write batch or each")),
+            "tick" => Ok(Pace::Tick),
+            _ => Err(format!("`{s}`: write batch, each or tick")),
         }
     }
 }
@@ -94,6 +134,7 @@ impl std::fmt::Display for Pace {
         f.write_str(match self {
             Pace::Batch => "batch",
             Pace::Each => "each",
+            Pace::Tick => "tick",
         })
     }
 }
@@ -136,7 +177,7 @@ pub struct SendConfig {
     pub vlan: Option<u16>,
     /// DSCP of every packet (0-63).
     pub dscp: u8,
-    /// One packet per call, or every due packet in one.
+    /// One packet per call, every due packet in one, or on a 100 µs tick.
     pub pace: Pace,
     /// CPUs whose busy time over the sending window (first send to last)
     /// the report gives.
@@ -377,7 +418,7 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
     let mut first_send: Option<u64> = None;
     let mut last_send = start;
     let per_call = match cfg.pace {
-        Pace::Batch => MAX_BATCH as u64,
+        Pace::Batch | Pace::Tick => MAX_BATCH as u64,
         Pace::Each => 1,
     };
     let mut cpu_window: Option<CpuWindow> = None;
@@ -403,13 +444,17 @@ pub fn run(cfg: &SendConfig, stop: &AtomicBool) -> Result<SendReport, SendError>
         if deadline.is_some_and(|d| now >= d) {
             break "duration";
         }
-        let due = match interval_ns {
+        let due = match (interval_ns, pps) {
+            (Some(_), Some(r)) if cfg.pace == Pace::Tick => tick_due(now - start, r),
             // Float-to-integer casts saturate.
-            Some(iv) => (((now - start) as f64 / iv) as u64).saturating_add(1),
-            None => u64::MAX,
+            (Some(iv), _) => (((now - start) as f64 / iv) as u64).saturating_add(1),
+            _ => u64::MAX,
         };
         if due <= sent {
-            let next = start.saturating_add((sent as f64 * interval_ns.unwrap_or(0.0)) as u64);
+            let next = match pps {
+                Some(r) if cfg.pace == Pace::Tick => start.saturating_add(tick_wake(sent, r)),
+                _ => start.saturating_add((sent as f64 * interval_ns.unwrap_or(0.0)) as u64),
+            };
             // Wake at least every 100 ms to notice a signal, and for a copy
             // that is due.
             let copy_due = copies.front().map_or(u64::MAX, |c| c.0);
@@ -556,6 +601,63 @@ mod tests {
     fn a_queue_that_stays_full_gives_way_to_stop() {
         let r = send_all(5, &|| true, |_| Err(io::Error::from_raw_os_error(105))).expect("stopped");
         assert_eq!((r.packets, r.retries), (0, 1));
+    }
+
+    /// Simulates a sender on time at every tick over `ticks` ticks: the
+    /// packets each tick hands over.
+    fn tick_bursts(pps: f64, ticks: u64) -> Vec<u64> {
+        let mut sent = 0;
+        let mut out = Vec::new();
+        let mut now = 0;
+        while now <= ticks * TICK_NS {
+            let due = tick_due(now, pps);
+            if due > sent {
+                out.push(due - sent);
+                sent = due;
+            }
+            let wake = tick_wake(sent, pps);
+            assert!(wake > now, "{pps} pps: the next wake-up {wake} is not after {now}");
+            assert_eq!(wake % TICK_NS, 0, "{pps} pps: wakes on a tick");
+            now = wake;
+        }
+        out
+    }
+
+    #[test]
+    fn a_tick_hands_over_rate_over_10000_packets() {
+        // Packet 0 at the start, then rate/10,000 on every tick.
+        for (pps, per_tick) in [(50_000.0, 5), (100_000.0, 10), (200_000.0, 20), (10_000.0, 1)] {
+            let b = tick_bursts(pps, 1000);
+            assert_eq!(b[0], 1, "{pps}");
+            assert!(b[1..].iter().all(|&n| n == per_tick), "{pps}: {:?}", &b[..10]);
+            assert_eq!(b.len(), 1001, "{pps}: one call per tick");
+        }
+    }
+
+    #[test]
+    fn ticks_keep_the_exact_rate_at_any_rate() {
+        // 15k: 1 and 2 in turn; 30k: 3 on a tick that is exactly 3
+        // intervals; 1k: one packet on every tenth tick, never an empty
+        // call; 33,333.3: no drift.
+        for pps in [15_000.0, 30_000.0, 1_000.0, 33_333.3, 123_456.0] {
+            let ticks = 10_000;
+            let b = tick_bursts(pps, ticks);
+            let total: u64 = b.iter().sum();
+            let expect = (ticks * TICK_NS) as f64 * pps / 1e9 + 1.0;
+            assert!((total as f64 - expect).abs() <= 1.0, "{pps}: {total} vs {expect}");
+            assert!(b.iter().all(|&n| n >= 1), "{pps}");
+            let per = pps / 10_000.0;
+            assert!(b[1..].iter().all(|&n| n as f64 <= per.ceil()), "{pps}");
+        }
+        assert_eq!(&tick_bursts(15_000.0, 4)[1..], &[1, 2, 1, 2]);
+        assert_eq!(&tick_bursts(30_000.0, 3)[1..], &[3, 3, 3]);
+        assert_eq!(tick_wake(1, 1_000.0), 1_000_000);
+    }
+
+    #[test]
+    fn tick_is_a_pace() {
+        assert_eq!("tick".parse::<Pace>(), Ok(Pace::Tick));
+        assert_eq!(Pace::Tick.to_string(), "tick");
     }
 
     fn cfg() -> SendConfig {

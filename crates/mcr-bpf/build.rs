@@ -27,6 +27,13 @@ fn main() {
         "-target".into(),
         "bpf".into(),
         "-mcpu=v3".into(),
+        // Each spilled value gets a stack slot of its own: the verifier of
+        // a process without CAP_PERFMON refuses a slot that held a spilled
+        // pointer being reused, in part, for plain data, which slot sharing
+        // does where the arbitration's pointers and the forwarding loop's
+        // values are never live at once.
+        "-mllvm".into(),
+        "-no-stack-slot-sharing".into(),
         "-Wall".into(),
         "-Wextra".into(),
         "-Werror".into(),

@@ -104,12 +104,19 @@ struct rule_key {
 // The health of the rule's input is followed: each datagram's payload goes
 // to the `health` ring, where worker 0 reads it.
 #define RULE_HEALTH 8
+// A line of an arbitrated market-data feed: only the first copy of each
+// sequence number goes on (see `arbitrate`).
+#define RULE_ARB 16
 
 struct rule {
-    __u32 counters; // the rule's first counter: packets, then bytes
-    __u32 first;    // its first entry in `outputs`
-    __u32 count;    // how many outputs
+    __u32 counters;      // the rule's first counter: packets, then bytes
+    __u32 first;         // its first entry in `outputs`
+    __u32 count;         // how many outputs
     __u32 flags;
+    __u32 arb;           // arbitrated: the rule's entry in `arbs`
+    __u32 line;          // ... which of its lines this key is
+    __u32 in_counters;   // ... the line's first counter (its packets)
+    __u32 line_counters; // ... its second line of counters (messages)
 };
 
 // Set: keep the source address the datagram came with.
@@ -234,8 +241,116 @@ struct map_def SEC("maps") health = {BPF_MAP_TYPE_RINGBUF, 0, 0, HEALTH_RING, 0}
 // Where a payload is read to take its pieces from (one per CPU).
 struct map_def SEC("maps") health_scratch = {BPF_MAP_TYPE_PERCPU_ARRAY, sizeof(__u32), HEALTH_PAYLOAD, 1, 0};
 
+// ---- A/B line arbitration: its layouts and maps ------------------------
+//
+// An arbitrated rule's framing (`struct arb`, written by the supervisor)
+// says where each packet's sequence number, message count, unit and
+// session lie in the first ARB_HEADER bytes of the UDP payload. Each of
+// the rule's units (up to ARB_UNITS, taken as they come) has its state in
+// `arb_units` and its window in `arb_windows` (an array of maps: each
+// window is an array of 2^bits u64 slots, made by the supervisor for the
+// rule's window size); the lag of each line's copies behind the first
+// copy goes to a histogram in `arb_race`, which the supervisor maps.
+#define ARB_RULES 256
+#define ARB_UNITS 4
+#define ARB_LINES 8
+#define ARB_HEADER 64
+#define RACE_BUCKETS 108
+// A line that jumps back by at least this much may have been reset.
+#define RESET_BACK 16
+// A heartbeat with the same number as one that went out this recently is
+// a copy of it.
+#define HEARTBEAT_COPY_NS 500000000
+// A slot's time is ns >> TIME_SHIFT (1.024 µs), 28 bits of it.
+#define TIME_SHIFT 10
+// An input's counters (mcr-core's InputCounter), from `in_counters`.
+#define C_IN_PACKETS 0
+#define C_IN_BYTES 1
+#define C_IN_FORWARDED 2
+#define C_IN_DUPLICATES 3
+#define C_IN_TOO_LATE 5
+#define C_IN_STRAYS 6
+// A line's own (LineCounter), from `line_counters`.
+#define C_LINE_MESSAGES 0
+#define C_LINE_GAPS 1
+#define C_LINE_REPEATS 2
+#define C_LINE_HEARTBEATS 3
+#define C_LINE_WRONG_SESSION 4
+#define C_LINE_MALFORMED 5
+#define C_LINE_RESETS 6
+// The rule's (RuleCounter): numbers no line had brought when a later one
+// went out, and of those, the ones a line brought later.
+#define C_RULE_GAPS_OPENED 6
+#define C_RULE_GAPS_FILLED 7
+
+struct arb {
+    __u16 seq_off;
+    __u8 seq_width; // 1, 2, 4 or 8
+    __u8 seq_be;
+    __u16 count_off;
+    __u8 count_width; // 0: the sequence numbers count packets
+    __u8 count_be;
+    __u16 session_off;
+    __u8 session_len; // 0: no session
+    __u8 unit_width;  // 0: no unit; else 1
+    __u16 unit_off;
+    __u8 length_check; // PITCH, MITCH: the u16 LE at 0 is the payload's length
+    __u8 mold_end;     // MoldUDP64: a count of 0xffff ends the session
+    __u16 header_len;  // the shortest payload of the framing (at most ARB_HEADER)
+    __u8 bits;         // the window has 2^bits slots
+    __u8 lines;
+    __u32 pad;
+};
+
+// One line's place in the sequence of one unit.
+struct arb_line {
+    __u64 next;         // the number it should bring next (if has_next)
+    __u64 pending_next; // what its next packet must be, to confirm
+    __u8 started;
+    __u8 era;     // its generation
+    __u8 has_next;
+    __u8 pending; // 0, or a change waits: 1 a reset, 2 a session, 3 a jump ahead, 3 a jump ahead
+    __u8 pad[4];
+    __u8 session[16];
+    __u8 pending_session[16];
+};
+
+// How far a generation of a unit reached: its first number, and the end of
+// what went out.
+struct arb_reach {
+    __u64 base;
+    __u64 high;
+    __u32 era;
+    __u32 set;
+};
+
+struct arb_unit {
+    __u32 unit; // the unit + 1; 0: free (taken with a compare-and-exchange)
+    __u8 era;   // the newest generation of any line
+    __u8 has_session;
+    __u8 pad[2];
+    __u8 session[16]; // that generation's session
+    __u64 hb_seq;     // the last heartbeat that went out: its number,
+    __u64 hb_ns;      // when,
+    __u32 hb_kind;    // and its kind + 1 (0: none yet)
+    __u32 pad2;
+    struct arb_reach reach[2];
+    struct arb_line lines[ARB_LINES];
+};
+
+struct map_def SEC("maps") arbs = {BPF_MAP_TYPE_ARRAY, sizeof(__u32), sizeof(struct arb), ARB_RULES, 0};
+struct map_def SEC("maps") arb_units = {BPF_MAP_TYPE_ARRAY, sizeof(__u32), sizeof(struct arb_unit),
+                                        ARB_RULES * ARB_UNITS, 0};
+struct map_def SEC("maps") arb_windows = {BPF_MAP_TYPE_ARRAY_OF_MAPS, sizeof(__u32), sizeof(__u32),
+                                          ARB_RULES * ARB_UNITS, 0};
+struct map_def SEC("maps") arb_race = {BPF_MAP_TYPE_ARRAY, sizeof(__u32), sizeof(__u64),
+                                       ARB_RULES * ARB_LINES * RACE_BUCKETS, BPF_F_MMAPABLE};
+
+_Static_assert(sizeof(struct arb) == 24, "arb layout");
+_Static_assert(sizeof(struct arb_line) == 56, "arb_line layout");
+_Static_assert(sizeof(struct arb_unit) == 544, "arb_unit layout");
 _Static_assert(sizeof(struct rule_key) == 44, "rule_key layout");
-_Static_assert(sizeof(struct rule) == 16, "rule layout");
+_Static_assert(sizeof(struct rule) == 32, "rule layout");
 _Static_assert(sizeof(struct output) == 64, "output layout");
 _Static_assert(sizeof(struct unicast_key) == 24, "unicast_key layout");
 _Static_assert(sizeof(struct vlan_key) == 8, "vlan_key layout");
@@ -300,6 +415,22 @@ struct scratch {
     // the paths apart by their values).
     __u8 keep;                      // a local socket wants the frame too
     __u64 standby;                  // the relay is standby
+    // Arbitration's working values (see `arbitrate`).
+    __u8 ah[ARB_HEADER + 8];        // the feed's header
+    __u8 sess[16];                  // its session
+    __u64 seq, msgs, end, now;
+    __u32 aidx, aline, inc, lnc;    // the rule's entry, the line, its counters
+    __u32 unit, widx, wkey, skey;
+    __u8 kind, data, other, far, joins, era, bits, race;
+    // What the decision counts, each in a field of its own (stores to
+    // one array with differing indices would be merged into one with a
+    // computed offset, which the verifier refuses without CAP_PERFMON).
+    __u64 in_packets, in_bytes, in_forwarded, in_duplicates, in_too_late, in_strays;
+    __u64 l_messages, l_gaps, l_repeats, l_heartbeats, l_wrong_session, l_malformed, l_resets;
+    __u64 add_opened, add_filled, lag;
+    struct arb ac;                  // the rule's framing
+    __u32 verdict;
+    __u32 rflags;                   // the rule's flags
 };
 #define SCRATCH_INGRESS 0
 #define SCRATCH_FILTER 1
@@ -650,6 +781,355 @@ INLINE void follow(struct __sk_buff *skb, struct scratch *s, __u32 rule) {
         follow_whole(skb, s, at, len, rule);
 }
 
+// ---- A/B line arbitration ---------------------------------------------
+//
+// The first copy of each sequence number of a market-data feed goes on;
+// later copies are dropped, and nothing is held for a gap. The decisions
+// are mcr-core's `arbitrate` (the equivalence test holds them equal): a
+// unit's window slot `seq mod 2^bits` holds, in one word, the tag of the
+// number that took it last (its generation, and seq >> bits), when and on
+// which line it came; a packet is first if the slot holds an older tag,
+// a copy if the same, too late if a newer one, and a slot is taken with
+// one compare-and-exchange, so that two lines on two CPUs never both win.
+// Each line's own sequence (its gaps, resets, session) is per unit in
+// `arb_units`; a line's state is written by its own frames only.
+
+#define K_DATA 0
+#define K_HEARTBEAT 1
+#define K_END 2
+
+// A field of `width` bytes (1 to 8) at `off` of the header in `s->ah`
+// (the supervisor keeps every field within the header's length).
+INLINE __u64 arb_field(const struct scratch *s, __u32 off, __u32 width, __u32 be) {
+    __u64 v = 0;
+#pragma clang loop unroll(full)
+    for (__u32 i = 0; i < 8; i++) {
+        if (i < width) {
+            __u32 k = be ? off + i : off + width - 1 - i;
+            v = (v << 8) | s->ah[k & (ARB_HEADER - 1)];
+        }
+    }
+    return v;
+}
+
+INLINE int same16(const __u8 *a, const __u8 *b) {
+    __u64 a0, a1, b0, b1;
+    __builtin_memcpy(&a0, a, 8);
+    __builtin_memcpy(&a1, a + 8, 8);
+    __builtin_memcpy(&b0, b, 8);
+    __builtin_memcpy(&b1, b + 8, 8);
+    return a0 == b0 && a1 == b1;
+}
+
+INLINE void copy16(__u8 *to, const __u8 *from) {
+    __builtin_memcpy(to, from, 16);
+}
+
+// Generation `a` is newer than `b` (as serial numbers).
+INLINE int newer(__u8 a, __u8 b) {
+    return (__s8)(__u8)(a - b) > 0;
+}
+
+// The histogram bucket of a lag of `units` (of 1.024 µs): the first four
+// exact, then four per doubling (mcr-core's `race::bucket`).
+INLINE __u32 lag_bucket(__u64 units) {
+    if (units < 4)
+        return units;
+    __u32 o = 0;
+    __u64 v = units;
+    if (v >> 16) { v >>= 16; o += 16; }
+    if (v >> 8) { v >>= 8; o += 8; }
+    if (v >> 4) { v >>= 4; o += 4; }
+    if (v >> 2) { v >>= 2; o += 2; }
+    if (v >> 1) { o += 1; }
+    __u32 b = 4 * (o - 1) + ((units >> (o - 2)) & 3);
+    return b < RACE_BUCKETS ? b : RACE_BUCKETS - 1;
+}
+
+// Sequence numbers `seq..end` of the current generation went out first (a
+// heartbeat: end == seq): a jump past the generation's reach opens a gap,
+// a first copy behind it fills one (counted when the packet is done).
+INLINE void arb_reach(struct scratch *s, struct arb_unit *u) {
+    struct arb_reach *r = &u->reach[s->era & 1];
+    if (!r->set || r->era != s->era) {
+        r->era = s->era;
+        r->base = s->seq;
+        r->high = s->end;
+        r->set = 1;
+        return;
+    }
+#pragma clang loop unroll(full)
+    for (int tries = 0; tries < 2; tries++) {
+        __u64 h = *(volatile __u64 *)&r->high;
+        if (s->seq > h) {
+            if (__sync_val_compare_and_swap(&r->high, h, s->end) == h) {
+                s->add_opened = s->seq - h;
+                return;
+            }
+            continue;
+        }
+        if (s->end <= h && s->seq >= r->base)
+            s->add_filled = s->end - s->seq;
+        else if (s->end > h)
+            __sync_val_compare_and_swap(&r->high, h, s->end);
+        return;
+    }
+}
+
+// The decision for the datagram of rule `r` (an arbitrated line): 1 if it
+// goes on, 0 if it is dropped. What it counts is noted in `s` (`in_*`,
+// `l_*`, ...), and added by `arbitrate` once every pointer into the
+// maps is dead: a pointer kept across a helper call could be spilled to
+// the stack, whose slot the verifier of a process without CAP_PERFMON
+// refuses to see reused for plain data.
+INLINE int arb_decide(struct __sk_buff *skb, struct scratch *s, const struct rule *r) {
+    s->aidx = r->arb;
+    s->aline = r->line & (ARB_LINES - 1);
+    s->inc = r->in_counters;
+    s->lnc = r->line_counters;
+    __u32 len = s->p.udp_len - UDP_LEN;
+    s->in_packets = 1;
+    s->in_bytes = len;
+    struct arb *a = array_entry(s, &arbs, s->aidx);
+    if (!a)
+        return 0;
+    __builtin_memcpy(&s->ac, a, sizeof(struct arb));
+    __u32 hl = s->ac.header_len;
+    if (hl == 0 || hl > ARB_HEADER || len < hl || load_bytes(skb, s->p.l4 + UDP_LEN, s->ah, hl) < 0 ||
+        (s->ac.length_check && arb_field(s, 0, 2, 0) != len)) {
+        s->l_malformed = 1;
+        return 0;
+    }
+    s->seq = arb_field(s, s->ac.seq_off, s->ac.seq_width, s->ac.seq_be);
+    s->msgs = 1;
+    s->kind = K_DATA;
+    if (s->ac.count_width) {
+        __u64 c = arb_field(s, s->ac.count_off, s->ac.count_width, s->ac.count_be);
+        if (c == 0) {
+            s->kind = K_HEARTBEAT;
+            s->msgs = 0;
+        } else if (s->ac.mold_end && c == 0xffff) {
+            s->kind = K_END;
+            s->msgs = 0;
+        } else {
+            s->msgs = c;
+        }
+    }
+    __builtin_memset(s->sess, 0, 16);
+#pragma clang loop unroll(full)
+    for (__u32 i = 0; i < 16; i++) {
+        if (i < s->ac.session_len)
+            s->sess[i] = s->ah[(s->ac.session_off + i) & (ARB_HEADER - 1)];
+    }
+    s->unit = s->ac.unit_width ? (__u32)s->ah[s->ac.unit_off & (ARB_HEADER - 1)] + 1 : 1;
+    s->bits = s->ac.bits;
+    s->now = ktime_get_ns();
+
+    // The unit's state: its own, or a free one taken for it.
+    s->widx = 0xffffffff;
+#pragma clang loop unroll(full)
+    for (__u32 k = 0; k < ARB_UNITS; k++) {
+        if (s->widx == 0xffffffff) {
+            struct arb_unit *c = array_entry(s, &arb_units, s->aidx * ARB_UNITS + k);
+            if (c) {
+                __u32 have = c->unit;
+                if (have == 0) {
+                    __u32 was = __sync_val_compare_and_swap(&c->unit, 0, s->unit);
+                    have = was ? was : s->unit;
+                }
+                if (have == s->unit)
+                    s->widx = s->aidx * ARB_UNITS + k;
+            }
+        }
+    }
+    if (s->widx == 0xffffffff) {
+        s->in_strays = 1;
+        return 0;
+    }
+    // Its window's slot (a heartbeat has none to take), then its state:
+    // no helper is called after that.
+    __u64 *slot = 0;
+    if (s->kind == K_DATA) {
+        s->wkey = s->widx;
+        void *w = map_lookup(&arb_windows, &s->wkey);
+        if (w) {
+            s->skey = (__u32)s->seq & ((1u << (s->bits & 31)) - 1);
+            slot = map_lookup(w, &s->skey);
+        }
+        if (!slot) {
+            s->in_too_late = 1;
+            return 0;
+        }
+    }
+    struct arb_unit *u = array_entry(s, &arb_units, s->widx);
+    if (!u)
+        return 0;
+    struct arb_line *st = &u->lines[s->aline & (ARB_LINES - 1)];
+    if (!st->started) {
+        st->started = 1;
+        st->era = u->era;
+        copy16(st->session, s->sess);
+        if (!u->has_session) {
+            u->has_session = 1;
+            copy16(u->session, s->sess);
+        }
+    }
+    s->data = s->kind == K_DATA;
+    s->end = s->seq + s->msgs;
+    // A change of session, or a reset: at sequence number 1 at once, or
+    // when another line made it already, else when the line's next packet
+    // follows.
+    s->other = !same16(st->session, s->sess);
+    s->far = s->data && !s->other && st->has_next && s->seq + RESET_BACK <= st->next;
+    if (s->other || s->far) {
+        s->joins = newer(u->era, st->era) && (!s->other || (u->has_session && same16(u->session, s->sess)));
+        int confirmed = s->seq <= 1 || s->joins ||
+                        (st->pending == 1 && s->far && st->pending_next == s->seq) ||
+                        (st->pending == 2 && s->other && st->pending_next == s->seq &&
+                         same16(st->pending_session, s->sess));
+        if (!confirmed) {
+            st->pending = s->other ? 2 : 1;
+            st->pending_next = s->end;
+            copy16(st->pending_session, s->sess);
+            if (s->other)
+                s->l_wrong_session = 1;
+            else
+                s->in_strays = 1;
+            return 0;
+        }
+        __u8 next_era = st->era + 1;
+        st->era = newer(u->era, next_era) ? u->era : next_era;
+        if (newer(st->era, u->era)) {
+            u->era = st->era;
+            u->has_session = 1;
+            copy16(u->session, s->sess);
+        }
+        copy16(st->session, s->sess);
+        st->has_next = 0;
+        s->l_resets = 1;
+    }
+    // A jump ahead by a window or more is taken once the line's next
+    // packet follows it (a lone packet that far ahead must not move it).
+    if (s->data && !s->other && !s->far && st->has_next && s->seq >= st->next + (1ull << (s->bits & 63)) &&
+        !(st->pending == 3 && st->pending_next == s->seq)) {
+        st->pending = 3;
+        st->pending_next = s->end;
+        s->in_strays = 1;
+        return 0;
+    }
+    st->pending = 0;
+
+    // The line's own sequence.
+    if (s->data)
+        s->l_messages = s->msgs;
+    else
+        s->l_heartbeats = 1;
+    if (st->has_next) {
+        if (s->seq > st->next)
+            s->l_gaps = s->seq - st->next;
+        else if (s->data && s->end <= st->next)
+            s->l_repeats = 1;
+        if (s->end > st->next)
+            st->next = s->end;
+    } else {
+        st->next = s->end;
+        st->has_next = 1;
+    }
+    s->era = st->era;
+
+    if (!slot) {
+        // A heartbeat carries the next number; each goes out once.
+        s->end = s->seq;
+        arb_reach(s, u);
+        if (u->hb_kind == (__u32)s->kind + 1 && u->hb_seq == s->seq && s->now - u->hb_ns < HEARTBEAT_COPY_NS) {
+            s->in_duplicates = 1;
+            return 0;
+        }
+        u->hb_seq = s->seq;
+        u->hb_kind = (__u32)s->kind + 1;
+        u->hb_ns = s->now;
+        s->in_forwarded = 1;
+        return 1;
+    }
+
+    __u32 tag = ((__u32)s->era << 24) | ((__u32)(s->seq >> (s->bits & 63)) & 0xffffff);
+    __u64 now_u = (s->now >> TIME_SHIFT) & 0x0fffffff;
+    __u64 word = ((__u64)tag << 32) | (now_u << 4) | 8 | s->aline;
+#pragma clang loop unroll(full)
+    for (int tries = 0; tries < 2; tries++) {
+        __u64 cur = *(volatile __u64 *)slot;
+        if (cur & 8) {
+            __s32 d = (__s32)(tag - (__u32)(cur >> 32));
+            if (d == 0) {
+                s->in_duplicates = 1;
+                if ((cur & 7) != s->aline) {
+                    s->race = 1;
+                    s->lag = (now_u - ((cur >> 4) & 0x0fffffff)) & 0x0fffffff;
+                }
+                return 0;
+            }
+            if (d < 0) {
+                s->in_too_late = 1;
+                return 0;
+            }
+        }
+        if (__sync_val_compare_and_swap(slot, cur, word) == cur) {
+            arb_reach(s, u);
+            s->in_forwarded = 1;
+            return 1;
+        }
+    }
+    // Another line took the slot meanwhile, twice: its copy went out.
+    s->in_duplicates = 1;
+    return 0;
+}
+
+// Arbitrates the datagram of rule `r` (see `arb_decide`), then adds what
+// it counted: 1 if it goes on, 0 if it is dropped.
+INLINE int arbitrate(struct __sk_buff *skb, struct scratch *s, const struct rule *r) {
+    s->in_packets = s->in_bytes = s->in_forwarded = s->in_duplicates = s->in_too_late = s->in_strays = 0;
+    s->l_messages = s->l_gaps = s->l_repeats = s->l_heartbeats = s->l_wrong_session = s->l_malformed = 0;
+    s->l_resets = 0;
+    s->add_opened = 0;
+    s->add_filled = 0;
+    s->race = 0;
+    s->verdict = arb_decide(skb, s, r);
+    count(s, s->inc + C_IN_PACKETS, s->in_packets);
+    count(s, s->inc + C_IN_BYTES, s->in_bytes);
+    if (s->in_forwarded)
+        count(s, s->inc + C_IN_FORWARDED, s->in_forwarded);
+    if (s->in_duplicates)
+        count(s, s->inc + C_IN_DUPLICATES, s->in_duplicates);
+    if (s->in_too_late)
+        count(s, s->inc + C_IN_TOO_LATE, s->in_too_late);
+    if (s->in_strays)
+        count(s, s->inc + C_IN_STRAYS, s->in_strays);
+    if (s->l_messages)
+        count(s, s->lnc + C_LINE_MESSAGES, s->l_messages);
+    if (s->l_gaps)
+        count(s, s->lnc + C_LINE_GAPS, s->l_gaps);
+    if (s->l_repeats)
+        count(s, s->lnc + C_LINE_REPEATS, s->l_repeats);
+    if (s->l_heartbeats)
+        count(s, s->lnc + C_LINE_HEARTBEATS, s->l_heartbeats);
+    if (s->l_wrong_session)
+        count(s, s->lnc + C_LINE_WRONG_SESSION, s->l_wrong_session);
+    if (s->l_malformed)
+        count(s, s->lnc + C_LINE_MALFORMED, s->l_malformed);
+    if (s->l_resets)
+        count(s, s->lnc + C_LINE_RESETS, s->l_resets);
+    if (s->add_opened)
+        count(s, s->rule + C_RULE_GAPS_OPENED, s->add_opened);
+    if (s->add_filled)
+        count(s, s->rule + C_RULE_GAPS_FILLED, s->add_filled);
+    if (s->race) {
+        __u64 *b = array_entry(s, &arb_race, (s->aidx * ARB_LINES + s->aline) * RACE_BUCKETS + lag_bucket(s->lag));
+        if (b)
+            __sync_fetch_and_add(b, 1);
+    }
+    return s->verdict;
+}
+
 // A socket of this host that listens to the datagram's port (other than
 // MCR's own), to which the frame must still go.
 INLINE int listened(struct __sk_buff *skb, struct scratch *s, const int family) {
@@ -811,13 +1291,19 @@ INLINE int forward(struct __sk_buff *skb, struct scratch *s, struct rule *r, con
     s->rule = r->counters;
     s->first = r->first;
     s->nout = r->count;
-    __u32 flags = r->flags;
+    s->rflags = r->flags;
     __u32 payload = s->p.udp_len - UDP_LEN;
     count(s, C_RX_FRAMES, 1);
     count(s, C_RX_BYTES, skb->len);
+    // An arbitrated line's copy stops here (a local listener still gets
+    // it); the rule counts what it forwarded.
+    if ((s->rflags & RULE_ARB) && !arbitrate(skb, s, r)) {
+        s->keep = listened(skb, s, family);
+        return s->keep ? TCX_NEXT : TC_ACT_STOLEN;
+    }
     count(s, s->rule + C_RULE_PACKETS, 1);
     count(s, s->rule + C_RULE_BYTES, payload);
-    if (flags & RULE_HEALTH)
+    if (s->rflags & RULE_HEALTH)
         follow(skb, s, s->rule);
 
     s->keep = listened(skb, s, family);

@@ -5,7 +5,7 @@
 
 use std::io;
 
-use mcr_core::datapath::Plan;
+use mcr_core::datapath::{self, Plan};
 use mcr_sys::bpf::{LoadError, Map, MappedCounters, Object, Program};
 use zerocopy::IntoBytes;
 
@@ -47,10 +47,14 @@ pub fn define(name: &str) -> Option<u64> {
 /// counters mapped into this process.
 #[derive(Debug)]
 pub struct Loaded {
-    // Field order: unmapped before the object (and the map) goes.
+    // Field order: unmapped before the object (and the maps) go.
     counters: MappedCounters,
+    race: MappedCounters,
     obj: Object,
 }
+
+/// Buckets of one line's lag histogram (`RACE_BUCKETS`).
+pub const RACE_BUCKETS: usize = mcr_core::arbitrate::race::BUCKETS;
 
 impl Loaded {
     /// Loads the object with room for `counters` counters (one statistics
@@ -69,7 +73,14 @@ impl Loaded {
             name: "counters".into(),
             source,
         })?;
-        Ok(Loaded { counters, obj })
+        let map = obj
+            .map("arb_race")
+            .ok_or_else(|| LoadError::Missing("arb_race".into()))?;
+        let race = MappedCounters::new(map).map_err(|source| LoadError::Map {
+            name: "arb_race".into(),
+            source,
+        })?;
+        Ok(Loaded { counters, race, obj })
     }
 
     /// The tc ingress program.
@@ -104,6 +115,46 @@ impl Loaded {
             .ok_or_else(|| io::Error::other(format!("the object has no map `{name}`")))
     }
 
+    /// The lag histogram of each line of the arbitrated rule in entry
+    /// `arb` (`RACE_BUCKETS` counts a line, as the program adds them).
+    pub fn race(&self, arb: u32) -> Vec<Vec<u64>> {
+        let lines = datapath::ARB_LINES as usize;
+        (0..lines)
+            .map(|l| {
+                let at = (arb as usize * lines + l) * RACE_BUCKETS;
+                (at..at + RACE_BUCKETS).map(|i| self.race.get(i)).collect()
+            })
+            .collect()
+    }
+
+    /// An arbitrated rule's entry starts afresh: its framing written, its
+    /// units' state and race histogram zeroed, and a new window for each
+    /// unit (one where the framing has no units).
+    fn arb_afresh(&self, i: u32, a: &datapath::ArbValue) -> io::Result<()> {
+        self.map("arbs")?.update(&i.to_ne_bytes(), a.as_bytes())?;
+        let (units, windows) = (self.map("arb_units")?, self.map("arb_windows")?);
+        let zero = [0u8; datapath::ARB_UNIT_SIZE];
+        let lines = datapath::ARB_LINES as usize;
+        for l in 0..lines {
+            let at = (i as usize * lines + l) * RACE_BUCKETS;
+            for b in at..at + RACE_BUCKETS {
+                self.race.set(b, 0);
+            }
+        }
+        let with_windows = if a.unit_width > 0 { datapath::ARB_UNITS } else { 1 };
+        for k in 0..datapath::ARB_UNITS {
+            let at = i * datapath::ARB_UNITS + k;
+            units.update(&at.to_ne_bytes(), &zero)?;
+            if k < with_windows {
+                let w = Map::array_u64("arb_window", a.window())?;
+                windows.set_inner(at, &w)?;
+            } else {
+                windows.delete(&at.to_ne_bytes())?;
+            }
+        }
+        Ok(())
+    }
+
     /// Carries out `plan`, in its order: outputs and admissions first, then
     /// the rules map, then what is no longer needed.
     pub fn write(&self, plan: &Plan) -> io::Result<()> {
@@ -111,6 +162,9 @@ impl Loaded {
         let (unicast, vlans) = (self.map("unicast_inputs")?, self.map("vlans")?);
         for (at, o) in &plan.outputs {
             outputs.update(at.as_bytes(), o.as_bytes())?;
+        }
+        for (i, a) in &plan.arbs {
+            self.arb_afresh(*i, a)?;
         }
         for u in &plan.unicast_add {
             unicast.update(u.as_bytes(), &[1])?;
@@ -130,6 +184,12 @@ impl Loaded {
         for v in &plan.vlan_remove {
             vlans.delete(v.as_bytes())?;
         }
+        let windows = self.map("arb_windows")?;
+        for i in &plan.arbs_gone {
+            for k in 0..datapath::ARB_UNITS {
+                windows.delete(&(i * datapath::ARB_UNITS + k).to_ne_bytes())?;
+            }
+        }
         Ok(())
     }
 }
@@ -138,8 +198,7 @@ impl Loaded {
 mod tests {
     use super::*;
 
-    use mcr_core::datapath;
-    use mcr_core::stats::{OutputCounter, RuleCounter, StatsLayout, WorkerCounter};
+    use mcr_core::stats::{InputCounter, LineCounter, OutputCounter, RuleCounter, StatsLayout, WorkerCounter};
 
     #[test]
     fn the_constants_are_those_of_the_c_program() {
@@ -150,6 +209,38 @@ mod tests {
         assert_eq!(d("RULE_SSM_ONLY"), u64::from(datapath::RULE_SSM_ONLY));
         assert_eq!(d("RULE_HAS_SOURCES"), u64::from(datapath::RULE_HAS_SOURCES));
         assert_eq!(d("RULE_HEALTH"), u64::from(datapath::RULE_HEALTH));
+        assert_eq!(d("RULE_ARB"), u64::from(datapath::RULE_ARB));
+        assert_eq!(d("ARB_RULES"), u64::from(datapath::ARB_RULES));
+        assert_eq!(d("ARB_UNITS"), u64::from(datapath::ARB_UNITS));
+        assert_eq!(d("ARB_LINES"), u64::from(datapath::ARB_LINES));
+        assert_eq!(d("ARB_HEADER") as usize, datapath::ARB_HEADER);
+        assert_eq!(d("RACE_BUCKETS") as usize, RACE_BUCKETS);
+        assert_eq!(d("RESET_BACK"), mcr_core::arbitrate::RESET_BACK);
+        assert_eq!(d("HEARTBEAT_COPY_NS"), mcr_core::arbitrate::HEARTBEAT_COPY_NS);
+        assert_eq!(d("TIME_SHIFT"), u64::from(mcr_core::arbitrate::window::TIME_SHIFT));
+        for (name, c) in [
+            ("C_IN_PACKETS", InputCounter::Packets),
+            ("C_IN_BYTES", InputCounter::Bytes),
+            ("C_IN_FORWARDED", InputCounter::Forwarded),
+            ("C_IN_DUPLICATES", InputCounter::Duplicates),
+            ("C_IN_TOO_LATE", InputCounter::TooLate),
+            ("C_IN_STRAYS", InputCounter::Strays),
+        ] {
+            assert_eq!(d(name), c as u64, "{name}");
+        }
+        for (name, c) in [
+            ("C_LINE_MESSAGES", LineCounter::Messages),
+            ("C_LINE_GAPS", LineCounter::Gaps),
+            ("C_LINE_REPEATS", LineCounter::Repeats),
+            ("C_LINE_HEARTBEATS", LineCounter::Heartbeats),
+            ("C_LINE_WRONG_SESSION", LineCounter::WrongSession),
+            ("C_LINE_MALFORMED", LineCounter::Malformed),
+            ("C_LINE_RESETS", LineCounter::Resets),
+        ] {
+            assert_eq!(d(name), c as u64, "{name}");
+        }
+        assert_eq!(d("C_RULE_GAPS_OPENED"), RuleCounter::GapsOpened as u64);
+        assert_eq!(d("C_RULE_GAPS_FILLED"), RuleCounter::GapsFilled as u64);
         assert_eq!(d("HEALTH_PAYLOAD") as usize, datapath::HEALTH_PAYLOAD);
         assert_eq!(d("OUT_KEEP_SRC"), u64::from(datapath::OUT_KEEP_SRC));
         assert_eq!(d("OUT_TTL_FIXED"), u64::from(datapath::OUT_TTL_FIXED));
@@ -188,6 +279,8 @@ mod tests {
             ("unicast_key", std::mem::size_of::<datapath::UnicastKey>()),
             ("vlan_key", std::mem::size_of::<datapath::VlanKey>()),
             ("health_record", datapath::HEALTH_RECORD),
+            ("arb", std::mem::size_of::<datapath::ArbValue>()),
+            ("arb_unit", datapath::ARB_UNIT_SIZE),
         ] {
             let assert = format!("_Static_assert(sizeof(struct {c_struct}) == {size},");
             assert!(SOURCE.contains(&assert), "{assert}");

@@ -17,9 +17,10 @@ use std::net::IpAddr;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+use crate::arbitrate::framing::Framing;
 use crate::forward::FrameRewrite;
-use crate::rule::{Dscp, Ttl};
-use crate::stats::{OutputCounter, RuleCounter, StatsLayout};
+use crate::rule::{Dscp, Mode, Ttl};
+use crate::stats::{InputCounter, LineCounter, OutputCounter, RuleCounter, StatsLayout};
 use crate::table::{CompiledRule, MatchTable, OutputKind};
 use crate::wire::ts;
 
@@ -40,6 +41,19 @@ pub const RULE_HAS_SOURCES: u32 = 4;
 /// `rule.flags`: the health of the rule's input is followed (the program
 /// hands each datagram's payload to the `health` ring).
 pub const RULE_HEALTH: u32 = 8;
+/// `rule.flags`: a line of an arbitrated market-data feed (the program
+/// keeps the first copy of each sequence number).
+pub const RULE_ARB: u32 = 16;
+/// Arbitrated rules the kernel carries at most (`ARB_RULES`).
+pub const ARB_RULES: u32 = 256;
+/// Units of one arbitrated rule the kernel follows (`ARB_UNITS`).
+pub const ARB_UNITS: u32 = 4;
+/// Lines of one arbitrated rule (`ARB_LINES`).
+pub const ARB_LINES: u32 = 8;
+/// The most header bytes the program reads of a feed (`ARB_HEADER`).
+pub const ARB_HEADER: usize = 64;
+/// The size of one unit's state (`struct arb_unit`).
+pub const ARB_UNIT_SIZE: usize = 544;
 /// `output.flags`: keep the source address.
 pub const OUT_KEEP_SRC: u8 = 1;
 /// `output.flags`: the TTL is fixed (else decremented).
@@ -79,6 +93,89 @@ pub struct RuleValue {
     pub count: u32,
     /// `RULE_*`.
     pub flags: u32,
+    /// Arbitrated: the rule's entry in the `arbs` array.
+    pub arb: u32,
+    /// ... which of its lines the key is.
+    pub line: u32,
+    /// ... the index of the line's first counter.
+    pub in_counters: u32,
+    /// ... the index of its line counters.
+    pub line_counters: u32,
+}
+
+/// An arbitrated rule's framing as the program reads it (`struct arb`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub struct ArbValue {
+    /// The sequence number's offset, width (1, 2, 4, 8) and byte order.
+    pub seq_off: u16,
+    /// Its width.
+    pub seq_width: u8,
+    /// 1: big-endian.
+    pub seq_be: u8,
+    /// The message count's offset.
+    pub count_off: u16,
+    /// Its width; 0: the sequence counts packets.
+    pub count_width: u8,
+    /// 1: big-endian.
+    pub count_be: u8,
+    /// The session's offset.
+    pub session_off: u16,
+    /// Its length; 0: none.
+    pub session_len: u8,
+    /// 1: a one-byte unit at `unit_off`.
+    pub unit_width: u8,
+    /// The unit's offset.
+    pub unit_off: u16,
+    /// 1: the payload starts with its own length (u16 LE).
+    pub length_check: u8,
+    /// 1: a count of 0xffff ends the session (MoldUDP64).
+    pub mold_end: u8,
+    /// The shortest payload.
+    pub header_len: u16,
+    /// The window has 2^bits slots.
+    pub bits: u8,
+    /// How many lines.
+    pub lines: u8,
+    /// Zero.
+    pub pad: u32,
+}
+
+impl ArbValue {
+    /// The entry of a rule of `framing` with a `window` and `lines`
+    /// lines, if the program can read its header (it reads at most
+    /// [`ARB_HEADER`] bytes).
+    pub fn of(framing: &Framing, window: u32, lines: usize) -> Option<ArbValue> {
+        let g = framing.fields();
+        let header_len = framing.header_len();
+        if header_len > ARB_HEADER || lines > ARB_LINES as usize {
+            return None;
+        }
+        let count = g.count;
+        Some(ArbValue {
+            seq_off: g.sequence.offset,
+            seq_width: g.sequence.width,
+            seq_be: u8::from(g.sequence.big_endian),
+            count_off: count.map_or(0, |c| c.offset),
+            count_width: count.map_or(0, |c| c.width),
+            count_be: count.map_or(0, |c| u8::from(c.big_endian)),
+            session_off: g.session.map_or(0, |x| x.offset),
+            session_len: g.session.map_or(0, |x| x.len),
+            unit_width: g.unit.map_or(0, |u| u.width),
+            unit_off: g.unit.map_or(0, |u| u.offset),
+            length_check: u8::from(framing.has_length()),
+            mold_end: u8::from(*framing == Framing::MoldUdp64),
+            header_len: header_len as u16,
+            bits: window.max(1).next_power_of_two().trailing_zeros() as u8,
+            lines: lines as u8,
+            pad: 0,
+        })
+    }
+
+    /// Slots in each of its windows.
+    pub fn window(&self) -> u32 {
+        1 << self.bits
+    }
 }
 
 /// One output (`struct output`).
@@ -327,6 +424,11 @@ pub enum Ineligible {
     RistOutput,
     /// An input is RIST: a worker takes its datagrams from librist.
     RistInput,
+    /// Arbitrated, but the feed's header reaches past what the program
+    /// reads.
+    ArbitrationHeader,
+    /// Arbitrated, but the kernel holds as many arbitrated rules as it can.
+    ArbitrationFull,
 }
 
 impl std::fmt::Display for Ineligible {
@@ -341,6 +443,11 @@ impl std::fmt::Display for Ineligible {
             Ineligible::SrtInput => f.write_str("an SRT input (a worker takes its datagrams from libsrt)"),
             Ineligible::RistOutput => f.write_str("a RIST output (a worker hands its datagrams to librist)"),
             Ineligible::RistInput => f.write_str("a RIST input (a worker takes its datagrams from librist)"),
+            Ineligible::ArbitrationHeader => write!(
+                f,
+                "an arbitrated feed whose header reaches past byte {ARB_HEADER} (the kernel path reads no further)"
+            ),
+            Ineligible::ArbitrationFull => write!(f, "{ARB_RULES} arbitrated rules are in the kernel already"),
         }
     }
 }
@@ -348,8 +455,22 @@ impl std::fmt::Display for Ineligible {
 /// The outputs of `r`, for a datagram arriving as `input` (for its
 /// family), if the kernel can carry it.
 pub fn outputs_of(r: &CompiledRule, input: IpAddr, layout: &StatsLayout) -> Result<Vec<OutputValue>, Ineligible> {
-    if r.redundancy.is_some() {
-        return Err(Ineligible::Redundancy);
+    match &r.redundancy {
+        None => {}
+        Some(red) => match red.mode {
+            Mode::Arbitrate { framing, window } => {
+                if !r.srt_inputs.is_empty() {
+                    return Err(Ineligible::SrtInput);
+                }
+                if !r.rist_inputs.is_empty() {
+                    return Err(Ineligible::RistInput);
+                }
+                if ArbValue::of(&framing, window, red.inputs()).is_none() {
+                    return Err(Ineligible::ArbitrationHeader);
+                }
+            }
+            _ => return Err(Ineligible::Redundancy),
+        },
     }
     if r.outputs.len() > MAX_FANOUT {
         return Err(Ineligible::TooManyOutputs(r.outputs.len()));
@@ -400,6 +521,28 @@ fn output_value(ifindex: u32, slot: u32, fr: &FrameRewrite, layout: &StatsLayout
     }
 }
 
+/// An arbitrated rule's entry and its lines' counters, if it is one the
+/// program can read.
+fn arb_of(r: &CompiledRule, layout: &StatsLayout) -> Option<(ArbValue, Vec<(u32, u32)>)> {
+    let red = r.redundancy.as_ref()?;
+    let Mode::Arbitrate { framing, window } = red.mode else {
+        return None;
+    };
+    let n = red.inputs();
+    let arb = ArbValue::of(&framing, window, n)?;
+    let lines = (0..n)
+        .map(|i| {
+            let first = red.input_slots.get(i).copied().unwrap_or(0);
+            let second = red.line_slot(i).unwrap_or(0);
+            (
+                layout.input(0, first, InputCounter::Packets) as u32,
+                layout.line(0, second, LineCounter::Messages) as u32,
+            )
+        })
+        .collect();
+    Some((arb, lines))
+}
+
 /// What a key of the rules map points at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
@@ -410,6 +553,8 @@ pub enum Target {
         slot: u32,
         /// (S,G) keys exist for the same destination.
         has_sources: bool,
+        /// Which of the rule's inputs the key is.
+        input: usize,
     },
     /// Nothing: another source's (S,G) rules only.
     SsmOnly,
@@ -426,6 +571,9 @@ pub struct FastRule {
     pub health: bool,
     /// Its outputs, or why the kernel does not carry it.
     pub outputs: Result<Vec<OutputValue>, Ineligible>,
+    /// Arbitrated: its framing's entry, and each line's counters (its
+    /// first counter, its line counters).
+    pub arb: Option<(ArbValue, Vec<(u32, u32)>)>,
 }
 
 /// The whole content of the maps for one table.
@@ -461,7 +609,10 @@ impl FastTable {
                 t.rules.entry(r.slot).or_insert_with(|| FastRule {
                     name: r.name.clone(),
                     counters: layout.rule(0, r.slot, RuleCounter::Packets) as u32,
-                    health: r.health,
+                    // An arbitrated line's health is its signal (its
+                    // counters say it); the program hands none to the ring.
+                    health: r.health && arb_of(r, layout).is_none(),
+                    arb: arb_of(r, layout),
                     // What the rule is says why first; then whether its
                     // interface has the program.
                     outputs: outputs_of(r, d.dst, layout).and_then(|o| {
@@ -482,6 +633,7 @@ impl FastTable {
                         Target::Rule {
                             slot: r.slot,
                             has_sources,
+                            input: d.any_source_input,
                         },
                     );
                 }
@@ -489,7 +641,7 @@ impl FastTable {
                     t.keys.insert(key, Target::SsmOnly);
                 }
             }
-            for (s, r) in &d.by_source {
+            for ((s, r), &input) in d.by_source.iter().zip(&d.by_source_inputs) {
                 add_rule(&mut t, r);
                 key.src = addr16(*s);
                 t.keys.insert(
@@ -497,6 +649,7 @@ impl FastTable {
                     Target::Rule {
                         slot: r.slot,
                         has_sources: false,
+                        input,
                     },
                 );
             }
@@ -513,6 +666,29 @@ impl FastTable {
                     pad: [0; 3],
                     addr: addr16(d.dst),
                 });
+            }
+        }
+        // An arbitrated rule is the kernel's only if every line is: its
+        // copies must meet in one place. And there is room for so many.
+        let mut arbitrated = 0;
+        let mut lines_off: BTreeSet<u32> = BTreeSet::new();
+        for (k, target) in &t.keys {
+            if let Target::Rule { slot, .. } = target
+                && !carried(k.ifindex)
+            {
+                lines_off.insert(*slot);
+            }
+        }
+        for (slot, r) in &mut t.rules {
+            if r.arb.is_none() || r.outputs.is_err() {
+                continue;
+            }
+            if lines_off.contains(slot) {
+                r.outputs = Err(Ineligible::NoProgram);
+            } else if arbitrated >= ARB_RULES {
+                r.outputs = Err(Ineligible::ArbitrationFull);
+            } else {
+                arbitrated += 1;
             }
         }
         t
@@ -554,6 +730,13 @@ pub struct Plan {
     pub vlan_add: Vec<VlanKey>,
     /// ... and to remove.
     pub vlan_remove: Vec<VlanKey>,
+    /// Arbitrated rules' entries to write (before the keys that name
+    /// them), each starting afresh: its units' state zeroed, its race
+    /// histogram zeroed, new windows made.
+    pub arbs: Vec<(u32, ArbValue)>,
+    /// Entries of arbitrated rules that are gone (their windows go, after
+    /// the keys).
+    pub arbs_gone: Vec<u32>,
 }
 
 /// Why a plan could not be made.
@@ -585,6 +768,11 @@ pub struct Maps {
     keys: BTreeMap<RuleKey, RuleValue>,
     unicast: BTreeSet<UnicastKey>,
     vlans: BTreeSet<VlanKey>,
+    /// Arbitrated rules' entries, by rule slot; free entries, and entries
+    /// freed by the last plan (reused only after the next).
+    arbs: BTreeMap<u32, (u32, ArbValue)>,
+    arb_free: Vec<u32>,
+    arb_cooling: Vec<u32>,
 }
 
 impl Maps {
@@ -598,7 +786,15 @@ impl Maps {
             keys: BTreeMap::new(),
             unicast: BTreeSet::new(),
             vlans: BTreeSet::new(),
+            arbs: BTreeMap::new(),
+            arb_free: (0..ARB_RULES).rev().collect(),
+            arb_cooling: Vec::new(),
         }
+    }
+
+    /// The entry of the arbitrated rule in `slot`, if the kernel has one.
+    pub fn arb_of(&self, slot: u32) -> Option<u32> {
+        self.arbs.get(&slot).map(|&(i, _)| i)
     }
 
     fn alloc(&mut self, n: u32) -> Option<u32> {
@@ -676,6 +872,36 @@ impl Maps {
             self.cooling.push((p.first, p.outputs.len() as u32));
         }
         self.placed = placed;
+        // Arbitrated rules: the same framing keeps its entry (and its
+        // state); a new or changed one starts afresh in another.
+        self.arb_free.append(&mut self.arb_cooling);
+        let mut arbs = BTreeMap::new();
+        for (&slot, r) in &next.rules {
+            let (Ok(_), Some((av, _))) = (&r.outputs, &r.arb) else {
+                continue;
+            };
+            match self.arbs.remove(&slot) {
+                Some((i, old)) if old == *av => {
+                    arbs.insert(slot, (i, *av));
+                }
+                old => {
+                    let Some(i) = self.arb_free.pop() else {
+                        return Err(PlanError::Full(ARB_RULES));
+                    };
+                    plan.arbs.push((i, *av));
+                    if let Some((gone, _)) = old {
+                        self.arb_cooling.push(gone);
+                        plan.arbs_gone.push(gone);
+                    }
+                    arbs.insert(slot, (i, *av));
+                }
+            }
+        }
+        for (_, (gone, _)) in std::mem::take(&mut self.arbs) {
+            self.arb_cooling.push(gone);
+            plan.arbs_gone.push(gone);
+        }
+        self.arbs = arbs;
         let mut keys = BTreeMap::new();
         for (k, t) in &next.keys {
             let v = match t {
@@ -684,8 +910,16 @@ impl Maps {
                     first: 0,
                     count: 0,
                     flags: RULE_SSM_ONLY | RULE_HAS_SOURCES,
+                    arb: 0,
+                    line: 0,
+                    in_counters: 0,
+                    line_counters: 0,
                 },
-                Target::Rule { slot, has_sources } => {
+                Target::Rule {
+                    slot,
+                    has_sources,
+                    input,
+                } => {
                     let counters = next.rules.get(slot).map_or(0, |r| r.counters);
                     let sources = if *has_sources { RULE_HAS_SOURCES } else { 0 };
                     let health = if next.rules.get(slot).is_some_and(|r| r.health) {
@@ -693,18 +927,32 @@ impl Maps {
                     } else {
                         0
                     };
+                    // An arbitrated line: its rule's entry and its counters.
+                    let arb = self.arbs.get(slot).and_then(|&(i, _)| {
+                        let lines = &next.rules.get(slot)?.arb.as_ref()?.1;
+                        let &(in_counters, line_counters) = lines.get(*input)?;
+                        Some((i, *input as u32, in_counters, line_counters))
+                    });
                     match self.placed.get(slot) {
                         Some(p) => RuleValue {
                             counters,
                             first: p.first,
                             count: p.outputs.len() as u32,
-                            flags: RULE_FAST | sources | health,
+                            flags: RULE_FAST | sources | health | if arb.is_some() { RULE_ARB } else { 0 },
+                            arb: arb.map_or(0, |a| a.0),
+                            line: arb.map_or(0, |a| a.1),
+                            in_counters: arb.map_or(0, |a| a.2),
+                            line_counters: arb.map_or(0, |a| a.3),
                         },
                         None => RuleValue {
                             counters,
                             first: 0,
                             count: 0,
                             flags: sources,
+                            arb: 0,
+                            line: 0,
+                            in_counters: 0,
+                            line_counters: 0,
                         },
                     }
                 }
@@ -750,7 +998,8 @@ mod tests {
     #[test]
     fn the_layouts_are_those_of_the_c_program() {
         assert_eq!(std::mem::size_of::<RuleKey>(), 44);
-        assert_eq!(std::mem::size_of::<RuleValue>(), 16);
+        assert_eq!(std::mem::size_of::<RuleValue>(), 32);
+        assert_eq!(std::mem::size_of::<ArbValue>(), 24);
         assert_eq!((HEALTH_RECORD, HEALTH_PIECES_RECORD), (1496, 272));
         assert_eq!(std::mem::size_of::<OutputValue>(), 64);
         assert_eq!(std::mem::size_of::<UnicastKey>(), 24);

@@ -153,8 +153,12 @@ pub struct Destination<'a> {
     pub port: u16,
     /// The rule for any other source, if any.
     pub any_source: Option<&'a CompiledRule>,
-    /// The rules for given sources.
+    /// Which of that rule's inputs it is (0 for a rule with one).
+    pub any_source_input: usize,
+    /// The rules for given sources, and which of each rule's inputs.
     pub by_source: Vec<(IpAddr, &'a CompiledRule)>,
+    /// Which input of its rule each of `by_source` is.
+    pub by_source_inputs: Vec<usize>,
 }
 
 /// The compiled rule table.
@@ -392,7 +396,9 @@ impl MatchTable {
             dst: k.dst,
             port: k.port,
             any_source: e.any_source.map(|t| &self.rules[t.rule]),
+            any_source_input: e.any_source.map_or(0, |t| t.input),
             by_source: e.by_source.iter().map(|&(s, t)| (s, &self.rules[t.rule])).collect(),
+            by_source_inputs: e.by_source.iter().map(|&(_, t)| t.input).collect(),
         })
     }
 

@@ -221,18 +221,29 @@ fn check_run(r: &Run, c: &Case, count: u64) {
 }
 
 #[test]
-fn every_sequence_number_one_line_brought_goes_out_once_for_each_framing() {
+fn every_sequence_number_one_line_brought_goes_out_once_for_each_framing_on_the_ebpf_data_path() {
+    every_framing_on("ebpf");
+}
+
+#[test]
+fn every_sequence_number_one_line_brought_goes_out_once_for_each_framing_on_the_workers() {
+    every_framing_on("packet");
+}
+
+/// Each framing through the relay forwarding on `datapath`.
+fn every_framing_on(datapath: &str) {
     let _lock = traffic_lock().expect("lock");
-    let p = TwoPaths::new("arb-framings").expect("topology");
-    let relay = Relay::start(&p.relay, &[]).expect("mcrd");
+    let p = TwoPaths::new(&format!("arb-{datapath}")).expect("topology");
+    let relay = Relay::start(&p.relay, &["--datapath", datapath]).expect("mcrd");
     let count = 2000;
     let pcap = PathBuf::from(format!("/tmp/{}-moldudp64.pcap", p.sink.name()));
     for c in &CASES {
         let keep = (c.wrap == "moldudp64").then_some(&pcap);
         let r = run(&p, &relay, c, count, &[], keep);
+        assert_eq!(r.rule.datapath, datapath, "{}: {:?}", c.wrap, r.rule.datapath_reason);
         check_run(&r, c, count);
         eprintln!(
-            "{}: {} unique, {} lost by both lines, line b behind by median {:.0} µs, p99 {:.0} µs",
+            "{datapath} {}: {} unique, {} lost by both lines, line b behind by median {:.0} µs, p99 {:.0} µs",
             c.wrap,
             r.got.report.streams[0].unique,
             r.red.lost / c.messages,

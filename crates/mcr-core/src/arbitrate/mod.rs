@@ -19,8 +19,10 @@
 //! session) that changes session does so at sequence number 1, when
 //! another line changed to that session already, or when its next packet
 //! follows in the same new session; until then a packet of another
-//! session is counted `wrong session`. Either way the line starts a new
-//! *generation*, a fresh window: a line that lags behind a reset still
+//! session is counted `wrong session`. A line that jumps ahead by a
+//! window or more is followed once its next packet follows (a lone packet
+//! that far ahead is a `stray`). A change of session or a reset starts a
+//! new *generation*, a fresh window: a line that lags behind a reset still
 //! fills the old generation's gaps, and a line that comes back after
 //! missing resets joins the newest one.
 
@@ -105,6 +107,8 @@ enum Pending {
     Reset { next: u64 },
     /// A change to `session`, if the next packet is `next` of it.
     Session { session: Session, next: u64 },
+    /// A jump ahead by a window or more, if the next packet is `next`.
+    Ahead { next: u64 },
 }
 
 /// One line's place in the sequence of one unit.
@@ -153,6 +157,7 @@ fn newer(a: u8, b: u8) -> bool {
 pub struct Arbiter {
     framing: Framing,
     bits: u32,
+    window: u64,
     units: BTreeMap<u32, Unit>,
     counts: Vec<LineCounts>,
     lags: Vec<Lags>,
@@ -171,6 +176,7 @@ impl Arbiter {
         Arbiter {
             framing,
             bits: window.trailing_zeros(),
+            window: u64::from(window),
             units: BTreeMap::new(),
             counts: vec![LineCounts::default(); lines],
             lags: vec![Lags::default(); lines],
@@ -261,7 +267,7 @@ impl Arbiter {
                 || match st.pending {
                     Some(Pending::Reset { next }) => far_back && next == p.seq,
                     Some(Pending::Session { session, next }) => other_session && session == p.session && next == p.seq,
-                    None => false,
+                    Some(Pending::Ahead { .. }) | None => false,
                 };
             if !confirmed {
                 st.pending = Some(if other_session {
@@ -291,6 +297,17 @@ impl Arbiter {
             st.session = Some(p.session);
             st.next = None;
             c.resets += 1;
+        }
+        // A jump ahead by a window or more is taken once the line's next
+        // packet follows it: a lone packet that far ahead (a corrupt one,
+        // another feed's) must not move the line, or its next packets
+        // would look like a reset.
+        let far_ahead =
+            data && !other_session && !far_back && st.next.is_some_and(|n| p.seq >= n.saturating_add(self.window));
+        if far_ahead && st.pending != Some(Pending::Ahead { next: p.seq }) {
+            st.pending = Some(Pending::Ahead { next: end });
+            c.strays += 1;
+            return Verdict::Stray;
         }
         st.pending = None;
 

@@ -258,6 +258,29 @@ fn units_are_independent_and_malformed_packets_are_counted() {
 }
 
 #[test]
+fn a_lone_packet_far_ahead_moves_nothing_and_a_real_jump_is_followed() {
+    let mut a = Arbiter::new(Framing::Mdp3, WINDOW_MIN, 2);
+    for s in 1..=100u32 {
+        assert_eq!(a.packet(0, &mdp3(s), 0), Verdict::Forward);
+        assert_eq!(a.packet(1, &mdp3(s), 0), Verdict::Copy);
+    }
+    // A corrupt number on B, far ahead: dropped, and B goes on as before
+    // (no reset, so nothing goes out twice).
+    assert_eq!(a.packet(1, &mdp3(2_000_000), MS), Verdict::Stray);
+    for s in 101..=200u32 {
+        assert_eq!(a.packet(0, &mdp3(s), 2 * MS), Verdict::Forward);
+        assert_eq!(a.packet(1, &mdp3(s), 2 * MS), Verdict::Copy, "{s}");
+    }
+    // A line back after a long silence: its first packet far ahead waits
+    // for its next.
+    assert_eq!(a.packet(0, &mdp3(5_000), 3 * MS), Verdict::Stray);
+    assert_eq!(a.packet(0, &mdp3(5_001), 3 * MS), Verdict::Forward);
+    assert_eq!(a.packet(1, &mdp3(5_000), 3 * MS), Verdict::Stray);
+    assert_eq!(a.packet(1, &mdp3(5_001), 3 * MS), Verdict::Copy);
+    assert_eq!(a.counts()[0].resets + a.counts()[1].resets, 0);
+}
+
+#[test]
 fn a_copy_a_window_behind_is_too_late() {
     let mut a = Arbiter::new(Framing::Mdp3, WINDOW_MIN, 2);
     for s in 1..=1_100u32 {
@@ -265,7 +288,9 @@ fn a_copy_a_window_behind_is_too_late() {
     }
     // B brings 50, 1,050 numbers late: its slot has 1,074.
     assert_eq!(a.packet(1, &mdp3(50), MS), Verdict::TooLate);
-    assert_eq!(a.packet(1, &mdp3(1_090), MS), Verdict::Copy);
+    // Its next, a window ahead of it, waits for its successor.
+    assert_eq!(a.packet(1, &mdp3(1_090), MS), Verdict::Stray);
+    assert_eq!(a.packet(1, &mdp3(1_091), MS), Verdict::Copy);
     assert_eq!(a.counts()[1].too_late, 1);
     assert_eq!(a.counts()[1].repeats, 0);
 }

@@ -38,6 +38,12 @@ const BPF_TCX_INGRESS: u32 = 46;
 const BPF_PSEUDO_MAP_FD: u8 = 1;
 const BPF_F_MMAPABLE: u32 = 1 << 10;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
+const BPF_MAP_TYPE_ARRAY_OF_MAPS: u32 = 12;
+/// An inner map whose entries may number otherwise than the template's.
+const BPF_F_INNER_MAP: u32 = 1 << 12;
+/// The entries of the template of an array of maps (each inner map says
+/// its own).
+const INNER_TEMPLATE_ENTRIES: u32 = 1024;
 const BPF_ANY: u64 = 0;
 
 /// `bpf(2)` with an attribute block of plain data. Every attribute struct
@@ -143,12 +149,34 @@ struct MapElemAttr {
 impl Map {
     /// Creates a map as `def` says, named `name` (the first 15 bytes).
     pub fn create(name: &str, def: MapDef) -> io::Result<Map> {
+        Self::create_in(name, def, None)
+    }
+
+    /// An array of `entries` `u64`s, an inner map of an array of maps
+    /// (with the template's flags, which an inner map must have).
+    pub fn array_u64(name: &str, entries: u32) -> io::Result<Map> {
+        Self::create(
+            name,
+            MapDef {
+                map_type: BPF_MAP_TYPE_ARRAY,
+                key_size: 4,
+                value_size: 8,
+                max_entries: entries,
+                flags: BPF_F_INNER_MAP,
+            },
+        )
+    }
+
+    /// Creates a map; an array of maps takes its inner maps' shape from
+    /// `inner`.
+    fn create_in(name: &str, def: MapDef, inner: Option<BorrowedFd<'_>>) -> io::Result<Map> {
         let mut attr = MapCreateAttr {
             map_type: def.map_type,
             key_size: def.key_size,
             value_size: def.value_size,
             max_entries: def.max_entries,
             map_flags: def.flags,
+            inner_map_fd: inner.map_or(0, |fd| crate::conv::fd_u32(fd.as_raw_fd())),
             ..Default::default()
         };
         for (d, s) in attr.map_name.iter_mut().zip(name.bytes().take(15)) {
@@ -192,6 +220,12 @@ impl Map {
             ..Default::default()
         };
         sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
+    }
+
+    /// Sets entry `index` of an array of maps to `inner`.
+    pub fn set_inner(&self, index: u32, inner: &Map) -> io::Result<()> {
+        let fd = crate::conv::fd_u32(inner.fd.as_raw_fd());
+        self.update(&index.to_ne_bytes(), &fd.to_ne_bytes())
     }
 
     /// Removes `key`; true if it was there.
@@ -683,10 +717,28 @@ impl Object {
             if let Some(&(_, n)) = sizes.iter().find(|(m, _)| m == name) {
                 def.max_entries = n;
             }
-            let m = Map::create(name, def).map_err(|source| LoadError::Map {
+            let err = |source| LoadError::Map {
                 name: name.clone(),
                 source,
-            })?;
+            };
+            // An array of maps holds arrays of u64 of any length (the
+            // template's shape; each inner map has its own length).
+            let m = if def.map_type == BPF_MAP_TYPE_ARRAY_OF_MAPS {
+                let template = Map::create(
+                    name,
+                    MapDef {
+                        map_type: BPF_MAP_TYPE_ARRAY,
+                        key_size: 4,
+                        value_size: 8,
+                        max_entries: INNER_TEMPLATE_ENTRIES,
+                        flags: BPF_F_INNER_MAP,
+                    },
+                )
+                .map_err(err)?;
+                Map::create_in(name, def, Some(template.as_fd())).map_err(err)?
+            } else {
+                Map::create(name, def).map_err(err)?
+            };
             maps.insert(name.clone(), m);
         }
         let mut programs = BTreeMap::new();

@@ -15,8 +15,9 @@
 //! traffic it used to carry. Without systemd, a killed mcrd takes its
 //! links with it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd};
+use std::time::{Duration, Instant};
 
 use mcr_bpf::Loaded;
 use mcr_core::datapath::{FastTable, Ineligible, Maps};
@@ -38,7 +39,21 @@ pub struct Datapath {
     fast: FastTable,
     /// Interfaces the program could not be attached to, and why.
     refused: BTreeMap<u32, String>,
+    /// Each arbitrated rule's line race (by rule slot): its entry, and its
+    /// lag histograms sampled once a second over the last 10 s.
+    race: BTreeMap<u32, (u32, RaceSamples)>,
 }
+
+/// A rule's lag histograms (one a line) as sampled, oldest first.
+type RaceSamples = VecDeque<(Instant, Vec<Vec<u64>>)>;
+
+/// The lines of an arbitrated rule the kernel keeps histograms for.
+fn datapath_lines() -> usize {
+    mcr_core::datapath::ARB_LINES as usize
+}
+
+/// How far back the line race looks.
+const RACE_SPAN: Duration = Duration::from_secs(10);
 
 /// Entries in the outputs array.
 const OUTPUT_ENTRIES: u32 = 65_536;
@@ -55,6 +70,7 @@ impl Datapath {
             maps: Maps::new(OUTPUT_ENTRIES),
             fast: FastTable::default(),
             refused: BTreeMap::new(),
+            race: BTreeMap::new(),
         })
     }
 
@@ -203,6 +219,49 @@ impl Datapath {
             .rules
             .get(&slot)
             .and_then(|r| r.outputs.as_ref().err().copied())
+    }
+
+    /// Samples the lag histograms of the arbitrated rules it carries (once
+    /// a second).
+    pub fn sample_race(&mut self) {
+        let now = Instant::now();
+        let carried: BTreeMap<u32, u32> = self
+            .fast
+            .rules
+            .iter()
+            .filter(|(_, r)| r.arb.is_some() && r.outputs.is_ok())
+            .filter_map(|(&slot, _)| Some((slot, self.maps.arb_of(slot)?)))
+            .collect();
+        self.race.retain(|slot, (i, _)| carried.get(slot) == Some(i));
+        for (slot, i) in carried {
+            // A new entry's histograms were zeroed when it was made.
+            let (_, q) = self.race.entry(slot).or_insert_with(|| {
+                let zero = vec![vec![0; mcr_bpf::RACE_BUCKETS]; datapath_lines()];
+                (i, VecDeque::from([(now, zero)]))
+            });
+            q.push_back((now, self.loaded.race(i)));
+            while q.front().is_some_and(|(t, _)| now.duration_since(*t) > RACE_SPAN) {
+                q.pop_front();
+            }
+        }
+    }
+
+    /// The line race of the arbitrated rule in `slot`, if the kernel
+    /// carries it: each line's lag behind the first copies over the last
+    /// few seconds.
+    pub fn race(&self, slot: u32) -> Option<Vec<mcr_core::arbitrate::race::LagSummary>> {
+        let (i, q) = self.race.get(&slot)?;
+        let base = q.front().map(|(_, h)| h)?;
+        let now = self.loaded.race(*i);
+        Some(
+            now.iter()
+                .zip(base)
+                .map(|(n, b)| {
+                    let recent: Vec<u64> = n.iter().zip(b).map(|(n, b)| n.saturating_sub(*b)).collect();
+                    mcr_core::arbitrate::race::summarize(&recent)
+                })
+                .collect(),
+        )
     }
 
     /// The interfaces the program is attached to.

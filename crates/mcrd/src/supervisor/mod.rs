@@ -366,6 +366,9 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
                     sup.write_store_cache(path, prefix);
                 }
                 sup.sample_stats();
+                if let Some(k) = &mut sup.kernel {
+                    k.sample_race();
+                }
                 for w in &mut sup.workers {
                     w.sample_cpu();
                 }
@@ -1000,6 +1003,21 @@ impl Supervisor {
                     line.lag_samples = l.samples;
                     line.lag_p50_us = l.p50_ns as f64 / 1e3;
                     line.lag_p99_us = l.p99_ns as f64 / 1e3;
+                }
+            }
+        }
+        // ... and of those the eBPF data path carries.
+        if let Some(k) = &self.kernel {
+            for (r, s) in self.plane.rules().iter().zip(&mut report.rules) {
+                let (Some(lags), Some(red)) = (k.race(r.slot), s.redundancy.as_mut()) else {
+                    continue;
+                };
+                for (i, l) in red.inputs.iter_mut().zip(lags) {
+                    if let Some(line) = &mut i.line {
+                        line.lag_samples = l.samples;
+                        line.lag_p50_us = l.p50_ns as f64 / 1e3;
+                        line.lag_p99_us = l.p99_ns as f64 / 1e3;
+                    }
                 }
             }
         }

@@ -118,18 +118,21 @@ impl Stats {
     }
 
     fn sum_input(&self, c: Counters<'_>, slot: u32, k: InputCounter) -> u64 {
-        (0..self.layout.workers)
+        let workers: u64 = (0..self.layout.workers)
             .map(|w| self.shm(c, self.layout.input(w, slot, k)))
-            .sum()
+            .sum();
+        // (An arbitrated rule's lines are the eBPF data path's too.)
+        workers + self.bpf(c, self.layout.input(0, slot, k))
     }
 
     /// The line health of an arbitrated input whose second slot is
     /// `slot` (the race is the worker's to tell: see `fill_links`).
     fn line_stats(&self, c: Counters<'_>, slot: u32) -> mcr_core::control::LineStats {
         let n = |k: LineCounter| -> u64 {
-            (0..self.layout.workers)
+            let workers: u64 = (0..self.layout.workers)
                 .map(|w| self.shm(c, self.layout.line(w, slot, k)))
-                .sum()
+                .sum();
+            workers + self.bpf(c, self.layout.line(0, slot, k))
         };
         mcr_core::control::LineStats {
             messages: n(LineCounter::Messages),
@@ -441,7 +444,13 @@ impl Stats {
                                 .collect(),
                         }
                     }),
-                    health: if r.rule.health {
+                    // An arbitrated line's health is its line's figures
+                    // (its signal: its rate), whichever path carries it.
+                    health: if r.rule.health
+                        && !matches!(
+                            r.rule.redundancy.as_ref().map(|x| x.mode),
+                            Some(mcr_core::rule::Mode::Arbitrate { .. })
+                        ) {
                         r.rule
                             .inputs()
                             .enumerate()

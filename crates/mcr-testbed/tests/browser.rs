@@ -312,6 +312,24 @@ fn the_page_shows_every_rule_and_follows_the_daemon() {
     ] {
         assert!(news.contains(says), "{says:?} not in {news:?}");
     }
+    // An arbitrated feed: each line's own figures and its place in the
+    // race.
+    let itch = b
+        .eval("document.querySelector('[data-rule=\"itch-ab\"]').innerText")
+        .expect("itch-ab");
+    let itch = itch.as_str().expect("text");
+    for says in [
+        "arbitrate,framing=moldudp64",
+        "lost 3",
+        "copies 900,020",
+        "2,703,699 messages",
+        "gaps 2,511",
+        "malformed 2",
+        "behind the first: median 1.54",
+        "never behind the first lately",
+    ] {
+        assert!(itch.contains(says), "{says:?} not in {itch:?}");
+    }
     let state = b
         .eval("document.querySelector('[data-rule=\"radio-mix\"]').dataset.state")
         .expect("state");

@@ -253,6 +253,13 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         .map(|s| relays::from_spec(s))
         .collect::<anyhow::Result<_>>()?;
     for (label, relay) in &relays {
+        if let Some(feed) = relay.copies().and_then(|c| c.feed) {
+            anyhow::ensure!(
+                a.wrap == feed,
+                "--relay {label}: --arbitrate {feed} needs the generator to send that feed: add --wrap {feed}"
+            );
+            continue;
+        }
         anyhow::ensure!(
             relay.copies().is_none() || carries_rtp(&a.wrap),
             "--relay {label}: --merge needs RTP (a merge takes each RTP sequence number once): \

@@ -998,13 +998,7 @@ impl Supervisor {
             else {
                 continue;
             };
-            for (i, l) in s.inputs.iter_mut().zip(lags) {
-                if let Some(line) = &mut i.line {
-                    line.lag_samples = l.samples;
-                    line.lag_p50_us = l.p50_ns as f64 / 1e3;
-                    line.lag_p99_us = l.p99_ns as f64 / 1e3;
-                }
-            }
+            set_race(s, lags);
         }
         // ... and of those the eBPF data path carries.
         if let Some(k) = &self.kernel {
@@ -1012,13 +1006,7 @@ impl Supervisor {
                 let (Some(lags), Some(red)) = (k.race(r.slot), s.redundancy.as_mut()) else {
                     continue;
                 };
-                for (i, l) in red.inputs.iter_mut().zip(lags) {
-                    if let Some(line) = &mut i.line {
-                        line.lag_samples = l.samples;
-                        line.lag_p50_us = l.p50_ns as f64 / 1e3;
-                        line.lag_p99_us = l.p99_ns as f64 / 1e3;
-                    }
-                }
+                set_race(red, &lags);
             }
         }
         let inputs = self.workers.iter().flat_map(|w| {
@@ -1083,6 +1071,17 @@ impl Supervisor {
                         .map_or_else(|| format!("#{i}"), |f| f.name.clone())
                 })
                 .collect();
+        }
+    }
+}
+
+/// Each arbitrated line's place in the race, from its lags.
+fn set_race(red: &mut mcr_core::control::RedundancyStats, lags: &[mcr_core::arbitrate::race::LagSummary]) {
+    for (i, l) in red.inputs.iter_mut().zip(lags) {
+        if let Some(line) = &mut i.line {
+            line.lag_samples = l.samples;
+            line.lag_p50_us = l.p50_ns as f64 / 1e3;
+            line.lag_p99_us = l.p99_ns as f64 / 1e3;
         }
     }
 }

@@ -1,10 +1,10 @@
 //! MCR itself: one `mcrd` per relay site, its workers pinned to the relay
 //! CPU, one rule per stream added through `mcrctl`; with `--merge`, each
 //! rule takes its stream from two inputs and merges them (SMPTE ST
-//! 2022-7).
+//! 2022-7); with `--arbitrate FRAMING`, it arbitrates them as a market-data
+//! feed's A and B lines.
 
 use mcr_core::control::Reply;
-use mcr_core::rule::Mode;
 use mcr_testbed::relay::Relay as Mcrd;
 
 use super::{Copies, MergeCounts, Relay};
@@ -19,6 +19,8 @@ pub struct Mcr {
     /// `--merge [--copy-delay T]`: every rule takes its stream from a
     /// second path as well, `--mode merge`.
     merge: Option<Copies>,
+    /// The rules' mode with `--merge` or `--arbitrate`.
+    mode: String,
     daemons: Vec<Mcrd>,
 }
 
@@ -35,6 +37,7 @@ impl Mcr {
         let mut bin_dir = None;
         let mut no_health = false;
         let mut merge = false;
+        let mut feed = None;
         let mut copy_delay = None;
         let mut it = args.into_iter();
         while let Some(a) = it.next() {
@@ -42,6 +45,18 @@ impl Mcr {
                 "--bin-dir" => bin_dir = it.next().map(std::path::PathBuf::from),
                 "--no-health" => no_health = true,
                 "--merge" => merge = true,
+                "--arbitrate" => {
+                    let f = it.next().ok_or_else(|| {
+                        anyhow::anyhow!("--arbitrate needs a framing: moldudp64, mdp3, pitch or mitch")
+                    })?;
+                    feed = Some(match f.as_str() {
+                        "moldudp64" => "moldudp64",
+                        "mdp3" => "mdp3",
+                        "pitch" => "pitch",
+                        "mitch" => "mitch",
+                        other => anyhow::bail!("--arbitrate {other}: write moldudp64, mdp3, pitch or mitch"),
+                    });
+                }
                 "--copy-delay" => {
                     let t = it
                         .next()
@@ -53,14 +68,19 @@ impl Mcr {
             }
         }
         anyhow::ensure!(
-            merge || copy_delay.is_none(),
+            merge || feed.is_some() || copy_delay.is_none(),
             "--copy-delay delays the copies of --merge: give --merge with it"
         );
+        anyhow::ensure!(!(merge && feed.is_some()), "--merge or --arbitrate, not both");
         Ok(Mcr {
             args: rest,
             bin_dir,
             no_health,
-            merge: merge.then_some(Copies { delay: copy_delay }),
+            merge: (merge || feed.is_some()).then_some(Copies {
+                delay: copy_delay,
+                feed,
+            }),
+            mode: feed.map_or_else(|| "merge".to_string(), |f| format!("arbitrate,framing={f}")),
             daemons: Vec::new(),
         })
     }
@@ -82,10 +102,11 @@ impl Mcr {
         for r in &rules {
             let mode = r.redundancy.as_ref().map(|x| &x.mode);
             anyhow::ensure!(
-                matches!(mode, Some(Mode::Merge { .. })) && r.input_count() == 2,
-                "rule `{}` has {} input(s) and mode {mode:?}: --merge asked for two inputs merged",
+                mode.is_some_and(|m| m.to_string() == self.mode) && r.input_count() == 2,
+                "rule `{}` has {} input(s) and mode {mode:?}: two inputs in mode {} were asked for",
                 r.name,
                 r.input_count(),
+                self.mode,
             );
         }
         Ok(())
@@ -125,7 +146,7 @@ impl Relay for Mcr {
                         "--input".into(),
                         format!("{}:{second}", f.in_if),
                         "--mode".into(),
-                        "merge".into(),
+                        self.mode.clone(),
                     ]);
                 }
                 for o in &f.outputs {
@@ -220,11 +241,18 @@ mod tests {
         assert_eq!(
             m.copies(),
             Some(Copies {
+                feed: None,
                 delay: Some(Duration::from_millis(20))
             })
         );
         let m = mcr("--merge").expect("parsed");
-        assert_eq!(m.copies(), Some(Copies { delay: None }));
+        assert_eq!(
+            m.copies(),
+            Some(Copies {
+                delay: None,
+                feed: None
+            })
+        );
         assert!(m.args.is_empty());
         let m = mcr("--ring v3").expect("parsed");
         assert_eq!(m.copies(), None);

@@ -20,6 +20,9 @@ pub struct Copies {
     /// interval between two packets at the point's rate, so that
     /// originals and copies alternate evenly.
     pub delay: Option<Duration>,
+    /// The copies are a market-data feed's A and B lines, arbitrated
+    /// (`mcr --arbitrate FRAMING`): the generator must send that feed.
+    pub feed: Option<&'static str>,
 }
 
 /// What a relay's merges did with what its inputs brought, all rules

@@ -8,7 +8,11 @@ use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
 use mcr_testbed::{Signal, TempDir, bin};
 
-/// Reads the readiness messages mcrd sends to `NOTIFY_SOCKET`.
+/// Reads the readiness messages mcrd sends to `NOTIFY_SOCKET`, up to the
+/// first that contains `until`. (Not the file-descriptor store's: a ring or
+/// link is handed to systemd whenever it is made, as a worker's table
+/// first names its interface, between any two readiness messages; the
+/// restart tests check those.)
 fn notifications(sock: &std::os::unix::net::UnixDatagram, until: &str) -> Vec<String> {
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
@@ -16,6 +20,9 @@ fn notifications(sock: &std::os::unix::net::UnixDatagram, until: &str) -> Vec<St
     while Instant::now() < deadline {
         if let Ok(n) = sock.recv(&mut buf) {
             let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if m.starts_with("FDSTORE") {
+                continue;
+            }
             let done = m.contains(until);
             got.push(m);
             if done {

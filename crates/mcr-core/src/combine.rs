@@ -35,7 +35,8 @@ pub enum Take {
 }
 
 /// The line counters an arbitration keeps, in [`LineCounter`]'s order.
-const LINES: usize = LineCounter::ALL.len();
+const LINES: usize = crate::arbitrate::LINE_VALUES;
+const _: () = assert!(LINES == LineCounter::ALL.len());
 
 #[derive(Debug)]
 enum How<T> {
@@ -286,7 +287,6 @@ impl<T> Combine<T> {
 
     /// The counts gained since the last call.
     pub fn deltas(&mut self) -> Deltas {
-        let mut lines: Vec<[u64; LINES]> = Vec::new();
         let mut gaps = (0, 0);
         let (now_inputs, lost, switches, active): (Vec<[u64; KEPT.len()]>, u64, u64, u64) = match &self.how {
             How::Merge(m) => (
@@ -311,21 +311,6 @@ impl<T> Combine<T> {
             ),
             How::Arbitrate(a) => {
                 gaps = a.gaps();
-                lines = a
-                    .counts()
-                    .iter()
-                    .map(|c| {
-                        [
-                            c.messages,
-                            c.gaps,
-                            c.repeats,
-                            c.heartbeats,
-                            c.wrong_session,
-                            c.malformed,
-                            c.resets,
-                        ]
-                    })
-                    .collect();
                 (
                     a.counts()
                         .iter()
@@ -349,7 +334,13 @@ impl<T> Combine<T> {
                 }
             }
         }
-        for (i, (now, told)) in lines.iter().zip(&mut self.told_lines).enumerate() {
+        // (Read in place: this runs for every packet.)
+        let lines = match &self.how {
+            How::Arbitrate(a) => a.counts(),
+            _ => &[],
+        };
+        for (i, (counts, told)) in lines.iter().zip(&mut self.told_lines).enumerate() {
+            let now = counts.line_values();
             for (k, (c, _)) in LineCounter::ALL.iter().enumerate() {
                 if now[k] > told[k] {
                     d.lines.push((i, *c, now[k] - told[k]));

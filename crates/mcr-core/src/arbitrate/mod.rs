@@ -100,6 +100,24 @@ pub struct LineCounts {
     pub resets: u64,
 }
 
+/// How many of a line's counts [`LineCounts::line_values`] gives.
+pub const LINE_VALUES: usize = 7;
+
+impl LineCounts {
+    /// The line's own counts in [`crate::stats::LineCounter`]'s order.
+    pub fn line_values(&self) -> [u64; LINE_VALUES] {
+        [
+            self.messages,
+            self.gaps,
+            self.repeats,
+            self.heartbeats,
+            self.wrong_session,
+            self.malformed,
+            self.resets,
+        ]
+    }
+}
+
 /// What a packet still pending confirmation would start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pending {

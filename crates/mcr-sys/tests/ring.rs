@@ -297,7 +297,8 @@ fn a_full_ring_counts_its_drops() {
 
 /// A second reader of the same socket (what a restarted worker is, with the
 /// ring the supervisor kept) goes on at the frame after the last one the
-/// first handed back: none lost, none read twice, also mid-block (V3),
+/// first handed back (what it took and did not hand back is read again):
+/// none lost, none read twice, also mid-block (V3),
 /// with an empty ring (the kernel's position is found from the marks), and
 /// after the ring filled while nobody read it.
 #[test]
@@ -316,6 +317,17 @@ fn a_ring_adopted_by_another_reader_goes_on_where_the_first_stopped() {
         );
         send_from(&p, (0..300).map(|s| frame(dst, s)).collect());
         assert_eq!(take(&mut first, 123), (0..123).collect::<Vec<_>>(), "{version:?}");
+        // It takes 50 more and dies before handing them back (as a worker
+        // killed before its batch went out): they are the next reader's.
+        // (One take: the next would hand these back.)
+        let mut unsent = Vec::new();
+        assert_eq!(first.take_ready(50, |f| unsent.extend(seq_of(f).map(|s| s.1))), 50);
+        assert!(unsent.len() >= 40, "{version:?}: {unsent:?}");
+        assert_eq!(
+            unsent,
+            (123..123 + unsent.len() as u32).collect::<Vec<_>>(),
+            "{version:?}"
+        );
 
         // The first reader goes away; a copy of its socket lives on.
         let kept = first.as_fd().try_clone_to_owned().expect("dup");

@@ -366,8 +366,10 @@ impl RxRing {
     }
 
     /// Unmaps the ring and gives up the socket (to pass to another process,
-    /// which maps it again with [`RxRing::adopt`]).
-    pub fn into_socket(self) -> (RingGeometry, OwnedFd) {
+    /// which maps it again with [`RxRing::adopt`]), with what it took
+    /// handed back.
+    pub fn into_socket(mut self) -> (RingGeometry, OwnedFd) {
+        self.hand_back();
         let RxRing { map, geometry, fd, .. } = self;
         drop(map);
         (geometry, fd)
@@ -423,9 +425,29 @@ impl RxRing {
     /// Hands every ready frame, at most `max`, to `f`, returning each slot
     /// to the kernel after `f` is done with it. Returns how many.
     pub fn for_each_ready(&mut self, max: usize, f: impl FnMut(&RxFrame<'_>)) -> usize {
+        let n = self.take_ready(max, f);
+        self.hand_back();
+        n
+    }
+
+    /// Hands every ready frame, at most `max`, to `f`, and keeps them: they
+    /// go back to the kernel at [`RxRing::hand_back`] (or the next take).
+    /// A reader that forwards what it took before handing it back loses
+    /// nothing if it dies in between: the next reader of the ring
+    /// ([`RxRing::adopt`]) reads those frames again. Returns how many.
+    pub fn take_ready(&mut self, max: usize, f: impl FnMut(&RxFrame<'_>)) -> usize {
+        self.hand_back();
         match &mut self.cursor {
-            Cursor::V2(c) => c.for_each_ready(&self.map, self.fd.as_fd(), max, f),
-            Cursor::V3(c) => c.for_each_ready(&self.map, max, f),
+            Cursor::V2(c) => c.take_ready(&self.map, self.fd.as_fd(), max, f),
+            Cursor::V3(c) => c.take_ready(&self.map, max, f),
+        }
+    }
+
+    /// Returns the frames taken since the last hand-back to the kernel.
+    pub fn hand_back(&mut self) {
+        match &mut self.cursor {
+            Cursor::V2(c) => c.hand_back(&self.map),
+            Cursor::V3(c) => c.hand_back(&self.map),
         }
     }
 

@@ -35,6 +35,8 @@ pub(super) struct Cursor {
     /// A frame read from the queue that belongs to a later slot than the
     /// one it was read for (its length in `whole`).
     held: Option<usize>,
+    /// Slots taken and not yet handed back: the ones before `next`.
+    taken: usize,
 }
 
 /// The longest frame read whole from the socket's queue.
@@ -54,6 +56,7 @@ impl Cursor {
             mark: 1,
             whole: Vec::new(),
             held: None,
+            taken: 0,
         }
     }
 
@@ -155,7 +158,9 @@ impl Cursor {
         c
     }
 
-    pub(super) fn for_each_ready(
+    /// Hands each ready frame, at most `max`, to `f`, keeping its slot
+    /// (see [`Cursor::hand_back`]). Returns how many.
+    pub(super) fn take_ready(
         &mut self,
         map: &Mmap,
         fd: BorrowedFd<'_>,
@@ -163,7 +168,9 @@ impl Cursor {
         mut f: impl FnMut(&RxFrame<'_>),
     ) -> usize {
         let mut n = 0;
-        while n < max {
+        // A slot still held is the kernel's again only once handed back:
+        // the cursor never comes round to one.
+        while n < max && self.taken < self.frames {
             let base = self.next * self.frame_size;
             debug_assert!(base + self.frame_size <= map.len());
             let hdr_ptr = map.ptr().wrapping_add(base).cast::<libc::tpacket2_hdr>();
@@ -184,7 +191,7 @@ impl Cursor {
             let len = (hdr.tp_snaplen as usize).min(self.frame_size.saturating_sub(start));
             // SAFETY: the kernel placed `tp_snaplen` bytes of frame at
             // `tp_mac` within the slot (clamped to the slot above), and the
-            // slot stays ours until the status is handed back below.
+            // slot stays ours until the status is handed back.
             let mut data = unsafe { std::slice::from_raw_parts(map.ptr().wrapping_add(base + start), len) };
             if status & libc::TP_STATUS_COPY != 0
                 && let Some(n) = self.whole_frame(fd, data)
@@ -201,16 +208,31 @@ impl Cursor {
                 vlan_tpid: (status & libc::TP_STATUS_VLAN_TPID_VALID != 0).then_some(hdr.tp_vlan_tpid),
                 arrived_ns: stamp_ns(hdr.tp_sec, hdr.tp_nsec),
             });
-            // SAFETY: the slot is still ours (not handed back yet); the mark
-            // is an aligned u32 inside its header, written atomically since
-            // another process may map the same ring.
-            unsafe { AtomicU32::from_ptr(hdr_ptr.cast::<u8>().wrapping_add(MARK_AT).cast::<u32>()) }
-                .store(self.mark, Ordering::Relaxed);
-            self.mark = next_mark(self.mark);
-            status_word.store(libc::TP_STATUS_KERNEL, Ordering::Release);
             self.next = (self.next + 1) % self.frames;
+            self.taken += 1;
             n += 1;
         }
         n
+    }
+
+    /// Hands the slots taken back to the kernel, oldest first, each with
+    /// its mark.
+    pub(super) fn hand_back(&mut self, map: &Mmap) {
+        let first = (self.next + self.frames - self.taken) % self.frames;
+        for k in 0..self.taken {
+            let base = ((first + k) % self.frames) * self.frame_size;
+            debug_assert!(base + self.frame_size <= map.len());
+            let hdr_ptr = map.ptr().wrapping_add(base);
+            // SAFETY: the slot is still ours (taken, not handed back); the
+            // mark is an aligned u32 inside its header, written atomically
+            // since another process may map the same ring.
+            unsafe { AtomicU32::from_ptr(hdr_ptr.wrapping_add(MARK_AT).cast::<u32>()) }
+                .store(self.mark, Ordering::Relaxed);
+            self.mark = next_mark(self.mark);
+            // SAFETY: tp_status is the slot's first u32, 16-byte aligned,
+            // shared with the kernel, so accessed atomically.
+            unsafe { AtomicU32::from_ptr(hdr_ptr.cast::<u32>()) }.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        }
+        self.taken = 0;
     }
 }

@@ -21,6 +21,12 @@ pub(super) struct Cursor {
     /// Skip the marked frames at the start of the current block (they were
     /// taken by an earlier reader).
     skip_taken: bool,
+    /// Frames taken and not yet handed back: where their marks go (from
+    /// the start of the mapping).
+    unmarked: Vec<usize>,
+    /// Blocks read to the end and not yet handed back: the ones before
+    /// `block`.
+    read_out: usize,
 }
 
 /// Byte offsets of the fields of `tpacket_block_desc` used here: the block
@@ -43,6 +49,8 @@ impl Cursor {
             pkt: 0,
             offset: 0,
             skip_taken: false,
+            unmarked: Vec::new(),
+            read_out: 0,
         }
     }
 
@@ -80,9 +88,13 @@ impl Cursor {
         c
     }
 
-    pub(super) fn for_each_ready(&mut self, map: &Mmap, max: usize, mut f: impl FnMut(&RxFrame<'_>)) -> usize {
+    /// Hands each ready frame, at most `max`, to `f`, keeping it and its
+    /// block (see [`Cursor::hand_back`]). Returns how many.
+    pub(super) fn take_ready(&mut self, map: &Mmap, max: usize, mut f: impl FnMut(&RxFrame<'_>)) -> usize {
         let mut n = 0;
-        while n < max {
+        // A block still held is the kernel's again only once handed back:
+        // the cursor never comes round to one.
+        while n < max && self.read_out + 1 < self.blocks {
             let base = self.block * self.block_size;
             debug_assert!(base + self.block_size <= map.len());
             let block = map.ptr().wrapping_add(base);
@@ -112,11 +124,12 @@ impl Cursor {
                 // by tp_next_offset, inside this block (checked to fit just
                 // above); headers are 16-byte aligned.
                 let hdr = unsafe { block.wrapping_add(self.offset).cast::<libc::tpacket3_hdr>().read() };
-                // SAFETY: the mark is an aligned u32 inside the header just
-                // read; the block is ours while handed over, and another
-                // process may map it too, so it is accessed atomically.
-                let mark = unsafe { AtomicU32::from_ptr(block.wrapping_add(self.offset + MARK_AT).cast::<u32>()) };
                 if self.skip_taken {
+                    // SAFETY: the mark is an aligned u32 inside the header
+                    // just read; the block is ours while handed over, and
+                    // another process may map it too, so it is read
+                    // atomically.
+                    let mark = unsafe { AtomicU32::from_ptr(block.wrapping_add(self.offset + MARK_AT).cast::<u32>()) };
                     if mark.load(Ordering::Relaxed) != 0 {
                         self.pkt += 1;
                         self.offset += hdr.tp_next_offset as usize;
@@ -141,7 +154,7 @@ impl Cursor {
                     vlan_tpid: (hdr.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0).then_some(hdr.hv1.tp_vlan_tpid),
                     arrived_ns: super::stamp_ns(hdr.tp_sec, hdr.tp_nsec),
                 });
-                mark.store(1, Ordering::Relaxed);
+                self.unmarked.push(base + self.offset + MARK_AT);
                 n += 1;
                 self.pkt += 1;
                 self.offset += hdr.tp_next_offset as usize;
@@ -149,11 +162,34 @@ impl Cursor {
             if self.pkt < num_pkts {
                 break;
             }
-            status_word.store(libc::TP_STATUS_KERNEL, Ordering::Release);
             self.block = (self.block + 1) % self.blocks;
+            self.read_out += 1;
             self.pkt = 0;
             self.skip_taken = false;
         }
         n
+    }
+
+    /// Marks the frames taken and hands the blocks read to the end back to
+    /// the kernel, oldest first.
+    pub(super) fn hand_back(&mut self, map: &Mmap) {
+        for &at in &self.unmarked {
+            debug_assert!(at + 4 <= map.len());
+            // SAFETY: `at` is the mark of a frame header taken from a block
+            // that is still ours (not handed back yet): an aligned u32
+            // inside the mapping, written atomically since another process
+            // may map the same ring.
+            unsafe { AtomicU32::from_ptr(map.ptr().wrapping_add(at).cast::<u32>()) }.store(1, Ordering::Relaxed);
+        }
+        self.unmarked.clear();
+        let first = (self.block + self.blocks - self.read_out) % self.blocks;
+        for k in 0..self.read_out {
+            let block = map.ptr().wrapping_add(((first + k) % self.blocks) * self.block_size);
+            // SAFETY: block_status is the aligned u32 at 8 of a block
+            // descriptor inside the mapping, shared with the kernel.
+            unsafe { AtomicU32::from_ptr(block.wrapping_add(BLOCK_STATUS_AT).cast::<u32>()) }
+                .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        }
+        self.read_out = 0;
     }
 }

@@ -212,6 +212,11 @@ impl FrameBatch {
 
     /// Hands the batch to the kernel.
     pub fn flush(&mut self, counts: &Counts<'_>) {
+        self.flush_then(counts, &mut || ());
+    }
+
+    /// Hands the batch to the kernel, calling `before_send` just before.
+    fn flush_then(&mut self, counts: &Counts<'_>, before_send: &mut dyn FnMut()) {
         let n = std::mem::take(&mut self.n);
         if n == 0 {
             return;
@@ -221,6 +226,7 @@ impl FrameBatch {
             *f = &self.buf[i * self.slot_bytes..i * self.slot_bytes + self.lens[i]];
         }
         let tx = &self.tx;
+        before_send();
         send_counted(n, &self.outputs, &self.payloads, counts, |off| {
             tx.send(&frames[off..n], true)
         });
@@ -315,16 +321,19 @@ impl UdpSlab {
         true
     }
 
-    /// Sends what every sender has pending, and empties the slab.
+    /// Sends what every sender has pending, and empties the slab; calls
+    /// `before_send` just before.
     pub fn flush<'a>(
         &mut self,
         senders: impl Iterator<Item = &'a mut UdpSender>,
         dests: &[RawSockAddr],
         counts: &Counts<'_>,
+        before_send: &mut dyn FnMut(),
     ) {
         if self.lens.is_empty() {
             return;
         }
+        before_send();
         for s in senders.filter(|s| s.has_pending()) {
             for chunk in s.pending.chunks(MAX_BATCH) {
                 let mut msgs = [Outgoing::new(None, &[]); MAX_BATCH];
@@ -481,7 +490,7 @@ impl Egress {
             return;
         };
         if self.slab.needs_flush() {
-            self.slab.flush(self.udp.values_mut(), &self.dests, counts);
+            self.slab.flush(self.udp.values_mut(), &self.dests, counts, &mut || ());
         }
         let Some(u) = self.udp.get_mut(&key) else {
             counts.output(slot, OutputCounter::SendError, 1);
@@ -494,10 +503,19 @@ impl Egress {
 
     /// Hands everything batched to the kernel.
     pub fn flush(&mut self, counts: &Counts<'_>) {
+        self.flush_then(counts, &mut || ());
+    }
+
+    /// Hands everything batched to the kernel, calling `before_send` just
+    /// before each send (the workers hand the frames they forward back to
+    /// their rings there: a worker killed before then leaves them to the
+    /// next one, and one killed during the send system call dies only once
+    /// it returned, so the frames went out).
+    pub fn flush_then(&mut self, counts: &Counts<'_>, before_send: &mut dyn FnMut()) {
         for b in self.frames.values_mut() {
-            b.flush(counts);
+            b.flush_then(counts, before_send);
         }
-        self.slab.flush(self.udp.values_mut(), &self.dests, counts);
+        self.slab.flush(self.udp.values_mut(), &self.dests, counts, before_send);
     }
 }
 

@@ -392,7 +392,7 @@ impl Worker {
                 worker: args.index,
             };
             for (ifindex, ring) in ingress.rings_mut() {
-                let n = ring.for_each_ready(RING_BUDGET, |f| {
+                let n = ring.take_ready(RING_BUDGET, |f| {
                     counts.worker(WorkerCounter::RxFrames, 1);
                     counts.worker(WorkerCounter::RxBytes, f.wire_len as u64);
                     let checksum = if f.csum_not_ready {
@@ -425,7 +425,16 @@ impl Worker {
                 });
                 any |= n > 0;
             }
-            self.flush();
+            // What was taken goes back to the kernel at the moment it is
+            // sent: a worker killed before that leaves it to the next one.
+            egress.flush_then(&counts, &mut || {
+                for (_, ring) in ingress.rings_mut() {
+                    ring.hand_back();
+                }
+            });
+            for (_, ring) in ingress.rings_mut() {
+                ring.hand_back();
+            }
             if !any {
                 return;
             }

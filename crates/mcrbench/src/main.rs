@@ -13,6 +13,7 @@
 
 mod demo;
 mod generator;
+mod program;
 mod relay;
 mod soak;
 mod sockets;
@@ -39,6 +40,9 @@ enum Command {
     Generator(generator::Args),
     /// Measure relays on the chain topology: loss, latency, CPU per packet.
     Relay(Box<relay::Args>),
+    /// What the eBPF program spends on a frame of a plain rule and of an
+    /// arbitrated one (the kernel's time around each run of the program).
+    Program(program::Args),
     /// Run MCR for a long time with many streams while rules churn: the
     /// untouched streams must lose nothing, memory and descriptors must not
     /// grow.
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(&a),
         Command::Generator(a) => generator::run(&a),
         Command::Relay(a) => relay::run(&a),
+        Command::Program(a) => program::run(&a),
         Command::Soak(a) => soak::run(&a),
         Command::Sockets(a) => sockets::run(&a),
         Command::SrtFanout(a) => srt_fanout::run(&a),

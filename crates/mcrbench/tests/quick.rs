@@ -122,3 +122,55 @@ fn a_short_soak_with_rule_churn_loses_nothing_and_does_not_grow() {
     assert!(v["end"]["fds"].as_u64() <= v["start"]["fds"].as_u64(), "{v}");
     assert_eq!(v["end"]["processes"].as_u64(), Some(2), "{v}");
 }
+
+/// `mcrbench program`: every framing's frames go through the program as a
+/// plain rule and as an arbitrated one, each forwarded or dropped as it
+/// should be (mcrbench checks each frame against the output counter and
+/// fails otherwise), and every row of times is there. No timing is judged.
+#[test]
+fn the_program_benchmark_times_every_kind_of_frame_of_every_framing() {
+    for framing in ["moldudp64", "mdp3", "pitch", "mitch"] {
+        let mut cmd = std::process::Command::new(mcr_testbed::bin("mcrbench").expect("mcrbench"));
+        cmd.args([
+            "program",
+            "--json",
+            "--frames",
+            "500",
+            "--runs",
+            "1",
+            "--framing",
+            framing,
+        ]);
+        let f = mcr_testbed::Proc::spawn(cmd)
+            .expect("spawn")
+            .finish(Duration::from_secs(120))
+            .expect("finished");
+        assert!(f.status.success(), "{framing}: {}\n{}", f.stdout, f.stderr);
+        let rows: Vec<serde_json::Value> = f
+            .stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("JSON line"))
+            .collect();
+        let frames: Vec<(String, u64)> = rows
+            .iter()
+            .map(|r| {
+                assert!(r["p99_ns"]["median"].as_f64().is_some_and(|x| x > 0.0), "{r}");
+                (
+                    r["what"].as_str().unwrap_or("").to_string(),
+                    r["frames_per_run"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect();
+        let counts: Vec<u64> = frames.iter().map(|f| f.1).collect();
+        assert_eq!(counts, [500, 500, 500, 500, 1000], "{framing}: {frames:?}");
+    }
+    // A framing it does not know is refused with what to give.
+    let mut cmd = std::process::Command::new(mcr_testbed::bin("mcrbench").expect("mcrbench"));
+    cmd.args(["program", "--framing", "itch"]);
+    let f = mcr_testbed::Proc::spawn(cmd)
+        .expect("spawn")
+        .finish(Duration::from_secs(60))
+        .expect("finished");
+    assert!(!f.status.success());
+    assert!(f.stderr.contains("moldudp64, mdp3, pitch or mitch"), "{}", f.stderr);
+}

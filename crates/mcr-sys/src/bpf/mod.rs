@@ -454,6 +454,13 @@ impl Program {
     /// maps and with redirects happens); returns its verdict and the frame
     /// as it left the program.
     pub fn test_run(&self, frame: &[u8], ifindex: u32) -> io::Result<(i32, Vec<u8>)> {
+        self.test_run_timed(frame, ifindex)
+            .map(|(verdict, out, _)| (verdict, out))
+    }
+
+    /// [`Program::test_run`], with the time the program took, in
+    /// nanoseconds, as the kernel measured it around the run.
+    pub fn test_run_timed(&self, frame: &[u8], ifindex: u32) -> io::Result<(i32, Vec<u8>, u32)> {
         #[repr(C)]
         #[derive(Default)]
         struct TestRunAttr {
@@ -499,7 +506,7 @@ impl Program {
         sys_bpf(BPF_PROG_TEST_RUN, &mut attr)?;
         out.truncate(attr.data_size_out as usize);
         // The verdict is the program's int return value, as the kernel stored it.
-        Ok((i32::from_ne_bytes(attr.retval.to_ne_bytes()), out))
+        Ok((i32::from_ne_bytes(attr.retval.to_ne_bytes()), out, attr.duration))
     }
 }
 

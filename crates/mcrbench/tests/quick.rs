@@ -5,16 +5,25 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+/// Runs `mcrbench ARGS` to its end (at most `limit`).
+fn mcrbench(args: &[&str], limit: Duration) -> mcr_testbed::Finished {
+    let mut cmd = std::process::Command::new(mcr_testbed::bin("mcrbench").expect("mcrbench"));
+    cmd.args(args);
+    mcr_testbed::Proc::spawn(cmd)
+        .expect("spawn")
+        .finish(limit)
+        .expect("finished")
+}
+
 #[test]
 fn every_scenario_runs_against_every_relay_and_the_report_is_complete() {
     let _lock = mcr_testbed::traffic_lock().expect("lock");
     let dir = std::env::temp_dir().join(format!("mcrbench-quick-{}", std::process::id()));
-    let mut cmd = std::process::Command::new(mcr_testbed::bin("mcrbench").expect("mcrbench"));
-    cmd.args(["relay", "--quick", "--json", "--report"]).arg(&dir);
-    let f = mcr_testbed::Proc::spawn(cmd)
-        .expect("spawn")
-        .finish(Duration::from_secs(1200))
-        .expect("finished");
+    let report = dir.to_string_lossy().to_string();
+    let f = mcrbench(
+        &["relay", "--quick", "--json", "--report", &report],
+        Duration::from_secs(1200),
+    );
     assert!(f.status.success(), "mcrbench failed: {}\n{}", f.stdout, f.stderr);
     let lines: Vec<serde_json::Value> = f
         .stdout
@@ -90,21 +99,19 @@ fn every_scenario_runs_against_every_relay_and_the_report_is_complete() {
 #[test]
 fn a_short_soak_with_rule_churn_loses_nothing_and_does_not_grow() {
     let _lock = mcr_testbed::traffic_lock().expect("lock");
-    let mut cmd = std::process::Command::new(mcr_testbed::bin("mcrbench").expect("mcrbench"));
-    cmd.args([
-        "soak",
-        "--duration",
-        "20s",
-        "--streams",
-        "100",
-        "--rate",
-        "10k",
-        "--json",
-    ]);
-    let f = mcr_testbed::Proc::spawn(cmd)
-        .expect("spawn")
-        .finish(Duration::from_secs(600))
-        .expect("finished");
+    let f = mcrbench(
+        &[
+            "soak",
+            "--duration",
+            "20s",
+            "--streams",
+            "100",
+            "--rate",
+            "10k",
+            "--json",
+        ],
+        Duration::from_secs(600),
+    );
     let line = f.stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_default();
     let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {}\n{}", f.stdout, f.stderr));
     assert!(f.status.success(), "soak failed: {v}\n{}", f.stderr);
@@ -130,21 +137,19 @@ fn a_short_soak_with_rule_churn_loses_nothing_and_does_not_grow() {
 #[test]
 fn the_program_benchmark_times_every_kind_of_frame_of_every_framing() {
     for framing in ["moldudp64", "mdp3", "pitch", "mitch"] {
-        let mut cmd = std::process::Command::new(mcr_testbed::bin("mcrbench").expect("mcrbench"));
-        cmd.args([
-            "program",
-            "--json",
-            "--frames",
-            "500",
-            "--runs",
-            "1",
-            "--framing",
-            framing,
-        ]);
-        let f = mcr_testbed::Proc::spawn(cmd)
-            .expect("spawn")
-            .finish(Duration::from_secs(120))
-            .expect("finished");
+        let f = mcrbench(
+            &[
+                "program",
+                "--json",
+                "--frames",
+                "500",
+                "--runs",
+                "1",
+                "--framing",
+                framing,
+            ],
+            Duration::from_secs(120),
+        );
         assert!(f.status.success(), "{framing}: {}\n{}", f.stdout, f.stderr);
         let rows: Vec<serde_json::Value> = f
             .stdout
@@ -165,12 +170,7 @@ fn the_program_benchmark_times_every_kind_of_frame_of_every_framing() {
         assert_eq!(counts, [500, 500, 500, 500, 1000], "{framing}: {frames:?}");
     }
     // A framing it does not know is refused with what to give.
-    let mut cmd = std::process::Command::new(mcr_testbed::bin("mcrbench").expect("mcrbench"));
-    cmd.args(["program", "--framing", "itch"]);
-    let f = mcr_testbed::Proc::spawn(cmd)
-        .expect("spawn")
-        .finish(Duration::from_secs(60))
-        .expect("finished");
+    let f = mcrbench(&["program", "--framing", "itch"], Duration::from_secs(60));
     assert!(!f.status.success());
     assert!(f.stderr.contains("moldudp64, mdp3, pitch or mitch"), "{}", f.stderr);
 }

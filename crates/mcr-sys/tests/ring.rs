@@ -321,7 +321,13 @@ fn a_ring_adopted_by_another_reader_goes_on_where_the_first_stopped() {
         // killed before its batch went out): they are the next reader's.
         // (One take: the next would hand these back.)
         let mut unsent = Vec::new();
-        assert_eq!(first.take_ready(50, |f| unsent.extend(seq_of(f).map(|s| s.1))), 50);
+        assert_eq!(
+            first.take_ready(50, |f| {
+                unsent.extend(seq_of(f).map(|s| s.1));
+                true
+            }),
+            50
+        );
         assert!(unsent.len() >= 40, "{version:?}: {unsent:?}");
         assert_eq!(
             unsent,

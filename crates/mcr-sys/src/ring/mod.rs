@@ -424,18 +424,22 @@ impl RxRing {
 
     /// Hands every ready frame, at most `max`, to `f`, returning each slot
     /// to the kernel after `f` is done with it. Returns how many.
-    pub fn for_each_ready(&mut self, max: usize, f: impl FnMut(&RxFrame<'_>)) -> usize {
-        let n = self.take_ready(max, f);
+    pub fn for_each_ready(&mut self, max: usize, mut f: impl FnMut(&RxFrame<'_>)) -> usize {
+        let n = self.take_ready(max, |frame| {
+            f(frame);
+            true
+        });
         self.hand_back();
         n
     }
 
-    /// Hands every ready frame, at most `max`, to `f`, and keeps them: they
-    /// go back to the kernel at [`RxRing::hand_back`] (or the next take).
-    /// A reader that forwards what it took before handing it back loses
-    /// nothing if it dies in between: the next reader of the ring
-    /// ([`RxRing::adopt`]) reads those frames again. Returns how many.
-    pub fn take_ready(&mut self, max: usize, f: impl FnMut(&RxFrame<'_>)) -> usize {
+    /// Hands every ready frame, at most `max`, to `f` until it returns
+    /// false, and keeps them: they go back to the kernel at
+    /// [`RxRing::hand_back`] (or the next take). A reader that forwards
+    /// what it took before handing it back loses nothing if it dies in
+    /// between: the next reader of the ring ([`RxRing::adopt`]) reads
+    /// those frames again. Returns how many.
+    pub fn take_ready(&mut self, max: usize, f: impl FnMut(&RxFrame<'_>) -> bool) -> usize {
         self.hand_back();
         match &mut self.cursor {
             Cursor::V2(c) => c.take_ready(&self.map, self.fd.as_fd(), max, f),

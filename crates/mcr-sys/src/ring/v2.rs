@@ -159,13 +159,13 @@ impl Cursor {
     }
 
     /// Hands each ready frame, at most `max`, to `f`, keeping its slot
-    /// (see [`Cursor::hand_back`]). Returns how many.
+    /// (see [`Cursor::hand_back`]), until `f` says stop. Returns how many.
     pub(super) fn take_ready(
         &mut self,
         map: &Mmap,
         fd: BorrowedFd<'_>,
         max: usize,
-        mut f: impl FnMut(&RxFrame<'_>),
+        mut f: impl FnMut(&RxFrame<'_>) -> bool,
     ) -> usize {
         let mut n = 0;
         // A slot still held is the kernel's again only once handed back:
@@ -199,7 +199,7 @@ impl Cursor {
                 data = &self.whole[..n];
             }
             let (csum_valid, csum_not_ready) = frame_flags(status);
-            f(&RxFrame {
+            let go_on = f(&RxFrame {
                 data,
                 wire_len: hdr.tp_len as usize,
                 csum_valid,
@@ -211,6 +211,9 @@ impl Cursor {
             self.next = (self.next + 1) % self.frames;
             self.taken += 1;
             n += 1;
+            if !go_on {
+                break;
+            }
         }
         n
     }

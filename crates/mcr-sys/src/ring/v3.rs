@@ -89,9 +89,11 @@ impl Cursor {
     }
 
     /// Hands each ready frame, at most `max`, to `f`, keeping it and its
-    /// block (see [`Cursor::hand_back`]). Returns how many.
-    pub(super) fn take_ready(&mut self, map: &Mmap, max: usize, mut f: impl FnMut(&RxFrame<'_>)) -> usize {
+    /// block (see [`Cursor::hand_back`]), until `f` says stop. Returns how
+    /// many.
+    pub(super) fn take_ready(&mut self, map: &Mmap, max: usize, mut f: impl FnMut(&RxFrame<'_>) -> bool) -> usize {
         let mut n = 0;
+        let mut stop = false;
         // A block still held is the kernel's again only once handed back:
         // the cursor never comes round to one.
         while n < max && self.read_out + 1 < self.blocks {
@@ -144,7 +146,7 @@ impl Cursor {
                 // ours until the block is handed back.
                 let data = unsafe { std::slice::from_raw_parts(block.wrapping_add(start), len) };
                 let (csum_valid, csum_not_ready) = frame_flags(hdr.tp_status);
-                f(&RxFrame {
+                let go_on = f(&RxFrame {
                     data,
                     wire_len: hdr.tp_len as usize,
                     csum_valid,
@@ -158,6 +160,10 @@ impl Cursor {
                 n += 1;
                 self.pkt += 1;
                 self.offset += hdr.tp_next_offset as usize;
+                if !go_on {
+                    stop = true;
+                    break;
+                }
             }
             if self.pkt < num_pkts {
                 break;
@@ -166,6 +172,9 @@ impl Cursor {
             self.read_out += 1;
             self.pkt = 0;
             self.skip_taken = false;
+            if stop {
+                break;
+            }
         }
         n
     }

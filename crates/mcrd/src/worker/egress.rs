@@ -301,6 +301,11 @@ impl UdpSlab {
         self.lens.len() * self.entry_bytes >= self.buf.len()
     }
 
+    /// True if it holds half of what it can.
+    fn half_full(&self) -> bool {
+        2 * self.lens.len() * self.entry_bytes >= self.buf.len()
+    }
+
     /// Queues `payload` on `sender` for output `slot`, to destination
     /// `dest` (an index into the worker's destinations), with `ttl` and
     /// `tos`; false if it does not fit.
@@ -504,6 +509,14 @@ impl Egress {
     /// Hands everything batched to the kernel.
     pub fn flush(&mut self, counts: &Counts<'_>) {
         self.flush_then(counts, &mut || ());
+    }
+
+    /// True if a frame batch or the unicast slab is half full: the
+    /// workers end a pass there, so that no batch fills (and is sent)
+    /// before the frames in it are handed back to their rings, unless one
+    /// frame has more outputs on one interface than half a batch.
+    pub fn half_full(&self) -> bool {
+        self.frames.values().any(|b| 2 * b.n >= MAX_BATCH) || self.slab.half_full()
     }
 
     /// Hands everything batched to the kernel, calling `before_send` just

@@ -412,7 +412,7 @@ impl Worker {
                         Ok(t) => t,
                         Err(reason) => {
                             counts.worker(reason, 1);
-                            return;
+                            return true;
                         }
                     };
                     let taken_by = TakenBy {
@@ -422,6 +422,9 @@ impl Worker {
                         counts: &counts,
                     };
                     taken_by.take(&taken, f.data, f.arrived_ns);
+                    // The pass ends before a batch is full: a full batch
+                    // would be sent before what is in it is handed back.
+                    !egress.half_full()
                 });
                 any |= n > 0;
             }

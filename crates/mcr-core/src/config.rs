@@ -124,6 +124,40 @@ pub struct Settings {
     /// Rules from an etcd key prefix, beside (or instead of) the file's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd: Option<EtcdSettings>,
+    /// The relay as an AMWA NMOS Node (IS-04, IS-05), on the HTTP server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nmos: Option<NmosSettings>,
+}
+
+/// `[daemon.nmos]`: the relay as an AMWA NMOS Node, its rules as senders
+/// and receivers (docs/NMOS.md). On when the table is there.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NmosSettings {
+    /// `false` turns it off, the table kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// The node's and device's label (the host name if absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Their description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The host name or address a controller reaches the APIs at (the HTTP
+    /// server's address when it is not a wildcard, else the host name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_host: Option<String>,
+    /// What the node's ids are made from (the machine's id, from
+    /// `/etc/machine-id`, if absent): give each mcrd of one host its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_seed: Option<String>,
+}
+
+impl NmosSettings {
+    /// Whether the node is on.
+    pub fn is_on(&self) -> bool {
+        self.enabled != Some(false)
+    }
 }
 
 /// Where a relay of a fleet takes its rules from: one key per rule under

@@ -78,6 +78,9 @@ pub enum Request {
     History {},
     /// How the etcd store the rules come from stands.
     Store {},
+    /// The relay as an AMWA NMOS Node: its resources (IS-04) and its
+    /// senders' and receivers' connection state (IS-05).
+    Nmos {},
     /// The relay's role (active or standby); with `set`, change it first.
     Role {
         /// The role to take.
@@ -246,6 +249,8 @@ pub enum Reply {
     Role(RoleStatus),
     /// To `store`.
     Store(StoreStatus),
+    /// To `nmos`.
+    Nmos(Box<crate::nmos::NmosView>),
     /// To anything that failed.
     Error {
         /// What failed.

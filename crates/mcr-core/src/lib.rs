@@ -44,6 +44,7 @@ pub mod interfaces;
 pub mod merge;
 pub mod metrics;
 pub mod named;
+pub mod nmos;
 pub mod plane;
 pub mod rist;
 pub mod rule;

@@ -34,6 +34,7 @@ mod command;
 pub mod config_file;
 pub mod etcd;
 pub mod ffmpeg;
+pub mod http;
 mod lock;
 pub mod metrics;
 mod naming;

@@ -108,6 +108,10 @@ enum Command {
     /// follows it, at which revision, what the workers run, and every key
     /// it refused and why.
     Store,
+    /// The relay as an AMWA NMOS Node (`[daemon.nmos]`): its node and
+    /// device ids, each rule's receiver and senders with their ids and
+    /// addresses, and what of the rules is not an NMOS resource.
+    Nmos,
     /// Every rule and its group memberships.
     List,
     /// Packets, bytes, rates and drops per rule, output and worker.
@@ -240,6 +244,7 @@ fn main() -> ExitCode {
         },
         Command::Role { role } => Request::Role { set: role },
         Command::Store => Request::Store {},
+        Command::Nmos => Request::Nmos {},
         Command::List => Request::List {},
         Command::Stats => Request::Stats {},
         Command::Workers => Request::Workers {},

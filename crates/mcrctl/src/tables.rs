@@ -56,6 +56,63 @@ fn store_status(o: &mut String, s: &mcr_core::control::StoreStatus) {
     o.push('\n');
 }
 
+fn nmos(o: &mut String, v: &mcr_core::nmos::NmosView) {
+    let text = |x: &serde_json::Value| x.as_str().unwrap_or("-").to_string();
+    let _ = writeln!(
+        o,
+        "node {} \"{}\" at {}, version {}",
+        text(&v.node["id"]),
+        text(&v.node["label"]),
+        text(&v.node["href"]),
+        text(&v.node["version"])
+    );
+    if let Some(d) = v.devices.first() {
+        let _ = writeln!(o, "device {}", text(&d["id"]));
+    }
+    for r in &v.connection_receivers {
+        let legs = r.active["transport_params"].as_array().cloned().unwrap_or_default();
+        let at: Vec<String> = legs
+            .iter()
+            .map(|l| {
+                let to = l["multicast_ip"].as_str().or(l["interface_ip"].as_str()).unwrap_or("-");
+                format!("{to}:{}", l["destination_port"])
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "  receiver {}  rule {}  {}{}",
+            r.id,
+            r.rule,
+            at.join(" + "),
+            if r.active["master_enable"] == serde_json::Value::Bool(false) {
+                "  (disabled)"
+            } else {
+                ""
+            }
+        );
+    }
+    for s in &v.connection_senders {
+        let p = &s.active["transport_params"][0];
+        let _ = writeln!(
+            o,
+            "  sender   {}  rule {} output {}  {}:{}{}",
+            s.id,
+            s.rule,
+            s.output + 1,
+            text(&p["destination_ip"]),
+            p["destination_port"],
+            if s.active["master_enable"] == serde_json::Value::Bool(false) {
+                "  (disabled)"
+            } else {
+                ""
+            }
+        );
+    }
+    for l in &v.left_out {
+        let _ = writeln!(o, "  not in NMOS: {l}");
+    }
+}
+
 /// Renders a successful reply.
 pub fn render(r: &Reply) -> String {
     let mut o = String::new();
@@ -144,6 +201,7 @@ pub fn render(r: &Reply) -> String {
             }
         }
         Reply::Store(s) => store_status(&mut o, s),
+        Reply::Nmos(v) => nmos(&mut o, v),
         Reply::Restarting { binary, version, pid } => {
             let _ = writeln!(o, "mcrd (pid {pid}) hands over to {} ({version})", binary.display());
         }

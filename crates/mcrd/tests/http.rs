@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use mcr_core::control::{Request, Response};
 use mcr_testbed::TempDir;
+use mcr_testbed::http::{Answer, parse};
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
 use serde_json::{Value, json};
@@ -16,32 +17,13 @@ use serde_json::{Value, json};
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 const MINUTES: Duration = Duration::from_secs(180);
 
-/// An HTTP answer.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+/// What the JSON API's refusals are.
+trait ProblemAnswer {
+    /// A problem document with `status` and `kind`; its JSON.
+    fn problem(&self, status: u16, kind: &str) -> Value;
 }
 
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    /// A problem document with `status` and `kind`; its JSON.
+impl ProblemAnswer for Answer {
     fn problem(&self, status: u16, kind: &str) -> Value {
         assert_eq!(self.status, status, "{}", self.text());
         assert_eq!(self.header("content-type"), Some("application/problem+json"));
@@ -54,74 +36,9 @@ impl Answer {
     }
 }
 
-/// Parses a whole HTTP/1.1 answer.
-fn parse(raw: &[u8]) -> Answer {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no end of head in {:?}", String::from_utf8_lossy(raw)));
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().expect("a status line");
-    let status = status_line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    if headers
-        .iter()
-        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
-    {
-        let mut out = Vec::new();
-        let mut rest = &body[..];
-        loop {
-            let eol = rest.windows(2).position(|w| w == b"\r\n").expect("chunk size line");
-            let size = usize::from_str_radix(String::from_utf8_lossy(&rest[..eol]).trim(), 16).expect("chunk size");
-            if size == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
-            rest = &rest[eol + 2 + size + 2..];
-        }
-        body = out;
-    }
-    Answer { status, headers, body }
-}
-
 /// Sends one request from inside `ns` to `addr` and reads the answer.
 fn http(ns: &str, addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-        req.push_str("Host: 127.0.0.1\r\n");
-    }
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    let mut bytes = req.into_bytes();
-    bytes.extend_from_slice(body);
-    let (ns, addr) = (ns.to_string(), addr.to_string());
-    let raw = std::thread::spawn(move || {
-        mcr_sys::netns::enter(&ns).expect("enter the namespace");
-        let mut s = std::net::TcpStream::connect(&addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
-        s.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
-        // A refused body may be answered before it is all sent.
-        let _ = s.write_all(&bytes);
-        let mut raw = Vec::new();
-        let _ = s.read_to_end(&mut raw);
-        raw
-    })
-    .join()
-    .expect("request thread");
-    parse(&raw)
+    mcr_testbed::http::request(ns, addr, method, path, headers, body)
 }
 
 /// The same request on the control socket; its response.

@@ -19,6 +19,7 @@ mod http;
 mod journal;
 mod links;
 mod membership;
+mod nmos;
 mod notify;
 mod ports;
 mod privilege;
@@ -132,6 +133,8 @@ struct Supervisor {
     slots: Option<carry::Note>,
     /// The counters the mcrd before left, until they are carried over.
     before: Option<carry::Before>,
+    /// The relay as an NMOS Node, when `[daemon.nmos]` says so.
+    nmos: Option<nmos::Node>,
 }
 
 /// How long a start waits for every worker to run the initial table
@@ -211,6 +214,7 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
         restart: None,
         slots: None,
         before: None,
+        nmos: nmos::Node::new(opts.file_settings.nmos.as_ref(), &opts.http)?,
     };
     match carry::Note::create() {
         Ok(n) => sup.slots = Some(n),
@@ -801,6 +805,17 @@ impl Supervisor {
             Request::History {} => Reply::History(self.stats.history()),
             Request::Role { set } => self.role(set),
             Request::Restart { binary } => self.ask_restart(binary),
+            Request::Nmos {} => match &mut self.nmos {
+                Some(node) => Reply::Nmos(Box::new(
+                    node.view(self.plane.rules().iter().map(|r| &r.rule), &interfaces()),
+                )),
+                None => Reply::Error {
+                    error: ControlError::new(
+                        ErrorKind::InvalidRequest,
+                        "mcrd is no NMOS node: its config file has no [daemon.nmos] (or it says enabled = false)",
+                    ),
+                },
+            },
             Request::Store {} => match self.plane.store_status(Instant::now()) {
                 Some(s) => Reply::Store(s),
                 None => Reply::Error {

@@ -11,7 +11,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, any, get, post};
 use mcr_core::control::{ControlError, ErrorKind, RateHistory, Reply, Request, RuleStats, RuleStatus, StatsReport};
 use mcr_core::control::{EventRecord, WorkerStatus};
 use mcr_core::rule::Rule;
@@ -32,9 +32,9 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// What every handler shares.
 #[derive(Clone)]
-struct App {
+pub(super) struct App {
     calls: mpsc::Sender<Call>,
-    access: Arc<Access>,
+    pub(super) access: Arc<Access>,
 }
 
 impl std::fmt::Debug for App {
@@ -69,6 +69,11 @@ pub fn router(calls: mpsc::Sender<Call>, access: Arc<Access>, tls: bool) -> Rout
         .route("/api/config", reads(|| Request::Config {}))
         .route("/api/reload", post(reload))
         .route("/api/save", post(save))
+        // The NMOS APIs route their own paths (each with and without its
+        // trailing slash).
+        .route("/x-nmos", any(super::nmos::serve))
+        .route("/x-nmos/", any(super::nmos::serve))
+        .route("/x-nmos/{*rest}", any(super::nmos::serve))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(move |req, next| headers(req, next, tls)))
@@ -215,7 +220,7 @@ impl App {
     }
 
     /// Asks the supervisor; a refusal becomes a problem.
-    async fn ask(&self, req: Request) -> Result<Reply, Problem> {
+    pub(super) async fn ask(&self, req: Request) -> Result<Reply, Problem> {
         let (tx, rx) = oneshot::channel();
         let gone = || {
             Problem::new(

@@ -17,6 +17,7 @@
 
 mod access;
 mod api;
+mod nmos;
 mod problem;
 
 use std::net::SocketAddr;

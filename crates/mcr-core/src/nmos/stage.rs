@@ -1,0 +1,267 @@
+//! IS-05 staging: a PATCH of a sender's or receiver's `staged` endpoint,
+//! checked against the resource's constraints and merged into what was
+//! staged before (IS-05 v1.1, "Behaviour: Staged and active parameters").
+//!
+//! What is checked, each refusal naming the field: the body is an object
+//! of the keys the resource has; `master_enable` a boolean; the
+//! `activation` a mode of the three with a `requested_time` when it is
+//! scheduled (and none when immediate); `transport_params` one object per
+//! leg, each key one the leg's constraints list, each value of its type
+//! (an address or `auto`, a port or `auto`, a boolean) and within the
+//! constraint (`enum`, `minimum`, `maximum`). Keys the PATCH leaves out
+//! keep what was staged.
+
+use std::net::IpAddr;
+
+use serde_json::{Map, Value};
+
+use super::Tai;
+
+/// Which side a resource is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// A sender.
+    Sender,
+    /// A receiver.
+    Receiver,
+}
+
+impl Side {
+    /// The top-level keys of its `staged`.
+    fn keys(self) -> &'static [&'static str] {
+        match self {
+            Side::Sender => &["receiver_id", "master_enable", "activation", "transport_params"],
+            Side::Receiver => &[
+                "sender_id",
+                "master_enable",
+                "activation",
+                "transport_file",
+                "transport_params",
+            ],
+        }
+    }
+
+    /// The key naming the other end.
+    fn peer_key(self) -> &'static str {
+        match self {
+            Side::Sender => "receiver_id",
+            Side::Receiver => "sender_id",
+        }
+    }
+}
+
+/// When a staged activation is to happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// Cancel what is scheduled (`mode: null`).
+    Cancel,
+    /// Now.
+    Immediate,
+    /// At this TAI time.
+    Absolute(Tai),
+    /// This long after the PATCH.
+    Relative(Tai),
+}
+
+/// A PATCH checked and merged: the new `staged`, and the activation it
+/// asks for, if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Staged {
+    /// What is staged now (its `activation` as the PATCH gave it).
+    pub staged: Value,
+    /// The activation asked for.
+    pub activation: Option<Activation>,
+}
+
+fn is_uuid(s: &str) -> bool {
+    uuid::Uuid::parse_str(s).is_ok_and(|u| u.hyphenated().to_string() == s.to_ascii_lowercase())
+}
+
+/// Checks one transport parameter's value against its constraint.
+fn check_param(key: &str, v: &Value, constraint: &Value, at: &str) -> Result<(), String> {
+    let ip_like = |nullable: bool| -> Result<(), String> {
+        match v {
+            Value::Null if nullable => Ok(()),
+            Value::String(s) if s == "auto" || s.parse::<IpAddr>().is_ok() => Ok(()),
+            _ => Err(format!(
+                "{at}: {key} takes an IP address{}, not {v}",
+                if nullable { ", \"auto\" or null" } else { " or \"auto\"" }
+            )),
+        }
+    };
+    match key {
+        "source_ip" | "multicast_ip" => ip_like(true)?,
+        "destination_ip" | "interface_ip" => ip_like(false)?,
+        "source_port" | "destination_port" => match v {
+            Value::String(s) if s == "auto" => {}
+            Value::Number(n) if n.as_u64().is_some_and(|p| (1..=65535).contains(&p)) => {}
+            _ => return Err(format!("{at}: {key} takes a port (1 to 65535) or \"auto\", not {v}")),
+        },
+        "rtp_enabled" if !v.is_boolean() => {
+            return Err(format!("{at}: rtp_enabled takes true or false, not {v}"));
+        }
+        _ => {}
+    }
+    if let Some(allowed) = constraint.get("enum").and_then(Value::as_array)
+        && !allowed.contains(v)
+        && v != "auto"
+    {
+        return Err(format!(
+            "{at}: {key} {v} is not one this leg takes ({})",
+            allowed.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if let Some(n) = v.as_f64() {
+        if let Some(lo) = constraint.get("minimum").and_then(Value::as_f64)
+            && n < lo
+        {
+            return Err(format!("{at}: {key} {v} is below {lo}"));
+        }
+        if let Some(hi) = constraint.get("maximum").and_then(Value::as_f64)
+            && n > hi
+        {
+            return Err(format!("{at}: {key} {v} is above {hi}"));
+        }
+    }
+    Ok(())
+}
+
+fn activation_of(v: &Value) -> Result<Option<Activation>, String> {
+    let Value::Object(a) = v else {
+        return Err(format!("activation takes an object, not {v}"));
+    };
+    if let Some(k) = a.keys().find(|k| *k != "mode" && *k != "requested_time") {
+        return Err(format!("activation has no field {k:?} (mode, requested_time)"));
+    }
+    let time = match a.get("requested_time") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(
+            s.parse::<Tai>()
+                .map_err(|e| format!("activation.requested_time: {e}"))?,
+        ),
+        Some(other) => {
+            return Err(format!(
+                "activation.requested_time takes \"SECONDS:NANOSECONDS\" or null, not {other}"
+            ));
+        }
+    };
+    let mode = match a.get("mode") {
+        None => return Ok(None),
+        Some(Value::Null) => return Ok(Some(Activation::Cancel)),
+        Some(Value::String(m)) => m.as_str(),
+        Some(other) => return Err(format!("activation.mode takes a string or null, not {other}")),
+    };
+    Ok(Some(match (mode, time) {
+        ("activate_immediate", None) => Activation::Immediate,
+        ("activate_immediate", Some(_)) => {
+            return Err("activation: an immediate activation takes no requested_time".into());
+        }
+        ("activate_scheduled_absolute", Some(t)) => Activation::Absolute(t),
+        ("activate_scheduled_relative", Some(t)) => Activation::Relative(t),
+        ("activate_scheduled_absolute" | "activate_scheduled_relative", None) => {
+            return Err(format!("activation: {mode} needs a requested_time"));
+        }
+        (other, _) => {
+            return Err(format!(
+                "activation.mode {other:?} is none of activate_immediate, activate_scheduled_absolute, \
+                 activate_scheduled_relative"
+            ));
+        }
+    }))
+}
+
+/// Checks `body`, a PATCH of a `side` resource whose constraints are
+/// `constraints` (one object per leg), and merges it into `staged`.
+pub fn patch(side: Side, staged: &Value, constraints: &Value, body: &Value) -> Result<Staged, String> {
+    let Value::Object(b) = body else {
+        return Err(format!("a PATCH of staged takes a JSON object, not {body}"));
+    };
+    let mut out: Map<String, Value> = staged.as_object().cloned().unwrap_or_default();
+    let legs = constraints.as_array().map_or(&[][..], Vec::as_slice);
+    let mut activation = None;
+    for (k, v) in b {
+        if !side.keys().contains(&k.as_str()) {
+            return Err(format!("staged has no field {k:?} ({})", side.keys().join(", ")));
+        }
+        match k.as_str() {
+            "master_enable" if !v.is_boolean() => return Err(format!("master_enable takes true or false, not {v}")),
+            "receiver_id" | "sender_id" => match v {
+                Value::Null => {}
+                Value::String(s) if is_uuid(s) => {}
+                _ => return Err(format!("{} takes an id (a UUID) or null, not {v}", side.peer_key())),
+            },
+            "activation" => activation = activation_of(v)?,
+            "transport_file" => {
+                let Value::Object(f) = v else {
+                    return Err(format!("transport_file takes an object, not {v}"));
+                };
+                if let Some(k) = f.keys().find(|k| *k != "data" && *k != "type") {
+                    return Err(format!("transport_file has no field {k:?} (data, type)"));
+                }
+                match (f.get("data"), f.get("type")) {
+                    (Some(Value::String(_)), Some(Value::String(t))) if t == "application/sdp" => {}
+                    (Some(Value::String(_)), Some(t)) => {
+                        return Err(format!("transport_file.type is {t}: only application/sdp is taken"));
+                    }
+                    (None | Some(Value::Null), None | Some(Value::Null)) => {}
+                    _ => return Err("transport_file needs data (the SDP) and type \"application/sdp\"".into()),
+                }
+            }
+            "transport_params" => {
+                let Value::Array(given) = v else {
+                    return Err(format!("transport_params takes an array, one object per leg, not {v}"));
+                };
+                if given.len() != legs.len() {
+                    return Err(format!(
+                        "transport_params has {} leg(s): this resource has {} (give {{}} for a leg left as it is)",
+                        given.len(),
+                        legs.len()
+                    ));
+                }
+                let mut merged = out
+                    .get("transport_params")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_else(|| vec![Value::Object(Map::new()); legs.len()]);
+                for (i, (leg, c)) in given.iter().zip(legs).enumerate() {
+                    let at = format!("transport_params[{i}]");
+                    let Value::Object(leg) = leg else {
+                        return Err(format!("{at} takes an object, not {leg}"));
+                    };
+                    for (pk, pv) in leg {
+                        let Some(constraint) = c.get(pk) else {
+                            let known: Vec<&String> = c.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+                            return Err(format!(
+                                "{at} has no parameter {pk:?} ({})",
+                                known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                            ));
+                        };
+                        check_param(pk, pv, constraint, &at)?;
+                        if let Some(Value::Object(m)) = merged.get_mut(i) {
+                            m.insert(pk.clone(), pv.clone());
+                        }
+                    }
+                }
+                out.insert(k.clone(), Value::Array(merged));
+                continue;
+            }
+            _ => {}
+        }
+        out.insert(k.clone(), v.clone());
+    }
+    Ok(Staged {
+        staged: Value::Object(out),
+        activation,
+    })
+}
+
+/// The time a staged activation is due: now for an immediate one, `now +
+/// offset` for a relative one.
+pub fn due(a: Activation, now: Tai) -> Option<Tai> {
+    match a {
+        Activation::Cancel => None,
+        Activation::Immediate => Some(now),
+        Activation::Absolute(t) => Some(t),
+        Activation::Relative(d) => Some(Tai::from_ns(now.as_ns() + d.as_ns())),
+    }
+}

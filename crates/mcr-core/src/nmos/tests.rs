@@ -1,0 +1,292 @@
+use std::net::IpAddr;
+
+use super::*;
+use crate::interfaces::InterfaceInfo;
+use crate::rule::{Mode, Redundancy};
+
+fn info() -> NodeInfo {
+    NodeInfo {
+        label: "relay-1".into(),
+        description: "a relay".into(),
+        hostname: "relay-1".into(),
+        api_host: "10.9.0.1".into(),
+        api_port: 9808,
+        protocol: "http",
+        authorization: false,
+    }
+}
+
+fn interfaces() -> Interfaces {
+    let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+    Interfaces::new([
+        InterfaceInfo::ethernet("eth0", 2, [ip("10.0.0.2")]),
+        InterfaceInfo::ethernet("eth1", 3, [ip("10.0.1.2"), ip("fd00::2")]),
+    ])
+}
+
+fn rule(name: &str, input: &str, outputs: &[&str]) -> Rule {
+    Rule::new(
+        name,
+        input.parse().expect("input"),
+        outputs.iter().map(|o| o.parse().expect("output")).collect(),
+    )
+}
+
+fn merged() -> Rule {
+    Rule {
+        redundancy: Some(Redundancy {
+            mode: "merge".parse::<Mode>().expect("mode"),
+            inputs: vec!["eth1:239.2.1.1:5001".parse().expect("input")],
+        }),
+        ..rule(
+            "m",
+            "eth0:239.1.1.1:5001,source=10.0.0.9",
+            &["eth1:239.10.1.1:6001,ttl=8"],
+        )
+    }
+}
+
+#[test]
+fn ids_are_uuids_of_the_seed_and_the_names_and_differ_between_nodes() {
+    let (a, b) = (Ids::new("host-a"), Ids::new("host-b"));
+    assert_eq!(a.sender("r", 0), Ids::new("host-a").sender("r", 0));
+    assert_ne!(a.sender("r", 0), b.sender("r", 0));
+    let all = [
+        a.node(),
+        a.device(),
+        a.source("r"),
+        a.flow("r"),
+        a.sender("r", 0),
+        a.sender("r", 1),
+        a.receiver("r"),
+    ];
+    let distinct: HashSet<Uuid> = all.iter().copied().collect();
+    assert_eq!(distinct.len(), all.len());
+    for id in all {
+        assert_eq!(id.get_version_num(), 5);
+        assert_eq!(id.to_string(), id.to_string().to_lowercase());
+    }
+}
+
+#[test]
+fn each_rule_is_a_source_and_flow_its_udp_outputs_senders_and_its_inputs_a_receiver() {
+    let rules = vec![
+        rule(
+            "a",
+            "eth0:239.1.1.1:5001",
+            &["eth1:239.10.1.1:6001", "eth1:10.0.1.9:7000"],
+        ),
+        merged(),
+        rule("s", "srt://0.0.0.0:9000", &["eth1:239.10.1.3:6001"]),
+    ];
+    let ids = Ids::new("seed");
+    let mut versions = Versions::default();
+    let v = build(&info(), &ids, &rules, &interfaces(), &mut versions);
+    assert_eq!(v.sources.len(), 3);
+    assert_eq!(v.flows.len(), 3);
+    assert_eq!(v.senders.len(), 4);
+    assert_eq!(v.receivers.len(), 2, "the SRT input is none");
+    assert!(
+        v.left_out.iter().any(|l| l.starts_with("s: an SRT")),
+        "{:?}",
+        v.left_out
+    );
+    // The merge is one receiver with two legs.
+    let m = &v.connection_receivers[1];
+    assert_eq!(m.id, ids.receiver("m").to_string());
+    let legs = m.active["transport_params"].as_array().expect("legs");
+    assert_eq!(legs.len(), 2);
+    assert_eq!(legs[0]["source_ip"], "10.0.0.9");
+    assert_eq!(legs[0]["multicast_ip"], "239.1.1.1");
+    assert_eq!(legs[0]["interface_ip"], "10.0.0.2");
+    assert_eq!(legs[1]["interface_ip"], "10.0.1.2");
+    assert_eq!(m.constraints.as_array().map(Vec::len), Some(2));
+    assert_eq!(v.receivers[1]["interface_bindings"], json!(["eth0", "eth1"]));
+    // The unicast output is a sender to the host.
+    let u = &v.connection_senders[1];
+    assert_eq!(u.active["transport_params"][0]["destination_ip"], "10.0.1.9");
+    assert_eq!(u.active["transport_params"][0]["source_ip"], "10.0.1.2");
+    // The device lists them all, and its control is the Connection API.
+    let d = &v.devices[0];
+    assert_eq!(d["senders"].as_array().map(Vec::len), Some(4));
+    assert_eq!(d["controls"][0]["href"], "http://10.9.0.1:9808/x-nmos/connection/v1.1/");
+    // The node lists the interfaces the rules use.
+    assert_eq!(v.node["interfaces"].as_array().map(Vec::len), Some(2));
+    assert_eq!(v.node["interfaces"][0]["port_id"], "02-00-00-00-00-02");
+    // Every sender's manifest is its transport file.
+    assert_eq!(
+        v.senders[0]["manifest_href"],
+        format!(
+            "http://10.9.0.1:9808/x-nmos/connection/v1.1/single/senders/{}/transportfile",
+            ids.sender("a", 0)
+        )
+    );
+}
+
+#[test]
+fn versions_stay_while_a_resource_says_the_same_and_grow_when_it_changes() {
+    let ids = Ids::new("seed");
+    let mut versions = Versions::default();
+    let mut rules = vec![rule("a", "eth0:239.1.1.1:5001", &["eth1:239.10.1.1:6001"]), merged()];
+    let v1 = build(&info(), &ids, &rules, &interfaces(), &mut versions);
+    let v2 = build(&info(), &ids, &rules, &interfaces(), &mut versions);
+    assert_eq!(v1, v2);
+    rules[0].outputs[0] = "eth1:239.10.1.9:6001".parse().expect("output");
+    let v3 = build(&info(), &ids, &rules, &interfaces(), &mut versions);
+    let version = |v: &Value| v["version"].as_str().expect("version").parse::<Tai>().expect("TAI");
+    assert!(version(&v3.senders[0]) > version(&v1.senders[0]));
+    assert_eq!(v3.senders[0]["id"], v1.senders[0]["id"], "the id stays");
+    // What did not change keeps its version.
+    assert_eq!(v3.receivers[1]["version"], v1.receivers[1]["version"]);
+    assert_eq!(v3.senders[1]["version"], v1.senders[1]["version"]);
+}
+
+#[test]
+fn a_senders_sdp_is_mpeg_ts_over_rtp_to_its_destination_with_its_source() {
+    let rules = vec![merged()];
+    let ids = Ids::new("seed");
+    let v = build(&info(), &ids, &rules, &interfaces(), &mut Versions::default());
+    let sdp = v.connection_senders[0].transport_file.clone().expect("an SDP");
+    let parsed = sdp_types::Session::parse(sdp.as_bytes()).expect("parses");
+    let m = &parsed.medias[0];
+    assert_eq!(m.port, 6001);
+    assert_eq!(m.fmt, "33");
+    assert_eq!(m.connections[0].connection_address, "239.10.1.1/8");
+    assert!(
+        sdp.contains("a=source-filter: incl IN IP4 239.10.1.1 10.0.1.2\r\n"),
+        "{sdp}"
+    );
+    assert!(sdp.contains("a=rtpmap:33 MP2T/90000\r\n"), "{sdp}");
+}
+
+#[test]
+fn tai_times_are_seconds_and_nanoseconds() {
+    let t: Tai = "1700000037:120000000".parse().expect("a time");
+    assert_eq!((t.secs, t.nanos), (1_700_000_037, 120_000_000));
+    assert_eq!(t.to_string(), "1700000037:120000000");
+    assert_eq!(Tai::from_utc_ns(t.utc_ns()), t);
+    assert_eq!(t.next().to_string(), "1700000037:120000001");
+    for bad in ["", "1", "1:", ":1", "1:1000000000", "-1:0", "1.5:0", "1:2:3"] {
+        assert!(bad.parse::<Tai>().is_err(), "{bad:?}");
+    }
+    assert!(tai_now().utc_ns() > 1_700_000_000_000_000_000);
+}
+
+mod staging {
+    use serde_json::json;
+
+    use super::super::Tai;
+    use super::super::stage::{Activation, Side, due, patch};
+
+    fn receiver() -> (serde_json::Value, serde_json::Value) {
+        let leg = json!({"source_ip": null, "multicast_ip": "239.1.1.1", "interface_ip": "10.0.0.2", "destination_port": 5001, "rtp_enabled": true});
+        let staged = json!({
+            "sender_id": null, "master_enable": true,
+            "activation": {"mode": null, "requested_time": null, "activation_time": null},
+            "transport_file": {"data": null, "type": null},
+            "transport_params": [leg.clone(), leg],
+        });
+        let c = json!({"source_ip": {}, "multicast_ip": {}, "interface_ip": {"enum": ["10.0.0.2"]}, "destination_port": {}, "rtp_enabled": {}});
+        (staged, json!([c.clone(), c]))
+    }
+
+    #[test]
+    fn a_patch_changes_what_it_names_and_keeps_the_rest() {
+        let (staged, c) = receiver();
+        let s = patch(Side::Receiver, &staged, &c, &json!({})).expect("an empty PATCH");
+        assert_eq!(s.staged, staged);
+        assert_eq!(s.activation, None);
+        let s = patch(
+            Side::Receiver,
+            &staged,
+            &c,
+            &json!({"transport_params": [{"multicast_ip": "239.1.1.9"}, {}], "activation": {"mode": "activate_immediate"}}),
+        )
+        .expect("a move");
+        assert_eq!(s.staged["transport_params"][0]["multicast_ip"], "239.1.1.9");
+        assert_eq!(s.staged["transport_params"][0]["destination_port"], 5001);
+        assert_eq!(s.staged["transport_params"][1], staged["transport_params"][1]);
+        assert_eq!(s.activation, Some(Activation::Immediate));
+    }
+
+    #[test]
+    fn each_mistake_is_refused_with_what_is_wrong() {
+        let (staged, c) = receiver();
+        for (body, says) in [
+            (json!([]), "JSON object"),
+            (json!({"bad": "data"}), "no field \"bad\""),
+            (json!({"master_enable": "yes"}), "master_enable takes"),
+            (json!({"sender_id": "not-a-uuid"}), "sender_id takes"),
+            (json!({"transport_params": [{}]}), "1 leg(s): this resource has 2"),
+            (
+                json!({"transport_params": [{"destination_port": 70000}, {}]}),
+                "takes a port",
+            ),
+            (
+                json!({"transport_params": [{"interface_ip": "10.9.9.9"}, {}]}),
+                "not one this leg takes",
+            ),
+            (
+                json!({"transport_params": [{"fec_enabled": true}, {}]}),
+                "no parameter \"fec_enabled\"",
+            ),
+            (
+                json!({"transport_params": [{"multicast_ip": 5}, {}]}),
+                "multicast_ip takes",
+            ),
+            (
+                json!({"activation": {"mode": "activate_scheduled_relative"}}),
+                "needs a requested_time",
+            ),
+            (
+                json!({"activation": {"mode": "activate_immediate", "requested_time": "1:0"}}),
+                "takes no requested_time",
+            ),
+            (json!({"activation": {"mode": "now"}}), "is none of"),
+            (
+                json!({"activation": {"mode": "activate_scheduled_absolute", "requested_time": "soon"}}),
+                "not a TAI time",
+            ),
+            (
+                json!({"transport_file": {"data": "v=0", "type": "text/plain"}}),
+                "only application/sdp",
+            ),
+        ] {
+            let e = patch(Side::Receiver, &staged, &c, &body).expect_err(&body.to_string());
+            assert!(e.contains(says), "{body}: {e}");
+        }
+        // A sender has no transport file.
+        let e = patch(Side::Sender, &json!({}), &json!([]), &json!({"transport_file": {}})).expect_err("refused");
+        assert!(e.contains("no field \"transport_file\""), "{e}");
+    }
+
+    #[test]
+    fn a_scheduled_activation_is_due_at_its_time_or_after_its_offset() {
+        let (staged, c) = receiver();
+        let now: Tai = "1000:500000000".parse().expect("time");
+        let rel = patch(
+            Side::Receiver,
+            &staged,
+            &c,
+            &json!({"activation": {"mode": "activate_scheduled_relative", "requested_time": "0:700000000"}}),
+        )
+        .expect("relative");
+        assert_eq!(
+            due(rel.activation.expect("one"), now),
+            Some("1001:200000000".parse().expect("t"))
+        );
+        let abs = patch(
+            Side::Receiver,
+            &staged,
+            &c,
+            &json!({"activation": {"mode": "activate_scheduled_absolute", "requested_time": "2000:0"}}),
+        )
+        .expect("absolute");
+        assert_eq!(
+            due(abs.activation.expect("one"), now),
+            Some("2000:0".parse().expect("t"))
+        );
+        let cancel = patch(Side::Receiver, &staged, &c, &json!({"activation": {"mode": null}})).expect("cancel");
+        assert_eq!(cancel.activation, Some(Activation::Cancel));
+    }
+}

@@ -1,0 +1,432 @@
+//! mcrd as an AMWA NMOS Node (`[daemon.nmos]`): every endpoint of its
+//! IS-04 v1.3 Node API and IS-05 v1.1 Connection API answers, by path
+//! with and without its trailing slash, with CORS headers, and what it
+//! answers is valid by AMWA's own JSON schemas; ids stay the same across
+//! a restart, and a resource's version moves only when what it says does.
+//!
+//! The schemas: AMWA's `APIs/schemas` of IS-04 v1.3 and IS-05 v1.1, as the
+//! `nmos` crate (a dev-dependency, from crates.io) ships them unchanged;
+//! found through `cargo metadata`, read from the crate's source, and
+//! checked with the `jsonschema` crate (draft 4, as they are written).
+
+use std::path::{Path, PathBuf};
+
+use mcr_testbed::TempDir;
+use mcr_testbed::config_file::HEAD;
+use mcr_testbed::http::{Answer, request};
+use mcr_testbed::presets::Chain;
+use mcr_testbed::relay::Relay;
+use serde_json::Value;
+
+const API: &str = "127.0.0.1:9808";
+
+/// AMWA's schemas, where the `nmos` crate keeps them.
+struct Schemas {
+    root: PathBuf,
+}
+
+/// Resolves the schemas' relative references (`resource_core.json`) in
+/// the schemas' own directory.
+struct Files {
+    root: PathBuf,
+}
+
+impl jsonschema::Retrieve for Files {
+    fn retrieve(&self, uri: &jsonschema::Uri<String>) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
+        let rel = uri
+            .as_str()
+            .strip_prefix("file:///amwa/")
+            .ok_or_else(|| format!("{uri} is not one of AMWA's schemas"))?;
+        let text = std::fs::read_to_string(self.root.join(rel))?;
+        Ok(serde_json::from_str(&text)?)
+    }
+}
+
+impl Schemas {
+    /// Finds the `nmos` crate's schemas through `cargo metadata`.
+    fn find() -> Schemas {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = std::process::Command::new(cargo)
+            // (This platform's dependencies only: offline, the others'
+            // sources are not there to read.)
+            .args(["metadata", "--format-version", "1", "--offline", "--filter-platform"])
+            .arg(format!("{}-unknown-linux-gnu", std::env::consts::ARCH))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("cargo metadata");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let meta: Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
+        let manifest = meta["packages"]
+            .as_array()
+            .expect("packages")
+            .iter()
+            .find(|p| p["name"] == "nmos")
+            .and_then(|p| p["manifest_path"].as_str())
+            .expect("the nmos crate among the packages");
+        let root = Path::new(manifest).parent().expect("its directory").join("schemas");
+        assert!(root.join("is-04/v1.3/node.json").exists(), "{}", root.display());
+        Schemas { root }
+    }
+
+    /// Checks `v` against schema `file` (`is-04/v1.3/node.json`).
+    fn check(&self, file: &str, v: &Value, what: &str) {
+        let errors = self.errors(file, v);
+        assert!(errors.is_empty(), "{what} is not valid by {file}: {errors:#?}\n{v:#}");
+    }
+
+    /// What schema `file` finds wrong with `v`.
+    fn errors(&self, file: &str, v: &Value) -> Vec<String> {
+        let text = std::fs::read_to_string(self.root.join(file)).expect("the schema");
+        let schema: Value = serde_json::from_str(&text).expect("schema JSON");
+        let validator = jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft4)
+            .with_base_uri(format!("file:///amwa/{file}"))
+            .with_retriever(Files {
+                root: self.root.clone(),
+            })
+            .should_validate_formats(true)
+            .build(&schema)
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        validator
+            .iter_errors(v)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect()
+    }
+}
+
+/// GET `path`, checked as every NMOS answer must be: CORS, the type, and
+/// the same answer by the path without (or with) its trailing slash.
+fn get(ns: &str, path: &str) -> Answer {
+    let a = request(ns, API, "GET", path, &[("Origin", "null")], b"");
+    assert_eq!(a.header("access-control-allow-origin"), Some("*"), "{path}");
+    let other = match path.strip_suffix('/') {
+        Some(p) => p.to_string(),
+        None => format!("{path}/"),
+    };
+    let b = request(ns, API, "GET", &other, &[], b"");
+    assert_eq!(
+        (a.status, &a.body),
+        (b.status, &b.body),
+        "{path} and {other} answer alike"
+    );
+    a
+}
+
+/// GET `path`: 200 and JSON, valid by `schema`.
+fn get_valid(ns: &str, schemas: &Schemas, path: &str, schema: &str) -> Value {
+    let a = get(ns, path);
+    assert_eq!(a.status, 200, "{path}: {}", a.text());
+    assert_eq!(a.header("content-type"), Some("application/json"), "{path}");
+    let v = a.json();
+    schemas.check(schema, &v, path);
+    v
+}
+
+fn config(dir: &TempDir, rules: &str) -> PathBuf {
+    let path = dir.path().join("mcrd.toml");
+    let text = format!("{HEAD}[daemon.nmos]\nlabel = \"relay under test\"\nid_seed = \"nmos-test\"\n\n{rules}");
+    std::fs::write(&path, text).expect("write the config");
+    path
+}
+
+/// A plain rule with a multicast and a unicast output, and a merge of two
+/// legs.
+const RULES: &str = r#"[[rule]]
+name = "plain"
+input = "veth1:239.1.1.1:5001"
+outputs = ["veth2:239.10.1.1:6001,ttl=8", "veth2:10.0.1.2:7001"]
+
+[[rule]]
+name = "two-legs"
+inputs = ["veth1:239.1.1.2:5002,source=10.0.0.1", "veth1:239.2.1.2:5002,source=10.0.0.1"]
+mode = "merge"
+outputs = ["veth2:239.10.1.2:6002"]
+"#;
+
+#[test]
+fn every_endpoint_answers_valid_by_amwas_schemas_by_both_path_forms_with_cors() {
+    let schemas = Schemas::find();
+    let c = Chain::new("nmos-api").expect("chain");
+    let dir = TempDir::new("nmos-api").expect("dir");
+    let path = config(&dir, RULES);
+    let relay = Relay::start(&c.relay, &["--config", path.to_str().expect("utf-8")]).expect("mcrd");
+    let ns = c.relay.name();
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .expect("a listing")
+            .iter()
+            .map(|x| x.as_str().expect("a name").to_string())
+            .collect()
+    };
+    assert_eq!(names(&get(ns, "/x-nmos/").json()), ["node/", "connection/"]);
+    assert_eq!(names(&get(ns, "/x-nmos/node/").json()), ["v1.3/"]);
+    assert_eq!(names(&get(ns, "/x-nmos/connection/").json()), ["v1.1/"]);
+
+    // IS-04: every resource, listed and by id.
+    let node = "/x-nmos/node/v1.3";
+    get_valid(ns, &schemas, &format!("{node}/"), "is-04/v1.3/nodeapi-base.json");
+    let me = get_valid(ns, &schemas, &format!("{node}/self"), "is-04/v1.3/node.json");
+    assert_eq!(me["label"], "relay under test");
+    // (The schemas do refuse: a node without its href, or with a version
+    // that is no TAI time.)
+    let mut broken = me.clone();
+    broken.as_object_mut().expect("an object").remove("href");
+    assert!(!schemas.errors("is-04/v1.3/node.json", &broken).is_empty());
+    broken = me.clone();
+    broken["version"] = Value::String("yesterday".into());
+    assert!(!schemas.errors("is-04/v1.3/node.json", &broken).is_empty());
+    assert_eq!(me["api"]["endpoints"][0]["port"], 9808);
+    let mut by_kind = std::collections::BTreeMap::new();
+    for (kind, one) in [
+        ("devices", "device"),
+        ("sources", "source"),
+        ("flows", "flow"),
+        ("senders", "sender"),
+        ("receivers", "receiver"),
+    ] {
+        let list = get_valid(
+            ns,
+            &schemas,
+            &format!("{node}/{kind}/"),
+            &format!("is-04/v1.3/{kind}.json"),
+        );
+        for r in list.as_array().expect("a list") {
+            let id = r["id"].as_str().expect("an id");
+            let single = get_valid(
+                ns,
+                &schemas,
+                &format!("{node}/{kind}/{id}"),
+                &format!("is-04/v1.3/{one}.json"),
+            );
+            assert_eq!(&single, r);
+        }
+        by_kind.insert(kind, list.as_array().cloned().unwrap_or_default());
+    }
+    // Two rules: two sources and flows (MPEG-TS, BCP-006-04), three
+    // senders, two receivers (the merge one with two legs), one device
+    // that lists them all.
+    let count = |k: &str| by_kind[k].len();
+    assert_eq!(
+        [
+            count("devices"),
+            count("sources"),
+            count("flows"),
+            count("senders"),
+            count("receivers")
+        ],
+        [1, 2, 2, 3, 2]
+    );
+    for f in &by_kind["flows"] {
+        assert_eq!(
+            (f["format"].as_str(), f["media_type"].as_str()),
+            (Some("urn:x-nmos:format:mux"), Some("video/MP2T"))
+        );
+    }
+    let device = &by_kind["devices"][0];
+    assert_eq!(device["senders"].as_array().map(Vec::len), Some(3));
+    assert_eq!(
+        device["controls"][0]["href"],
+        "http://127.0.0.1:9808/x-nmos/connection/v1.1/"
+    );
+    let merge = by_kind["receivers"]
+        .iter()
+        .find(|r| r["label"] == "two-legs input")
+        .expect("the merge's receiver");
+    assert_eq!(merge["interface_bindings"].as_array().map(Vec::len), Some(2));
+
+    // IS-05: every sender and receiver, each endpoint.
+    let conn = "/x-nmos/connection/v1.1";
+    get_valid(ns, &schemas, &format!("{conn}/"), "is-05/v1.1/connectionapi-base.json");
+    get_valid(
+        ns,
+        &schemas,
+        &format!("{conn}/single/"),
+        "is-05/v1.1/connectionapi-single.json",
+    );
+    get_valid(
+        ns,
+        &schemas,
+        &format!("{conn}/bulk/"),
+        "is-05/v1.1/connectionapi-bulk.json",
+    );
+    for (kind, one) in [("senders", "sender"), ("receivers", "receiver")] {
+        let ids = get_valid(
+            ns,
+            &schemas,
+            &format!("{conn}/single/{kind}/"),
+            "is-05/v1.1/sender-receiver-base.json",
+        );
+        let ids = names(&ids);
+        let mut want: Vec<String> = by_kind[kind]
+            .iter()
+            .map(|r| format!("{}/", r["id"].as_str().expect("id")))
+            .collect();
+        let mut got = ids.clone();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "IS-05's {kind} are IS-04's");
+        for id in ids {
+            let at = format!("{conn}/single/{kind}/{id}");
+            get_valid(ns, &schemas, &at, &format!("is-05/v1.1/connectionapi-{one}.json"));
+            let constraints = get_valid(
+                ns,
+                &schemas,
+                &format!("{at}constraints"),
+                "is-05/v1.1/constraints-schema.json",
+            );
+            let active = get_valid(
+                ns,
+                &schemas,
+                &format!("{at}active"),
+                &format!("is-05/v1.1/{one}-response-schema.json"),
+            );
+            get_valid(
+                ns,
+                &schemas,
+                &format!("{at}staged"),
+                &format!("is-05/v1.1/{one}-response-schema.json"),
+            );
+            get_valid(
+                ns,
+                &schemas,
+                &format!("{at}transporttype"),
+                "is-05/v1.1/transporttype-response-schema.json",
+            );
+            // As many legs everywhere, each constrained in every parameter.
+            let legs = active["transport_params"].as_array().expect("legs");
+            assert_eq!(constraints.as_array().map(Vec::len), Some(legs.len()), "{at}");
+            for (leg, c) in legs.iter().zip(constraints.as_array().expect("legs")) {
+                let keys = |v: &Value| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>());
+                assert_eq!(keys(leg), keys(c), "{at}");
+            }
+            if kind == "senders" {
+                // The transport file is the manifest: an SDP of MPEG-TS
+                // over RTP to the sender's destination.
+                let sdp = get(ns, &format!("{at}transportfile"));
+                assert_eq!(sdp.status, 200, "{}", sdp.text());
+                assert_eq!(sdp.header("content-type"), Some("application/sdp"));
+                let text = sdp.text();
+                let p = &legs[0];
+                assert!(
+                    text.contains(&format!("m=video {} RTP/AVP 33\r\n", p["destination_port"])),
+                    "{text}"
+                );
+                assert!(
+                    text.contains(p["destination_ip"].as_str().expect("an address")),
+                    "{text}"
+                );
+                let manifest = by_kind["senders"]
+                    .iter()
+                    .find(|s| format!("{}/", s["id"].as_str().expect("id")) == id)
+                    .and_then(|s| s["manifest_href"].as_str())
+                    .expect("a manifest");
+                let local = manifest.strip_prefix("http://127.0.0.1:9808").expect("on this server");
+                assert_eq!(get(ns, local).body, sdp.body);
+            }
+        }
+    }
+
+    // Errors: an unknown id is 404 as an NMOS error document; a preflight
+    // is answered with the methods and headers.
+    let missing = get(ns, &format!("{node}/senders/00000000-0000-5000-8000-000000000000"));
+    assert_eq!(missing.status, 404);
+    schemas.check("is-04/v1.3/error.json", &missing.json(), "a 404");
+    assert_eq!(missing.json()["code"], 404);
+    let pre = request(
+        ns,
+        API,
+        "OPTIONS",
+        &format!("{conn}/single/senders/"),
+        &[
+            ("Origin", "null"),
+            ("Access-Control-Request-Method", "GET"),
+            ("Access-Control-Request-Headers", "Content-Type"),
+        ],
+        b"",
+    );
+    assert_eq!(pre.status, 200);
+    assert!(
+        pre.header("access-control-allow-methods")
+            .is_some_and(|m| m.contains("GET") && m.contains("PATCH"))
+    );
+    assert!(
+        pre.header("access-control-allow-headers")
+            .is_some_and(|h| h.contains("Content-Type"))
+    );
+    // mcrctl shows the same ids.
+    let shown = relay.ctl_ok(&["nmos"]).expect("mcrctl nmos");
+    for r in by_kind["senders"].iter().chain(&by_kind["receivers"]) {
+        assert!(shown.contains(r["id"].as_str().expect("id")), "{shown}");
+    }
+    assert!(shown.contains(me["id"].as_str().expect("node id")), "{shown}");
+}
+
+#[test]
+fn ids_stay_across_a_restart_and_versions_move_only_with_what_changed() {
+    let c = Chain::new("nmos-ids").expect("chain");
+    let dir = TempDir::new("nmos-ids").expect("dir");
+    let path = config(&dir, RULES);
+    let args = ["--config", path.to_str().expect("utf-8")];
+    let relay = Relay::start(&c.relay, &args).expect("mcrd");
+    let ns = c.relay.name();
+    let senders = |ns: &str| -> Vec<Value> {
+        let a = get(ns, "/x-nmos/node/v1.3/senders");
+        a.json().as_array().cloned().expect("senders")
+    };
+    let before = senders(ns);
+    assert_eq!(senders(ns), before, "asked again, the same");
+    // The plain rule's second output moves to another host.
+    relay
+        .add_rule(
+            "plain",
+            "veth1:239.1.1.1:5001",
+            &["veth2:239.10.1.1:6001,ttl=8", "veth2:10.0.1.9:7001"],
+        )
+        .expect("replace the rule");
+    let after = senders(ns);
+    let ids = |l: &[Value]| {
+        let mut v: Vec<String> = l.iter().map(|s| s["id"].as_str().expect("id").to_string()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(ids(&after), ids(&before), "the ids stay");
+    let version = |s: &Value| -> (u64, u32) {
+        let (secs, nanos) = s["version"].as_str().expect("a version").split_once(':').expect("s:ns");
+        (secs.parse().expect("secs"), nanos.parse().expect("ns"))
+    };
+    for b in &before {
+        let a = after.iter().find(|a| a["id"] == b["id"]).expect("still there");
+        if b["label"].as_str().is_some_and(|l| l.contains("10.0.1.2:7001")) {
+            assert_eq!(a["label"], "plain to 10.0.1.9:7001");
+            assert!(
+                version(a) > version(b),
+                "the moved sender's version grows: {b} then {a}"
+            );
+        } else {
+            assert_eq!(a, b, "the others say the same, with the same version");
+        }
+    }
+    // A restart: the same ids (the node's, too).
+    let node_id = get(ns, "/x-nmos/node/v1.3/self").json()["id"].clone();
+    relay.stop().expect("stop");
+    let relay = Relay::start(&c.relay, &args).expect("mcrd again");
+    assert_eq!(ids(&senders(ns)), ids(&before), "ids after a restart");
+    assert_eq!(get(ns, "/x-nmos/node/v1.3/self").json()["id"], node_id);
+    drop(relay);
+}
+
+#[test]
+fn without_the_nmos_table_there_is_no_node() {
+    let c = Chain::new("nmos-off").expect("chain");
+    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    let a = request(c.relay.name(), API, "GET", "/x-nmos/node/v1.3/self", &[], b"");
+    assert_eq!(a.status, 422, "{}", a.text());
+    assert!(
+        a.json()["error"].as_str().is_some_and(|e| e.contains("[daemon.nmos]")),
+        "{}",
+        a.text()
+    );
+    let out = relay.ctl(&["nmos"]).expect("mcrctl");
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("[daemon.nmos]"), "{}", out.stderr);
+}

@@ -81,6 +81,15 @@ pub enum Request {
     /// The relay as an AMWA NMOS Node: its resources (IS-04) and its
     /// senders' and receivers' connection state (IS-05).
     Nmos {},
+    /// An IS-05 PATCH of a sender's or receiver's `staged` endpoint.
+    NmosStage {
+        /// A receiver (else a sender).
+        receiver: bool,
+        /// Its id.
+        id: String,
+        /// The PATCH's body.
+        body: serde_json::Value,
+    },
     /// The relay's role (active or standby); with `set`, change it first.
     Role {
         /// The role to take.
@@ -251,6 +260,14 @@ pub enum Reply {
     Store(StoreStatus),
     /// To `nmos`.
     Nmos(Box<crate::nmos::NmosView>),
+    /// To `nmos_stage`: the HTTP status IS-05 gives the answer, and its
+    /// body (the staged parameters, or an NMOS error).
+    NmosStaged {
+        /// 200, 202, or an error's code.
+        status: u16,
+        /// The body.
+        body: serde_json::Value,
+    },
     /// To anything that failed.
     Error {
         /// What failed.

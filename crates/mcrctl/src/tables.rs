@@ -202,6 +202,9 @@ pub fn render(r: &Reply) -> String {
         }
         Reply::Store(s) => store_status(&mut o, s),
         Reply::Nmos(v) => nmos(&mut o, v),
+        Reply::NmosStaged { status, body } => {
+            let _ = writeln!(o, "{status} {body}");
+        }
         Reply::Restarting { binary, version, pid } => {
             let _ = writeln!(o, "mcrd (pid {pid}) hands over to {} ({version})", binary.display());
         }

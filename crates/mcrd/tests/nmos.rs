@@ -10,15 +10,17 @@
 //! checked with the `jsonschema` crate (draft 4, as they are written).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use mcr_testbed::TempDir;
 use mcr_testbed::config_file::HEAD;
 use mcr_testbed::http::{Answer, request};
 use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const API: &str = "127.0.0.1:9808";
+const MINUTES: Duration = Duration::from_secs(180);
 
 /// AMWA's schemas, where the `nmos` crate keeps them.
 struct Schemas {
@@ -429,4 +431,200 @@ fn without_the_nmos_table_there_is_no_node() {
     let out = relay.ctl(&["nmos"]).expect("mcrctl");
     assert_ne!(out.code, Some(0));
     assert!(out.stderr.contains("[daemon.nmos]"), "{}", out.stderr);
+}
+
+/// PATCH `body` to `path` (no token: from this host, where mcrd takes
+/// changes only with one, so the relay is started with a token file).
+fn patch(ns: &str, path: &str, body: &Value) -> Answer {
+    let text = body.to_string();
+    request(
+        ns,
+        API,
+        "PATCH",
+        path,
+        &[
+            ("Content-Type", "application/json"),
+            ("Authorization", &format!("Bearer {TOKEN}")),
+        ],
+        text.as_bytes(),
+    )
+}
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+/// Rule `name`'s first input, as text.
+fn input_of(relay: &Relay, name: &str) -> String {
+    relay
+        .rule_list()
+        .expect("rules")
+        .iter()
+        .find(|r| r.name == name)
+        .map(|r| r.input.to_string())
+        .unwrap_or_default()
+}
+
+/// Two rules; a controller moves one's receiver to another group (IS-05,
+/// immediate) while both streams flow: the untouched rule loses nothing,
+/// the moved one carries the new group's stream from the activation on,
+/// every packet checked; then a relative activation moves it back at its
+/// time (how close is printed), and what cannot be staged is refused.
+#[test]
+fn an_is05_patch_moves_a_receiver_and_the_other_rules_stream_loses_nothing() {
+    let _lock = mcr_testbed::traffic_lock().expect("lock");
+    let schemas = Schemas::find();
+    let c = Chain::new("nmos-move").expect("chain");
+    let dir = TempDir::new("nmos-move").expect("dir");
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN).expect("token");
+    let mut perms = std::fs::metadata(&token).expect("meta").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o600);
+    std::fs::set_permissions(&token, perms).expect("chmod");
+    let path = config(
+        &dir,
+        r#"[[rule]]
+name = "moved"
+input = "veth1:239.1.1.1:5001"
+outputs = ["veth2:239.10.1.1:6001"]
+
+[[rule]]
+name = "steady"
+input = "veth1:239.1.1.2:5002"
+outputs = ["veth2:239.10.1.2:6002"]
+"#,
+    );
+    let relay = Relay::start(
+        &c.relay,
+        &[
+            "--config",
+            path.to_str().expect("utf-8"),
+            "--http-token-file",
+            token.to_str().expect("utf-8"),
+        ],
+    )
+    .expect("mcrd");
+    let ns = c.relay.name();
+    let receivers = get(ns, "/x-nmos/node/v1.3/receivers").json();
+    let moved = receivers
+        .as_array()
+        .expect("receivers")
+        .iter()
+        .find(|r| r["label"] == "moved input")
+        .expect("the moved rule's receiver")
+        .clone();
+    let id = moved["id"].as_str().expect("id").to_string();
+    let staged = format!("/x-nmos/connection/v1.1/single/receivers/{id}/staged");
+    let active = format!("/x-nmos/connection/v1.1/single/receivers/{id}/active");
+
+    // The generator sends the moved rule's new group and the steady
+    // rule's stream, 3,000 packets each at 500 pps (6 s).
+    const N: u64 = 3000;
+    let rx = c
+        .expect_at_sink("239.10.1.1:6001,239.10.1.2:6002", N, &["--idle-timeout", "3s"])
+        .expect("recv");
+    let sender = c.send_from_generator_meanwhile("239.1.1.9:5001,239.1.1.2:5002", N, "1000", MINUTES);
+    std::thread::sleep(Duration::from_secs(2));
+    let a = patch(
+        ns,
+        &staged,
+        &json!({"transport_params": [{"multicast_ip": "239.1.1.9"}], "activation": {"mode": "activate_immediate"}}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let answer = a.json();
+    schemas.check(
+        "is-05/v1.1/receiver-response-schema.json",
+        &answer,
+        "the PATCH's answer",
+    );
+    assert_eq!(answer["activation"]["mode"], "activate_immediate");
+    assert!(answer["activation"]["activation_time"].is_string(), "{answer}");
+    let now_active = get_valid(ns, &schemas, &active, "is-05/v1.1/receiver-response-schema.json");
+    assert_eq!(now_active["transport_params"][0]["multicast_ip"], "239.1.1.9");
+    assert_eq!(now_active["activation"], answer["activation"]);
+    assert_eq!(input_of(&relay, "moved"), "veth1:239.1.1.9:5001");
+    let after = get(ns, &format!("/x-nmos/node/v1.3/receivers/{id}")).json();
+    assert_ne!(
+        after["version"], moved["version"],
+        "an activation moves the receiver's version"
+    );
+    assert_eq!(sender.join().expect("sender").expect("send").packets, 2 * N);
+    let got = rx.finish(MINUTES).expect("recv done");
+    for s in &got.report.streams {
+        assert_eq!(
+            (s.duplicated, s.reordered, s.corrupted),
+            (0, 0, 0),
+            "{}: {:?}",
+            s.destination,
+            s.problems(Some(N))
+        );
+        if s.destination.starts_with("239.10.1.2") {
+            assert_eq!(
+                s.received,
+                N,
+                "the steady rule loses nothing: {:?}",
+                s.problems(Some(N))
+            );
+        } else {
+            // From the activation on, every packet: one hole, at the start.
+            assert!(s.received > N / 4, "{s:?}");
+            assert!(s.holes.len() <= 1 && s.holes.iter().all(|h| h.0 == 0), "{:?}", s.holes);
+            assert_eq!(s.received + s.lost, N, "{:?}", s.problems(Some(N)));
+        }
+    }
+
+    // Back, 300 ms after the PATCH: 202, due at its time.
+    let a = patch(
+        ns,
+        &staged,
+        &json!({"transport_params": [{"multicast_ip": "239.1.1.1"}],
+                "activation": {"mode": "activate_scheduled_relative", "requested_time": "0:300000000"}}),
+    );
+    assert_eq!(a.status, 202, "{}", a.text());
+    let due = a.json()["activation"]["activation_time"]
+        .as_str()
+        .expect("when")
+        .to_string();
+    // Staging anything else meanwhile is refused (423) until it is done.
+    let locked = patch(ns, &staged, &json!({"master_enable": true}));
+    assert_eq!(locked.status, 423, "{}", locked.text());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let done = loop {
+        let a = get(ns, &active).json();
+        if a["transport_params"][0]["multicast_ip"] == "239.1.1.1" {
+            break a;
+        }
+        assert!(std::time::Instant::now() < deadline, "not activated: {a}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(done["activation"]["mode"], "activate_scheduled_relative");
+    let ns_of = |t: &str| {
+        let (s, n) = t.split_once(':').expect("s:ns");
+        s.parse::<u128>().expect("s") * 1_000_000_000 + n.parse::<u128>().expect("ns")
+    };
+    let late = ns_of(done["activation"]["activation_time"].as_str().expect("time")).saturating_sub(ns_of(&due));
+    eprintln!(
+        "the scheduled activation came {:.3} ms after its time",
+        late as f64 / 1e6
+    );
+
+    // What cannot be staged is refused, with the reason, and changes
+    // nothing.
+    for (body, status) in [
+        (json!({"bad": "data"}), 400),
+        (json!({"transport_params": [{"interface_ip": "10.9.9.9"}]}), 400),
+        (
+            json!({"master_enable": false, "activation": {"mode": "activate_immediate"}}),
+            501,
+        ),
+    ] {
+        let a = patch(ns, &staged, &body);
+        assert_eq!(a.status, status, "{body}: {}", a.text());
+        schemas.check("is-05/v1.1/error.json", &a.json(), "a refusal");
+    }
+    let a = patch(
+        ns,
+        &staged,
+        &json!({"master_enable": true, "activation": {"mode": null}}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(input_of(&relay, "moved"), "veth1:239.1.1.1:5001");
 }

@@ -334,8 +334,17 @@ fn addresses_of(interfaces: &Interfaces, name: &str, like: IpAddr) -> Vec<IpAddr
         .unwrap_or_default()
 }
 
-/// Builds what the APIs answer for `rules`.
-pub fn build(info: &NodeInfo, ids: &Ids, rules: &[Rule], interfaces: &Interfaces, versions: &mut Versions) -> NmosView {
+/// Builds what the APIs answer for `rules`; `peers` names the other end
+/// an IS-05 activation gave a sender or receiver (by its id).
+pub fn build(
+    info: &NodeInfo,
+    ids: &Ids,
+    rules: &[Rule],
+    interfaces: &Interfaces,
+    versions: &mut Versions,
+    peers: &HashMap<String, Value>,
+) -> NmosView {
+    let peer = |id: &Uuid| peers.get(&id.to_string()).cloned().unwrap_or(Value::Null);
     let now = tai_now();
     let base = info.base_url();
     let (node_id, device_id) = (ids.node(), ids.device());
@@ -390,7 +399,7 @@ pub fn build(info: &NodeInfo, ids: &Ids, rules: &[Rule], interfaces: &Interfaces
                     "device_id": device_id.to_string(),
                     "transport": TRANSPORT,
                     "interface_bindings": legs.iter().map(|l| l.interface.clone()).collect::<Vec<_>>(),
-                    "subscription": {"sender_id": null, "active": true},
+                    "subscription": {"sender_id": peer(&id), "active": true},
                     "format": "urn:x-nmos:format:mux",
                     "caps": {"media_types": ["video/MP2T"]},
                 }),
@@ -410,7 +419,7 @@ pub fn build(info: &NodeInfo, ids: &Ids, rules: &[Rule], interfaces: &Interfaces
                 })
                 .collect();
             let state = json!({
-                "sender_id": null,
+                "sender_id": peer(&id),
                 "master_enable": true,
                 "activation": no_activation(),
                 "transport_file": {"data": null, "type": null},
@@ -482,7 +491,7 @@ pub fn build(info: &NodeInfo, ids: &Ids, rules: &[Rule], interfaces: &Interfaces
                     "device_id": device_id.to_string(),
                     "manifest_href": href,
                     "interface_bindings": [o.interface.clone()],
-                    "subscription": {"receiver_id": null, "active": true},
+                    "subscription": {"receiver_id": peer(&id), "active": true},
                 }),
                 versions,
                 now,
@@ -494,7 +503,7 @@ pub fn build(info: &NodeInfo, ids: &Ids, rules: &[Rule], interfaces: &Interfaces
                 "source_ip",
             );
             let state = json!({
-                "receiver_id": null,
+                "receiver_id": peer(&id),
                 "master_enable": true,
                 "activation": no_activation(),
                 "transport_params": [params],

@@ -11,11 +11,13 @@
 //! constraint (`enum`, `minimum`, `maximum`). Keys the PATCH leaves out
 //! keep what was staged.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use serde_json::{Map, Value};
 
 use super::Tai;
+use crate::interfaces::Interfaces;
+use crate::rule::{Input, Output, Rule, SourcePolicy};
 
 /// Which side a resource is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,4 +266,134 @@ pub fn due(a: Activation, now: Tai) -> Option<Tai> {
         Activation::Absolute(t) => Some(t),
         Activation::Relative(d) => Some(Tai::from_ns(now.as_ns() + d.as_ns())),
     }
+}
+
+/// Why an activation cannot be carried out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// What was staged cannot be (an address of no interface, say): 400.
+    Invalid(String),
+    /// IS-05 allows it, MCR does not do it yet: 501.
+    NotServed(String),
+}
+
+fn address(v: &Value, key: &str, leg: usize) -> Result<Option<IpAddr>, Refused> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s == "auto" => Ok(None),
+        Some(Value::String(s)) => s
+            .parse()
+            .map(Some)
+            .map_err(|_| Refused::Invalid(format!("transport_params[{leg}].{key}: {s:?} is no address"))),
+        Some(other) => Err(Refused::Invalid(format!(
+            "transport_params[{leg}].{key}: {other} is no address"
+        ))),
+    }
+}
+
+fn port(v: &Value, key: &str) -> Option<u16> {
+    v.get(key).and_then(Value::as_u64).and_then(|p| u16::try_from(p).ok())
+}
+
+fn enabled(staged: &Value, legs: &[Value]) -> Result<(), Refused> {
+    if staged.get("master_enable") == Some(&Value::Bool(false)) {
+        return Err(Refused::NotServed(
+            "master_enable false: parking a sender or receiver is not served yet (remove the rule, or its output, \
+             with mcrctl)"
+                .into(),
+        ));
+    }
+    if legs.iter().any(|l| l.get("rtp_enabled") == Some(&Value::Bool(false))) {
+        return Err(Refused::NotServed(
+            "rtp_enabled false: turning one leg off is not served yet".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The interface that has `address`.
+fn interface_with(interfaces: &Interfaces, address: IpAddr, leg: usize) -> Result<String, Refused> {
+    interfaces
+        .iter()
+        .find(|i| i.addresses.contains(&address))
+        .map(|i| i.name.clone())
+        .ok_or_else(|| {
+            Refused::Invalid(format!(
+                "transport_params[{leg}].interface_ip {address} is no interface's address"
+            ))
+        })
+}
+
+/// Rule `rule` taking what receiver `staged` says: each leg's group (or,
+/// with no group, the interface's own address), port, source filter and
+/// interface.
+pub fn receiver_rule(rule: &Rule, staged: &Value, interfaces: &Interfaces) -> Result<Rule, Refused> {
+    let legs = staged["transport_params"].as_array().cloned().unwrap_or_default();
+    enabled(staged, &legs)?;
+    let mut inputs: Vec<Input> = rule.inputs().cloned().collect();
+    if legs.len() != inputs.len() {
+        return Err(Refused::Invalid(format!(
+            "{} leg(s) staged for {} input(s)",
+            legs.len(),
+            inputs.len()
+        )));
+    }
+    for (k, (input, leg)) in inputs.iter_mut().zip(&legs).enumerate() {
+        let Input::Udp(u) = input else {
+            return Err(Refused::Invalid(format!("input {} is not UDP", k + 1)));
+        };
+        if let Some(a) = address(leg, "interface_ip", k)? {
+            u.interface = interface_with(interfaces, a, k)?;
+        }
+        let to = match address(leg, "multicast_ip", k)? {
+            Some(g) => g,
+            // Unicast: to the interface's own address.
+            None => match address(leg, "interface_ip", k)? {
+                Some(a) => a,
+                None if u.destination.ip().is_multicast() => interfaces
+                    .get(&u.interface)
+                    .and_then(|i| i.address_like(u.destination.ip()))
+                    .ok_or_else(|| {
+                        Refused::Invalid(format!("transport_params[{k}]: no address to take the stream at"))
+                    })?,
+                None => u.destination.ip(),
+            },
+        };
+        u.destination = SocketAddr::new(to, port(leg, "destination_port").unwrap_or(u.destination.port()));
+        u.sources = address(leg, "source_ip", k)?.into_iter().collect();
+    }
+    let mut out = rule.clone();
+    let mut it = inputs.into_iter();
+    if let Some(first) = it.next() {
+        out.input = first;
+    }
+    if let Some(r) = &mut out.redundancy {
+        r.inputs = it.collect();
+    }
+    Ok(out)
+}
+
+/// Rule `rule` with output `k` sending as sender `staged` says: its
+/// destination and port, and its source address.
+pub fn sender_rule(rule: &Rule, k: usize, staged: &Value, interfaces: &Interfaces) -> Result<Rule, Refused> {
+    let legs = staged["transport_params"].as_array().cloned().unwrap_or_default();
+    enabled(staged, &legs)?;
+    let mut out = rule.clone();
+    let Some(Output::Udp(o)) = out.outputs.get_mut(k) else {
+        return Err(Refused::Invalid(format!("output {} is not UDP", k + 1)));
+    };
+    let Some(leg) = legs.first() else {
+        return Err(Refused::Invalid("no leg staged".into()));
+    };
+    let to = address(leg, "destination_ip", 0)?.unwrap_or(o.destination.ip());
+    o.destination = SocketAddr::new(to, port(leg, "destination_port").unwrap_or(o.destination.port()));
+    if let Some(s) = address(leg, "source_ip", 0)? {
+        let own = interfaces.get(&o.interface).and_then(|i| i.address_like(to));
+        o.source = if own == Some(s) {
+            SourcePolicy::Interface
+        } else {
+            SourcePolicy::Address(s)
+        };
+    }
+    Ok(out)
 }

@@ -81,7 +81,7 @@ fn each_rule_is_a_source_and_flow_its_udp_outputs_senders_and_its_inputs_a_recei
     ];
     let ids = Ids::new("seed");
     let mut versions = Versions::default();
-    let v = build(&info(), &ids, &rules, &interfaces(), &mut versions);
+    let v = build(&info(), &ids, &rules, &interfaces(), &mut versions, &HashMap::new());
     assert_eq!(v.sources.len(), 3);
     assert_eq!(v.flows.len(), 3);
     assert_eq!(v.senders.len(), 4);
@@ -128,11 +128,11 @@ fn versions_stay_while_a_resource_says_the_same_and_grow_when_it_changes() {
     let ids = Ids::new("seed");
     let mut versions = Versions::default();
     let mut rules = vec![rule("a", "eth0:239.1.1.1:5001", &["eth1:239.10.1.1:6001"]), merged()];
-    let v1 = build(&info(), &ids, &rules, &interfaces(), &mut versions);
-    let v2 = build(&info(), &ids, &rules, &interfaces(), &mut versions);
+    let v1 = build(&info(), &ids, &rules, &interfaces(), &mut versions, &HashMap::new());
+    let v2 = build(&info(), &ids, &rules, &interfaces(), &mut versions, &HashMap::new());
     assert_eq!(v1, v2);
     rules[0].outputs[0] = "eth1:239.10.1.9:6001".parse().expect("output");
-    let v3 = build(&info(), &ids, &rules, &interfaces(), &mut versions);
+    let v3 = build(&info(), &ids, &rules, &interfaces(), &mut versions, &HashMap::new());
     let version = |v: &Value| v["version"].as_str().expect("version").parse::<Tai>().expect("TAI");
     assert!(version(&v3.senders[0]) > version(&v1.senders[0]));
     assert_eq!(v3.senders[0]["id"], v1.senders[0]["id"], "the id stays");
@@ -145,7 +145,14 @@ fn versions_stay_while_a_resource_says_the_same_and_grow_when_it_changes() {
 fn a_senders_sdp_is_mpeg_ts_over_rtp_to_its_destination_with_its_source() {
     let rules = vec![merged()];
     let ids = Ids::new("seed");
-    let v = build(&info(), &ids, &rules, &interfaces(), &mut Versions::default());
+    let v = build(
+        &info(),
+        &ids,
+        &rules,
+        &interfaces(),
+        &mut Versions::default(),
+        &HashMap::new(),
+    );
     let sdp = v.connection_senders[0].transport_file.clone().expect("an SDP");
     let parsed = sdp_types::Session::parse(sdp.as_bytes()).expect("parses");
     let m = &parsed.medias[0];
@@ -288,5 +295,57 @@ mod staging {
         );
         let cancel = patch(Side::Receiver, &staged, &c, &json!({"activation": {"mode": null}})).expect("cancel");
         assert_eq!(cancel.activation, Some(Activation::Cancel));
+    }
+}
+
+mod activating {
+    use serde_json::json;
+
+    use super::super::stage::{Refused, receiver_rule, sender_rule};
+    use super::{interfaces, merged, rule};
+    use crate::rule::SourcePolicy;
+
+    #[test]
+    fn a_receivers_legs_become_the_rules_inputs() {
+        let r = merged();
+        let staged = json!({"master_enable": true, "transport_params": [
+            {"multicast_ip": "239.5.5.5", "interface_ip": "10.0.0.2", "destination_port": 7000, "source_ip": null, "rtp_enabled": true},
+            {"multicast_ip": null, "interface_ip": "10.0.1.2", "destination_port": 7001, "source_ip": "10.0.1.50", "rtp_enabled": true},
+        ]});
+        let out = receiver_rule(&r, &staged, &interfaces()).expect("a rule");
+        assert_eq!(out.input.to_string(), "eth0:239.5.5.5:7000");
+        let second = &out.redundancy.as_ref().expect("a merge").inputs[0];
+        assert_eq!(second.to_string(), "eth1:10.0.1.2:7001,source=10.0.1.50");
+        assert_eq!(out.outputs, r.outputs);
+        let bad = json!({"master_enable": true, "transport_params": [{"interface_ip": "10.9.9.9"}, {}]});
+        assert!(matches!(receiver_rule(&r, &bad, &interfaces()), Err(Refused::Invalid(e)) if e.contains("10.9.9.9")));
+        let parked = json!({"master_enable": false, "transport_params": [{}, {}]});
+        assert!(matches!(
+            receiver_rule(&r, &parked, &interfaces()),
+            Err(Refused::NotServed(_))
+        ));
+    }
+
+    #[test]
+    fn a_senders_leg_becomes_its_outputs_destination_and_source() {
+        let r = rule(
+            "a",
+            "eth0:239.1.1.1:5001",
+            &["eth1:239.10.1.1:6001,ttl=8", "eth1:239.10.1.2:6002"],
+        );
+        let staged = json!({"master_enable": true, "transport_params": [
+            {"destination_ip": "10.0.1.77", "destination_port": 9000, "source_ip": "10.0.1.2", "source_port": "auto", "rtp_enabled": true}
+        ]});
+        let out = sender_rule(&r, 1, &staged, &interfaces()).expect("a rule");
+        let o = out.outputs[1].as_udp().expect("udp");
+        assert_eq!(o.destination.to_string(), "10.0.1.77:9000");
+        assert_eq!(o.source, SourcePolicy::Interface, "the interface's own address");
+        assert_eq!(out.outputs[0], r.outputs[0], "the other output stays");
+        let other =
+            json!({"master_enable": true, "transport_params": [{"destination_ip": "auto", "source_ip": "10.0.1.99"}]});
+        let out = sender_rule(&r, 0, &other, &interfaces()).expect("a rule");
+        let o = out.outputs[0].as_udp().expect("udp");
+        assert_eq!(o.destination.to_string(), "239.10.1.1:6001", "auto keeps it");
+        assert_eq!(o.source, SourcePolicy::Address("10.0.1.99".parse().expect("ip")));
     }
 }

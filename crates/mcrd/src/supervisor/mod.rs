@@ -135,6 +135,8 @@ struct Supervisor {
     before: Option<carry::Before>,
     /// The relay as an NMOS Node, when `[daemon.nmos]` says so.
     nmos: Option<nmos::Node>,
+    /// Where a scheduled IS-05 activation's timer says it is due.
+    nmos_due: mpsc::UnboundedSender<(String, u64)>,
 }
 
 /// How long a start waits for every worker to run the initial table
@@ -182,6 +184,7 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
     let exe = std::env::current_exe().context("find this executable to start workers")?;
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let (table_tx, _) = watch::channel(Arc::new(Vec::new()));
+    let (due_tx, mut due_rx) = mpsc::unbounded_channel::<(String, u64)>();
     let mut sup = Supervisor {
         plane: Plane::new(
             layout.rule_slots,
@@ -215,6 +218,7 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
         slots: None,
         before: None,
         nmos: nmos::Node::new(opts.file_settings.nmos.as_ref(), &opts.http)?,
+        nmos_due: due_tx,
     };
     match carry::Note::create() {
         Ok(n) => sup.slots = Some(n),
@@ -364,6 +368,7 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
                 }
             }
             Some(ev) = events_rx.recv() => sup.on_worker(ev),
+            Some((id, generation)) = due_rx.recv() => sup.nmos_activate(&id, generation),
             Some(()) = links_rx.recv() => sup.step(Event::Interfaces(interfaces())),
             _ = tick.tick() => {
                 if let Some((path, prefix)) = &cache {
@@ -402,6 +407,86 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
 }
 
 impl Supervisor {
+    /// An IS-05 PATCH of `staged`: answered at once, or once the rule it
+    /// changes is in effect, or scheduled.
+    fn nmos_stage(&mut self, receiver: bool, id: &str, body: &serde_json::Value, reply_to: ReplyTo) {
+        let answer = |status: u16, body: serde_json::Value| Reply::NmosStaged { status, body };
+        let Some(node) = &mut self.nmos else {
+            let _ = reply_to.send(answer(404, nmos::error(404, "mcrd is no NMOS node")).into());
+            return;
+        };
+        let interfaces = interfaces();
+        let rules = self.plane.rules().iter().map(|r| &r.rule);
+        match node.stage(receiver, id, body, rules, &interfaces) {
+            nmos::Outcome::Answer(status, body) => {
+                let _ = reply_to.send(answer(status, body).into());
+            }
+            nmos::Outcome::Schedule { body, due, generation } => {
+                let wait = Duration::from_nanos(
+                    u64::try_from(due.as_ns().saturating_sub(mcr_core::nmos::tai_now().as_ns())).unwrap_or(u64::MAX),
+                );
+                let (tx, id) = (self.nmos_due.clone(), id.to_string());
+                tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    let _ = tx.send((id, generation));
+                });
+                let _ = reply_to.send(answer(202, body).into());
+            }
+            nmos::Outcome::Apply { rule, body } => {
+                tracing::info!("NMOS: {id} activated: rule {} changes", rule.name);
+                let (tx, rx) = oneshot::channel();
+                self.step(Event::Add {
+                    rule,
+                    interfaces,
+                    reply: tx,
+                });
+                tokio::spawn(async move {
+                    let done = match rx.await {
+                        Ok(r) if r.ok => answer(200, body),
+                        Ok(r) => match r.reply {
+                            Reply::Error { error } => answer(400, nmos::error(400, error.message)),
+                            _ => answer(500, nmos::error(500, "the rule was not changed")),
+                        },
+                        Err(_) => answer(500, nmos::error(500, "mcrd is stopping")),
+                    };
+                    let _ = reply_to.send(done.into());
+                });
+            }
+        }
+    }
+
+    /// A scheduled IS-05 activation is due: the rule changes, if it still
+    /// stands.
+    fn nmos_activate(&mut self, id: &str, generation: u64) {
+        let Some(node) = &mut self.nmos else { return };
+        let interfaces = interfaces();
+        let rules = self.plane.rules().iter().map(|r| &r.rule);
+        match node.due(id, generation, rules, &interfaces) {
+            None => {}
+            Some(Ok(rule)) => {
+                tracing::info!("NMOS: {id}'s scheduled activation: rule {} changes", rule.name);
+                let (tx, rx) = oneshot::channel();
+                self.step(Event::Add {
+                    rule,
+                    interfaces,
+                    reply: tx,
+                });
+                let id = id.to_string();
+                tokio::spawn(async move {
+                    if let Ok(r) = rx.await
+                        && let Reply::Error { error } = r.reply
+                    {
+                        tracing::warn!("NMOS: {id}'s scheduled activation was refused: {}", error.message);
+                    }
+                });
+            }
+            Some(Err(why)) => self.journal.note(
+                Level::Warn,
+                format!("NMOS: {id}'s scheduled activation cannot be made: {why}"),
+            ),
+        }
+    }
+
     /// Where every counter is.
     fn counts(&self) -> stats::Counters<'_> {
         stats::Counters::of(&self.counters, self.kernel.as_ref())
@@ -816,6 +901,7 @@ impl Supervisor {
                     ),
                 },
             },
+            Request::NmosStage { receiver, id, body } => return self.nmos_stage(receiver, &id, &body, reply_to),
             Request::Store {} => match self.plane.store_status(Instant::now()) {
                 Some(s) => Reply::Store(s),
                 None => Reply::Error {

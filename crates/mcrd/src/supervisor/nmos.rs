@@ -3,10 +3,14 @@
 //! its rules the HTTP server's NMOS APIs answer from (built by
 //! `mcr_core::nmos` each time it is asked, with the versions kept here).
 
+use std::collections::HashMap;
+
 use mcr_core::config::{HttpListen, NmosSettings};
 use mcr_core::interfaces::Interfaces;
-use mcr_core::nmos::{Ids, NmosView, NodeInfo, Versions};
+use mcr_core::nmos::stage::{self, Activation, Refused, Side, Staged};
+use mcr_core::nmos::{Ids, NmosView, NodeInfo, Tai, Versions, tai_now};
 use mcr_core::rule::Rule;
+use serde_json::{Value, json};
 
 use super::http::{DEFAULT_LISTEN, Options as HttpOptions};
 
@@ -16,6 +20,58 @@ pub struct Node {
     info: NodeInfo,
     ids: Ids,
     versions: Versions,
+    /// What a PATCH staged, by id, where it differs from what is active.
+    staged: HashMap<String, Value>,
+    /// Each resource's last activation (its `active`'s `activation`).
+    activated: HashMap<String, Value>,
+    /// The other end each activation named (`sender_id`, `receiver_id`).
+    peers: HashMap<String, Value>,
+    /// Activations scheduled, by id.
+    pending: HashMap<String, Pending>,
+    /// Numbers each scheduled activation, so that a cancelled one's timer
+    /// does nothing.
+    generation: u64,
+}
+
+/// A scheduled activation.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    /// Its number.
+    pub generation: u64,
+    /// What it activates.
+    pub staged: Value,
+}
+
+/// What the supervisor does about a PATCH of `staged`.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Answer now.
+    Answer(u16, Value),
+    /// Change rule to this now, then answer with `body` (200).
+    Apply {
+        /// The rule as it is to be.
+        rule: Rule,
+        /// The answer once it is in effect.
+        body: Value,
+    },
+    /// Answer 202 with `body`, and call back at `due` with `generation`.
+    Schedule {
+        /// The answer.
+        body: Value,
+        /// When.
+        due: Tai,
+        /// Which.
+        generation: u64,
+    },
+}
+
+/// An NMOS error document.
+pub fn error(code: u16, what: impl Into<String>) -> Value {
+    json!({"code": code, "error": what.into(), "debug": null})
+}
+
+fn no_activation() -> Value {
+    json!({"mode": null, "requested_time": null, "activation_time": null})
 }
 
 /// The host's name.
@@ -76,12 +132,207 @@ impl Node {
             },
             ids: Ids::new(&seed),
             versions: Versions::default(),
+            staged: HashMap::new(),
+            activated: HashMap::new(),
+            peers: HashMap::new(),
+            pending: HashMap::new(),
+            generation: 0,
         }))
     }
 
-    /// What the APIs answer for `rules` now.
+    /// What the APIs answer for `rules` now: the rules' resources, with
+    /// what is staged and how each was last activated.
     pub fn view<'a>(&mut self, rules: impl Iterator<Item = &'a Rule>, interfaces: &Interfaces) -> NmosView {
         let rules: Vec<Rule> = rules.cloned().collect();
-        mcr_core::nmos::build(&self.info, &self.ids, &rules, interfaces, &mut self.versions)
+        let mut view = mcr_core::nmos::build(
+            &self.info,
+            &self.ids,
+            &rules,
+            interfaces,
+            &mut self.versions,
+            &self.peers,
+        );
+        let overlay = |id: &str, staged: &mut Value, active: &mut Value| {
+            if let Some(s) = self.staged.get(id) {
+                *staged = s.clone();
+            }
+            if let Some(a) = self.activated.get(id) {
+                active["activation"] = a.clone();
+            }
+        };
+        for s in &mut view.connection_senders {
+            overlay(&s.id, &mut s.staged, &mut s.active);
+        }
+        for r in &mut view.connection_receivers {
+            overlay(&r.id, &mut r.staged, &mut r.active);
+        }
+        view
+    }
+
+    /// A PATCH of the `staged` of sender or receiver `id` (`receiver`),
+    /// given `rules`: checked and staged, and what to do about it.
+    pub fn stage<'a>(
+        &mut self,
+        receiver: bool,
+        id: &str,
+        body: &Value,
+        rules: impl Iterator<Item = &'a Rule> + Clone,
+        interfaces: &Interfaces,
+    ) -> Outcome {
+        let view = self.view(rules.clone(), interfaces);
+        let found = if receiver {
+            view.connection_receivers
+                .iter()
+                .find(|r| r.id == id)
+                .map(|r| (r.rule.clone(), None, r.constraints.clone(), r.staged.clone()))
+        } else {
+            view.connection_senders
+                .iter()
+                .find(|s| s.id == id)
+                .map(|s| (s.rule.clone(), Some(s.output), s.constraints.clone(), s.staged.clone()))
+        };
+        let Some((rule_name, output, constraints, staged_now)) = found else {
+            let what = if receiver { "receiver" } else { "sender" };
+            return Outcome::Answer(404, error(404, format!("no {what} {id}")));
+        };
+        let side = if receiver { Side::Receiver } else { Side::Sender };
+        let cancels = body.get("activation").and_then(|a| a.get("mode")) == Some(&Value::Null);
+        if self.pending.contains_key(id) && !cancels {
+            return Outcome::Answer(
+                423,
+                error(
+                    423,
+                    "an activation is scheduled: cancel it first (activation mode null)",
+                ),
+            );
+        }
+        let Staged { mut staged, activation } = match stage::patch(side, &staged_now, &constraints, body) {
+            Ok(s) => s,
+            Err(e) => return Outcome::Answer(400, error(400, e)),
+        };
+        let now = tai_now();
+        match activation {
+            None => {
+                self.staged.insert(id.to_string(), staged.clone());
+                Outcome::Answer(200, staged)
+            }
+            Some(Activation::Cancel) => {
+                self.pending.remove(id);
+                staged["activation"] = no_activation();
+                self.staged.insert(id.to_string(), staged.clone());
+                Outcome::Answer(200, staged)
+            }
+            Some(a) => {
+                let Some(rule) = rules.clone().find(|r| r.name == rule_name) else {
+                    return Outcome::Answer(404, error(404, format!("rule {rule_name} is gone")));
+                };
+                // Checked now, scheduled or not: a scheduled activation
+                // that could not be carried out is refused at once.
+                if let Err((status, e)) = self.rule_for(rule, output, &staged, interfaces) {
+                    return Outcome::Answer(status, e);
+                }
+                let mode = staged["activation"]["mode"].clone();
+                let requested = staged["activation"]["requested_time"].clone();
+                match a {
+                    Activation::Immediate => {
+                        let Ok(new_rule) = self.rule_for(rule, output, &staged, interfaces) else {
+                            return Outcome::Answer(500, error(500, "the activation could not be made"));
+                        };
+                        let record = json!({"mode": mode, "requested_time": null, "activation_time": now.to_string()});
+                        self.activated(id, &staged, record.clone());
+                        staged["activation"] = record;
+                        Outcome::Apply {
+                            rule: new_rule,
+                            body: staged,
+                        }
+                    }
+                    _ => {
+                        let due = stage::due(a, now).unwrap_or(now);
+                        self.generation += 1;
+                        let generation = self.generation;
+                        staged["activation"] =
+                            json!({"mode": mode, "requested_time": requested, "activation_time": due.to_string()});
+                        self.pending.insert(
+                            id.to_string(),
+                            Pending {
+                                generation,
+                                staged: staged.clone(),
+                            },
+                        );
+                        self.staged.insert(id.to_string(), staged.clone());
+                        Outcome::Schedule {
+                            body: staged,
+                            due,
+                            generation,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The rule `rule` becomes when what `staged` says of its receiver
+    /// (`output` none) or of its output's sender is activated.
+    fn rule_for(
+        &self,
+        rule: &Rule,
+        output: Option<usize>,
+        staged: &Value,
+        interfaces: &Interfaces,
+    ) -> Result<Rule, (u16, Value)> {
+        let made = match output {
+            None => stage::receiver_rule(rule, staged, interfaces),
+            Some(k) => stage::sender_rule(rule, k, staged, interfaces),
+        };
+        made.map_err(|r| match r {
+            Refused::Invalid(e) => (400, error(400, e)),
+            Refused::NotServed(e) => (501, error(501, e)),
+        })
+    }
+
+    /// Notes an activation of `id`: what it named as its other end, how it
+    /// was made, and that its resource changed; nothing is staged apart
+    /// from it any more.
+    fn activated(&mut self, id: &str, staged: &Value, record: Value) {
+        let peer = staged
+            .get("sender_id")
+            .or_else(|| staged.get("receiver_id"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        self.peers.insert(id.to_string(), peer);
+        self.activated.insert(id.to_string(), record);
+        self.staged.remove(id);
+        if let Ok(u) = id.parse::<uuid::Uuid>() {
+            self.versions.touch(u);
+        }
+    }
+
+    /// The scheduled activation `generation` of `id` is due: the rule it
+    /// makes, if it still stands (none if it was cancelled or replaced).
+    pub fn due<'a>(
+        &mut self,
+        id: &str,
+        generation: u64,
+        rules: impl Iterator<Item = &'a Rule> + Clone,
+        interfaces: &Interfaces,
+    ) -> Option<Result<Rule, String>> {
+        if self.pending.get(id).map(|p| p.generation) != Some(generation) {
+            return None;
+        }
+        let p = self.pending.remove(id)?;
+        let view = self.view(rules.clone(), interfaces);
+        let (rule_name, output) = match view.connection_receivers.iter().find(|r| r.id == id) {
+            Some(r) => (r.rule.clone(), None),
+            None => {
+                let s = view.connection_senders.iter().find(|s| s.id == id)?;
+                (s.rule.clone(), Some(s.output))
+            }
+        };
+        let rule = rules.clone().find(|r| r.name == rule_name)?;
+        let made = self.rule_for(rule, output, &p.staged, interfaces);
+        let mut record = p.staged["activation"].clone();
+        record["activation_time"] = Value::String(tai_now().to_string());
+        self.activated(id, &p.staged, record);
+        Some(made.map_err(|(_, e)| e["error"].as_str().unwrap_or("refused").to_string()))
     }
 }

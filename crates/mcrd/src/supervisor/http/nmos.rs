@@ -95,8 +95,12 @@ async fn answer(app: &App, req: HttpRequest) -> Response {
         .split('/')
         .filter(|s| !s.is_empty())
         .collect();
-    let _body: Body = req.into_body();
+    let body: Body = req.into_body();
     let is_read = matches!(method, Method::GET | Method::HEAD);
+    // IS-05 changes: PATCH staged, POST bulk.
+    if matches!(method, Method::PATCH | Method::POST) {
+        return change(app, &method, &parts, body, &path).await;
+    }
     // The listings above the versions need no view.
     match parts.as_slice() {
         [] => return read_only(is_read, &path, || listing(&["node", "connection"])),
@@ -176,22 +180,10 @@ fn node_api(view: &NmosView, rest: &[&str], is_read: bool, method: &Method, path
 }
 
 fn connection_api(view: &NmosView, rest: &[&str], is_read: bool, method: &Method, path: &str) -> Response {
-    let not_yet = || {
-        error(
-            StatusCode::NOT_IMPLEMENTED,
-            "changes through the Connection API are not served yet: the endpoints show what each rule does",
-        )
-    };
     match rest {
         [] => read_only(is_read, path, || listing(&["bulk", "single"])),
         ["bulk"] => read_only(is_read, path, || listing(&["senders", "receivers"])),
-        ["bulk", "senders" | "receivers"] => {
-            if *method == Method::POST {
-                not_yet()
-            } else {
-                error(StatusCode::METHOD_NOT_ALLOWED, format!("{path} takes POST"))
-            }
-        }
+        ["bulk", "senders" | "receivers"] => error(StatusCode::METHOD_NOT_ALLOWED, format!("{path} takes POST")),
         ["single"] => read_only(is_read, path, || listing(&["senders", "receivers"])),
         ["single", "senders"] => read_only(is_read, path, || {
             let ids: Vec<&str> = view.connection_senders.iter().map(|s| s.id.as_str()).collect();
@@ -206,7 +198,6 @@ fn connection_api(view: &NmosView, rest: &[&str], is_read: bool, method: &Method
                 return error(StatusCode::NOT_FOUND, format!("no sender {id}"));
             };
             match what {
-                ["staged"] if *method == Method::PATCH => not_yet(),
                 _ if !is_read => error(StatusCode::METHOD_NOT_ALLOWED, format!("{path} does not take {method}")),
                 [] => listing(&["constraints", "staged", "active", "transportfile", "transporttype"]),
                 ["constraints"] => ok(&s.constraints),
@@ -234,7 +225,6 @@ fn connection_api(view: &NmosView, rest: &[&str], is_read: bool, method: &Method
                 return error(StatusCode::NOT_FOUND, format!("no receiver {id}"));
             };
             match what {
-                ["staged"] if *method == Method::PATCH => not_yet(),
                 _ if !is_read => error(StatusCode::METHOD_NOT_ALLOWED, format!("{path} does not take {method}")),
                 [] => listing(&["constraints", "staged", "active", "transporttype"]),
                 ["constraints"] => ok(&r.constraints),
@@ -245,5 +235,78 @@ fn connection_api(view: &NmosView, rest: &[&str], is_read: bool, method: &Method
             }
         }
         _ => error(StatusCode::NOT_FOUND, format!("no {path}")),
+    }
+}
+
+/// Asks the supervisor to stage `body` for sender or receiver `id`: the
+/// status and body IS-05 answers with.
+async fn stage(app: &App, receiver: bool, id: &str, body: Value) -> (StatusCode, Value) {
+    let asked = app
+        .ask(Request::NmosStage {
+            receiver,
+            id: id.to_string(),
+            body,
+        })
+        .await;
+    match asked {
+        Ok(Reply::NmosStaged { status, body }) => (
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            body,
+        ),
+        Ok(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({"code": 500, "error": "mcrd answered something else", "debug": null}),
+        ),
+        Err(p) => (
+            p.status,
+            json!({"code": p.status.as_u16(), "error": p.detail, "debug": null}),
+        ),
+    }
+}
+
+/// A PATCH of a `staged` endpoint, or a POST of a bulk one.
+async fn change(app: &App, method: &Method, parts: &[&str], body: Body, path: &str) -> Response {
+    let bytes = match axum::body::to_bytes(body, super::MAX_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(_) => return error(StatusCode::PAYLOAD_TOO_LARGE, "the request body is too long"),
+    };
+    let parsed: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
+    };
+    match (method, parts) {
+        (
+            &Method::PATCH,
+            [
+                "connection",
+                _,
+                "single",
+                kind @ ("senders" | "receivers"),
+                id,
+                "staged",
+            ],
+        ) => {
+            let (status, body) = stage(app, *kind == "receivers", id, parsed).await;
+            (status, json_body(&body)).into_response()
+        }
+        (&Method::POST, ["connection", _, "bulk", kind @ ("senders" | "receivers")]) => {
+            let Value::Array(items) = parsed else {
+                return error(StatusCode::BAD_REQUEST, "a bulk request is an array of {id, params}");
+            };
+            let mut out = Vec::new();
+            for item in items {
+                let (Some(id), Some(params)) = (item.get("id").and_then(Value::as_str), item.get("params")) else {
+                    return error(StatusCode::BAD_REQUEST, format!("{item} is not {{id, params}}"));
+                };
+                let (status, body) = stage(app, *kind == "receivers", id, params.clone()).await;
+                let mut r = json!({"id": id, "code": status.as_u16()});
+                if status.as_u16() >= 400 {
+                    r["error"] = body["error"].clone();
+                }
+                out.push(r);
+            }
+            ok(&Value::Array(out))
+        }
+        _ => error(StatusCode::METHOD_NOT_ALLOWED, format!("{path} does not take {method}")),
     }
 }

@@ -385,7 +385,9 @@ fn workers_killed_every_two_seconds_on_the_packet_path(name: &str, busy: bool) {
     drop(spinners);
     let total: u64 = lost.iter().sum();
     eprintln!("{kills} kills, lost per kill {per_kill:?}, per stream {lost:?}, {total} in all");
-    assert!(kills >= 10, "{kills} kills");
+    // (A worker that is not running is not killed: fewer kills means one
+    // was away, and mcrd's warnings say why.)
+    assert!(kills >= 10, "{kills} kills at {kill_at:?}; mcrd said:\n{log}");
     assert!(
         per_kill.iter().all(|&n| n <= 64),
         "lost per kill {per_kill:?} (at most 64 each), per stream {lost:?}; kills at {kill_at:?}; mcrd said:\n{log}"

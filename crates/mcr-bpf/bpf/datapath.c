@@ -316,12 +316,12 @@ struct arb_line {
 };
 
 // How far a generation of a unit reached: its first number, and the end of
-// what went out.
+// what went out. Each word carries its generation in its top byte, and
+// REACH_SET (see `arb_reach`).
 struct arb_reach {
     __u64 base;
     __u64 high;
-    __u32 era;
-    __u32 set;
+    __u64 pad;
 };
 
 struct arb_unit {
@@ -849,29 +849,44 @@ INLINE __u32 lag_bucket(__u64 units) {
 // Sequence numbers `seq..end` of the current generation went out first (a
 // heartbeat: end == seq): a jump past the generation's reach opens a gap,
 // a first copy behind it fills one (counted when the packet is done).
+//
+// Two lines on two CPUs may both bring a generation's first numbers, so
+// `high` is one word holding the generation (top byte), REACH_SET and the
+// number: the first packet of a generation takes it with a
+// compare-and-exchange, and a line that loses reads the winner's. `base`
+// is written by the winner just after; until it is, nothing counts as
+// filled (no gap is open that early). Numbers of REACH_SET or more (2^55;
+// no feed counts that far) are not followed.
+#define REACH_SET (1ull << 55)
+#define REACH_NUMBER (REACH_SET - 1)
 INLINE void arb_reach(struct scratch *s, struct arb_unit *u) {
     struct arb_reach *r = &u->reach[s->era & 1];
-    if (!r->set || r->era != s->era) {
-        r->era = s->era;
-        r->base = s->seq;
-        r->high = s->end;
-        r->set = 1;
+    __u64 tag = ((__u64)s->era << 56) | REACH_SET;
+    if (s->end > REACH_NUMBER)
         return;
-    }
 #pragma clang loop unroll(full)
-    for (int tries = 0; tries < 2; tries++) {
-        __u64 h = *(volatile __u64 *)&r->high;
+    for (int tries = 0; tries < 3; tries++) {
+        __u64 w = *(volatile __u64 *)&r->high;
+        if ((w & ~REACH_NUMBER) != tag) {
+            if (__sync_val_compare_and_swap(&r->high, w, tag | s->end) == w) {
+                *(volatile __u64 *)&r->base = tag | s->seq;
+                return;
+            }
+            continue;
+        }
+        __u64 h = w & REACH_NUMBER;
         if (s->seq > h) {
-            if (__sync_val_compare_and_swap(&r->high, h, s->end) == h) {
+            if (__sync_val_compare_and_swap(&r->high, w, tag | s->end) == w) {
                 s->add_opened = s->seq - h;
                 return;
             }
             continue;
         }
-        if (s->end <= h && s->seq >= r->base)
+        __u64 b = *(volatile __u64 *)&r->base;
+        if (s->end <= h && (b & ~REACH_NUMBER) == tag && s->seq >= (b & REACH_NUMBER))
             s->add_filled = s->end - s->seq;
         else if (s->end > h)
-            __sync_val_compare_and_swap(&r->high, h, s->end);
+            __sync_val_compare_and_swap(&r->high, w, tag | s->end);
         return;
     }
 }

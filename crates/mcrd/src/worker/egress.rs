@@ -378,6 +378,8 @@ pub struct Egress {
     routes: FxHashMap<u32, ((u32, IpAddr), usize)>,
     dests: Vec<RawSockAddr>,
     slab: UdpSlab,
+    /// The most frames any batch held since the last flush.
+    most_batched: usize,
     /// The SRT endpoints (worker 0's).
     pub srt: super::srt::Srt,
     /// The RIST endpoints (worker 0's).
@@ -396,6 +398,7 @@ impl Egress {
             routes: FxHashMap::default(),
             dests: Vec::new(),
             slab: UdpSlab::new(pending, 9216),
+            most_batched: 0,
         }
     }
 
@@ -481,7 +484,10 @@ impl Egress {
         counts: &Counts<'_>,
     ) {
         match self.frames.get_mut(&o.ifindex) {
-            Some(b) => b.push(frame, d, rw, ttl_tos, o.slot, counts),
+            Some(b) => {
+                b.push(frame, d, rw, ttl_tos, o.slot, counts);
+                self.most_batched = self.most_batched.max(b.n);
+            }
             None => counts.output(o.slot, OutputCounter::SendError, 1),
         }
     }
@@ -516,7 +522,7 @@ impl Egress {
     /// before the frames in it are handed back to their rings, unless one
     /// frame has more outputs on one interface than half a batch.
     pub fn half_full(&self) -> bool {
-        self.frames.values().any(|b| 2 * b.n >= MAX_BATCH) || self.slab.half_full()
+        2 * self.most_batched >= MAX_BATCH || self.slab.half_full()
     }
 
     /// Hands everything batched to the kernel, calling `before_send` just
@@ -525,6 +531,7 @@ impl Egress {
     /// next one, and one killed during the send system call dies only once
     /// it returned, so the frames went out).
     pub fn flush_then(&mut self, counts: &Counts<'_>, before_send: &mut dyn FnMut()) {
+        self.most_batched = 0;
         for b in self.frames.values_mut() {
             b.flush_then(counts, before_send);
         }

@@ -430,9 +430,13 @@ impl Worker {
             }
             // What was taken goes back to the kernel at the moment it is
             // sent: a worker killed before that leaves it to the next one.
+            // (Once is enough: the first send hands back all of them.)
+            let mut handed = false;
             egress.flush_then(&counts, &mut || {
-                for (_, ring) in ingress.rings_mut() {
-                    ring.hand_back();
+                if !std::mem::replace(&mut handed, true) {
+                    for (_, ring) in ingress.rings_mut() {
+                        ring.hand_back();
+                    }
                 }
             });
             for (_, ring) in ingress.rings_mut() {

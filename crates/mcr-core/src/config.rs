@@ -396,6 +396,8 @@ struct RawRule {
     outputs: Spanned<Vec<Spanned<String>>>,
     #[serde(default)]
     health: Option<bool>,
+    #[serde(default)]
+    enabled: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -419,6 +421,8 @@ struct SavedRule {
     outputs: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     health: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    enabled: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]
@@ -640,6 +644,7 @@ impl Config {
             rules.push(Rule {
                 redundancy,
                 health: r.health.unwrap_or(true),
+                enabled: r.enabled.unwrap_or(true),
                 ..Rule::new(name, input, outputs)
             });
         }
@@ -684,6 +689,7 @@ impl Config {
                     mode: r.redundancy.as_ref().map(|x| x.mode.to_string()),
                     outputs: r.outputs.iter().map(ToString::to_string).collect(),
                     health: (!r.health).then_some(false),
+                    enabled: (!r.enabled).then_some(false),
                 })
                 .collect(),
         };

@@ -380,6 +380,9 @@ pub struct OutputStats {
     /// sent).
     #[serde(default)]
     pub held: u64,
+    /// Turned off (`enabled=false`): it sends nothing.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub disabled: bool,
     /// An SRT output: its listener or call, and every connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub srt: Option<SrtStatus>,
@@ -471,6 +474,11 @@ pub fn no_such_rule<'a>(name: &str, known: impl ExactSizeIterator<Item = &'a str
     ControlError::new(ErrorKind::NotFound, format!("no rule named `{name}` (rules: {rules})"))
 }
 
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_false(v: &bool) -> bool {
+    !*v
+}
+
 /// The non-zero drop reasons of `drops`, each as "reason count", in the
 /// order of the map, comma separated (none when nothing was dropped): what
 /// `mcrctl stats` and the final totals show beside a drop total.
@@ -488,6 +496,9 @@ pub fn nonzero_drops(drops: &BTreeMap<String, u64>) -> Option<String> {
 pub struct RuleStats {
     /// The rule's name.
     pub name: String,
+    /// Turned off (`enabled = false`): it joins and forwards nothing.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub disabled: bool,
     /// Its input, in text form.
     pub input: String,
     /// Packets matched.

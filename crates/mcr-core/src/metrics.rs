@@ -496,6 +496,26 @@ pub fn render(version: &str, stats: &StatsReport, rules: &[RuleStatus], workers:
     }
     let mut f = family(
         &mut out,
+        "mcr_rule_enabled",
+        "gauge",
+        "1 when the rule is turned on, 0 when it is turned off (enabled = false, or an NMOS receiver disabled).",
+    );
+    for r in &stats.rules {
+        f.sample(&[("rule", &r.name)], u8::from(!r.disabled));
+    }
+    let mut f = family(
+        &mut out,
+        "mcr_output_enabled",
+        "gauge",
+        "1 when the output is turned on, 0 when it is turned off (enabled=false, or an NMOS sender disabled).",
+    );
+    for r in &stats.rules {
+        for o in &r.outputs {
+            f.sample(&[("rule", &r.name), ("output", &o.output)], u8::from(!o.disabled));
+        }
+    }
+    let mut f = family(
+        &mut out,
         "mcr_output_packets_total",
         "counter",
         "Packets sent to the output.",
@@ -716,6 +736,7 @@ mod tests {
             rules: vec![
                 RuleStats {
                     name: "feed-a".into(),
+                    disabled: false,
                     input: "eth0:239.1.1.1:5001".into(),
                     packets: 100,
                     bytes: 102_400,
@@ -723,6 +744,7 @@ mod tests {
                     bps: 81_920.0,
                     outputs: vec![OutputStats {
                         output: "eth1:239.10.1.1:6001".into(),
+                        disabled: false,
                         packets: 97,
                         bytes: 99_328,
                         pps: 10.0,
@@ -762,6 +784,7 @@ mod tests {
                 },
                 RuleStats {
                     name: "news".into(),
+                    disabled: true,
                     input: "eth0:239.1.1.2:5001".into(),
                     packets: 50,
                     bytes: 50_000,
@@ -958,6 +981,9 @@ mod tests {
             "mcr_rule_lost_total{rule=\"itch\",mode=\"arbitrate\"} 6",
             "mcr_rule_active_input{rule=\"news\"} 2",
             "mcr_rule_forced_input{rule=\"news\"} 0",
+            "mcr_rule_enabled{rule=\"news\"} 0",
+            "mcr_rule_enabled{rule=\"feed-a\"} 1",
+            "mcr_output_enabled{rule=\"feed-a\",output=\"eth1:239.10.1.1:6001\"} 1",
             "mcr_rule_packets_total{rule=\"feed-a\",input=\"eth0:239.1.1.1:5001\"} 100",
             "mcr_output_packets_total{rule=\"feed-a\",output=\"eth1:239.10.1.1:6001\"} 97",
             "mcr_output_bytes_total{rule=\"feed-a\",output=\"eth1:239.10.1.1:6001\"} 99328",

@@ -48,6 +48,11 @@ pub struct Rule {
     /// jitter, MPEG-TS first-priority errors); on unless turned off.
     #[serde(default = "health_on", skip_serializing_if = "is_on")]
     pub health: bool,
+    /// Whether it forwards: a rule turned off (an NMOS receiver that a
+    /// controller disabled, or `enabled = false`) joins nothing and takes
+    /// nothing, and keeps its place, its outputs and its counters.
+    #[serde(default = "health_on", skip_serializing_if = "is_on")]
+    pub enabled: bool,
 }
 
 fn health_on() -> bool {
@@ -68,6 +73,7 @@ impl Rule {
             redundancy: None,
             outputs,
             health: true,
+            enabled: true,
         }
     }
 
@@ -525,6 +531,11 @@ pub struct UdpOutput {
     /// Source address of what leaves.
     #[serde(default, skip_serializing_if = "SourcePolicy::is_default")]
     pub source: SourcePolicy,
+    /// Whether it sends: an output turned off (`enabled=false`, or an NMOS
+    /// sender a controller disabled) keeps its place and its counters and
+    /// sends nothing, while the rule's other outputs go on.
+    #[serde(default = "health_on", skip_serializing_if = "is_on")]
+    pub enabled: bool,
 }
 
 impl Output {
@@ -556,6 +567,23 @@ impl Output {
     /// packets go where the kernel routes them).
     pub fn interface(&self) -> Option<&str> {
         self.as_udp().map(|u| u.interface.as_str())
+    }
+
+    /// Whether it sends (only a UDP output can be turned off).
+    pub fn is_enabled(&self) -> bool {
+        self.as_udp().is_none_or(|u| u.enabled)
+    }
+
+    /// Its text form as if it were turned on: what names it, on or off.
+    pub fn name_text(&self) -> String {
+        match self {
+            Output::Udp(u) if !u.enabled => UdpOutput {
+                enabled: true,
+                ..u.clone()
+            }
+            .to_string(),
+            _ => self.to_string(),
+        }
     }
 }
 
@@ -951,16 +979,24 @@ impl FromStr for UdpOutput {
             ttl: Ttl::default(),
             dscp: Dscp::default(),
             source: SourcePolicy::default(),
+            enabled: true,
         };
         for (k, v) in p.options {
             match k.as_str() {
+                "enabled" => {
+                    out.enabled = match v.as_str() {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(format!("`{spec}`: enabled is true or false, not `{v}`")),
+                    }
+                }
                 "ttl" => out.ttl = v.parse().map_err(|e| format!("`{spec}`: {e}"))?,
                 "dscp" => out.dscp = v.parse().map_err(|e| format!("`{spec}`: {e}"))?,
                 "source" => out.source = v.parse().map_err(|e| format!("`{spec}`: {e}"))?,
                 "vlan" => out.vlan = Some(parse_vlan(spec, &v)?),
                 _ => {
                     return Err(format!(
-                        "`{spec}`: unknown output option `{k}` (known: vlan, ttl, dscp, source)"
+                        "`{spec}`: unknown output option `{k}` (known: vlan, ttl, dscp, source, enabled)"
                     ));
                 }
             }
@@ -1021,6 +1057,9 @@ impl fmt::Display for UdpOutput {
         if self.source != SourcePolicy::Interface {
             write!(f, ",source={}", self.source)?;
         }
+        if !self.enabled {
+            write!(f, ",enabled=false")?;
+        }
         Ok(())
     }
 }
@@ -1049,6 +1088,7 @@ mod tests {
             "veth2:239.10.1.1:6001,source=10.9.9.9",
             "veth2:[ff3e::10]:6001,vlan=200,ttl=8,dscp=46",
             "veth2:10.0.1.2:7000,dscp=0",
+            "veth2:239.10.1.1:6001,ttl=8,enabled=false",
         ] {
             let o: Output = s.parse().expect(s);
             assert_eq!(o.to_string(), s);

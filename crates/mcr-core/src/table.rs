@@ -224,6 +224,10 @@ impl MatchTable {
         let t = self;
         {
             let r = &sr.rule;
+            // Turned off: nothing to take or send (its slots stay).
+            if !r.enabled {
+                return Ok(());
+            }
             let bad = |reason: String| CompileError {
                 rule: r.name.clone(),
                 reason,
@@ -266,6 +270,7 @@ impl MatchTable {
                     kind,
                 };
                 let o = match o {
+                    Output::Udp(u) if !u.enabled => continue,
                     Output::Udp(u) => u,
                     Output::Srt(e) => {
                         outputs.push(carried(OutputKind::Srt(e.clone())));
@@ -615,6 +620,36 @@ mod tests {
         let (t, errors) = MatchTable::compile(s);
         assert!(errors.is_empty(), "{errors:?}");
         t
+    }
+
+    #[test]
+    fn a_rule_or_an_output_turned_off_takes_or_sends_nothing() {
+        let mut s = snap(&[
+            (
+                "a",
+                "veth1:239.1.1.1:5001",
+                &["veth2:239.10.1.1:6001,enabled=false", "veth2:239.10.1.2:6001"],
+            ),
+            ("b", "veth1:239.1.1.2:5001", &["veth2:239.10.1.3:6001"]),
+        ]);
+        s.rules[1].rule.enabled = false;
+        let t = compiled(&s);
+        assert_eq!(t.rules().len(), 1);
+        assert_eq!(t.rules()[0].outputs.len(), 1);
+        assert_eq!(t.rules()[0].outputs[0].slot, s.rules[0].output_slots[1]);
+        let lookup = |group: &str| {
+            t.lookup(
+                2,
+                0,
+                group.parse().expect("literal"),
+                5001,
+                "10.0.0.1".parse().expect("literal"),
+            )
+        };
+        assert!(matches!(lookup("239.1.1.1"), Lookup::Rule(..)));
+        assert!(!matches!(lookup("239.1.1.2"), Lookup::Rule(..)));
+        assert!(crate::plane::claims::claim_of(&s.rules[1].rule, &s.interfaces).is_none());
+        assert!(crate::plane::claims::claim_of(&s.rules[0].rule, &s.interfaces).is_some());
     }
 
     #[test]

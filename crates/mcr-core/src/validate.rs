@@ -937,6 +937,7 @@ mod tests {
             redundancy: None,
             outputs: outputs.iter().map(|o| o.parse().expect("output")).collect(),
             health: true,
+            enabled: true,
         }
     }
 

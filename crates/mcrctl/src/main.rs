@@ -73,6 +73,11 @@ enum Command {
         /// MPEG-TS continuity, sync and PAT): saves the little it costs.
         #[arg(long)]
         no_health: bool,
+        /// Add it turned off: it joins nothing and forwards nothing until
+        /// added again without this (its counters stay). An output alone
+        /// is turned off with `enabled=false` in its spec.
+        #[arg(long)]
+        disabled: bool,
     },
     /// Remove a rule.
     Remove {
@@ -208,6 +213,7 @@ fn main() -> ExitCode {
             mode,
             outputs,
             no_health,
+            disabled,
         } => {
             let others = inputs.split_off(1);
             let redundancy = match (mode, others.is_empty()) {
@@ -233,6 +239,7 @@ fn main() -> ExitCode {
                 rule: Rule {
                     redundancy,
                     health: !no_health,
+                    enabled: !disabled,
                     ..Rule::new(name, input, outputs)
                 },
             }

@@ -281,6 +281,7 @@ fn state(r: &RuleStats) -> String {
         _ => String::new(),
     };
     match r.problems.first() {
+        _ if r.disabled => "turned off (enabled = false)".to_string(),
         Some(p) => format!("PROBLEM: {p}"),
         None if r.pps > 0.0 => format!("forwarding{by}"),
         None => format!("idle (no packets){by}"),
@@ -489,6 +490,9 @@ fn stats(o: &mut String, s: &StatsReport) {
             if out.held > 0 {
                 let _ = writeln!(o, "     held while standby: {}", out.held);
             }
+            if out.disabled {
+                let _ = writeln!(o, "     turned off (enabled=false): sends nothing");
+            }
             if let Some(srt) = &out.srt {
                 srt_lines(o, "srt", srt);
             }
@@ -624,6 +628,7 @@ fn rule_list(
     }
     for s in rules {
         let join = match s.joins.iter().find(|j| !j.joined) {
+            None if !s.rule.enabled => "no join (turned off: enabled = false)".to_string(),
             None if s.joins.is_empty() && s.rule.input.as_srt().is_some() => "no join (SRT input)".to_string(),
             None if s.joins.is_empty() && s.rule.input.as_rist().is_some() => "no join (RIST input)".to_string(),
             None if s.joins.is_empty() && s.rule.input.as_udp().is_some_and(|i| i.vlan.is_some()) => {

@@ -452,6 +452,27 @@ fn patch(ns: &str, path: &str, body: &Value) -> Answer {
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
+/// mcrd on the chain's relay with `rules` in its config file, its HTTP
+/// changes opened by [`TOKEN`].
+fn start_with_token(c: &Chain, dir: &TempDir, rules: &str) -> Relay {
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN).expect("token");
+    let mut perms = std::fs::metadata(&token).expect("meta").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o600);
+    std::fs::set_permissions(&token, perms).expect("chmod");
+    let path = config(dir, rules);
+    Relay::start(
+        &c.relay,
+        &[
+            "--config",
+            path.to_str().expect("utf-8"),
+            "--http-token-file",
+            token.to_str().expect("utf-8"),
+        ],
+    )
+    .expect("mcrd")
+}
+
 /// Rule `name`'s first input, as text.
 fn input_of(relay: &Relay, name: &str) -> String {
     relay
@@ -474,12 +495,8 @@ fn an_is05_patch_moves_a_receiver_and_the_other_rules_stream_loses_nothing() {
     let schemas = Schemas::find();
     let c = Chain::new("nmos-move").expect("chain");
     let dir = TempDir::new("nmos-move").expect("dir");
-    let token = dir.path().join("token");
-    std::fs::write(&token, TOKEN).expect("token");
-    let mut perms = std::fs::metadata(&token).expect("meta").permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o600);
-    std::fs::set_permissions(&token, perms).expect("chmod");
-    let path = config(
+    let relay = start_with_token(
+        &c,
         &dir,
         r#"[[rule]]
 name = "moved"
@@ -492,16 +509,6 @@ input = "veth1:239.1.1.2:5002"
 outputs = ["veth2:239.10.1.2:6002"]
 "#,
     );
-    let relay = Relay::start(
-        &c.relay,
-        &[
-            "--config",
-            path.to_str().expect("utf-8"),
-            "--http-token-file",
-            token.to_str().expect("utf-8"),
-        ],
-    )
-    .expect("mcrd");
     let ns = c.relay.name();
     let receivers = get(ns, "/x-nmos/node/v1.3/receivers").json();
     let moved = receivers
@@ -611,10 +618,6 @@ outputs = ["veth2:239.10.1.2:6002"]
     for (body, status) in [
         (json!({"bad": "data"}), 400),
         (json!({"transport_params": [{"interface_ip": "10.9.9.9"}]}), 400),
-        (
-            json!({"master_enable": false, "activation": {"mode": "activate_immediate"}}),
-            501,
-        ),
     ] {
         let a = patch(ns, &staged, &body);
         assert_eq!(a.status, status, "{body}: {}", a.text());
@@ -627,4 +630,103 @@ outputs = ["veth2:239.10.1.2:6002"]
     );
     assert_eq!(a.status, 200, "{}", a.text());
     assert_eq!(input_of(&relay, "moved"), "veth1:239.1.1.1:5001");
+}
+
+/// A controller turns one sender of a rule off (IS-05 `master_enable`
+/// false, immediate) while the rule's stream flows, then on again: the
+/// rule's other output loses nothing, the one turned off misses one run
+/// and carries on, every packet checked; meanwhile IS-05 and IS-04 say it
+/// is off, and so does `mcrctl stats`.
+#[test]
+fn an_is05_sender_turned_off_stops_only_that_output() {
+    let _lock = mcr_testbed::traffic_lock().expect("lock");
+    let schemas = Schemas::find();
+    let c = Chain::new("nmos-off").expect("chain");
+    let dir = TempDir::new("nmos-off").expect("dir");
+    let relay = start_with_token(
+        &c,
+        &dir,
+        r#"[[rule]]
+name = "fan"
+input = "veth1:239.1.1.1:5001"
+outputs = ["veth2:239.10.1.1:6001", "veth2:239.10.1.2:6002"]
+"#,
+    );
+    let ns = c.relay.name();
+    let senders = get(ns, "/x-nmos/node/v1.3/senders").json();
+    let sender = senders
+        .as_array()
+        .expect("senders")
+        .iter()
+        .find(|s| s["label"] == "fan to 239.10.1.1:6001")
+        .expect("the first output's sender")
+        .clone();
+    let id = sender["id"].as_str().expect("id").to_string();
+    let staged = format!("/x-nmos/connection/v1.1/single/senders/{id}/staged");
+    let active = format!("/x-nmos/connection/v1.1/single/senders/{id}/active");
+
+    // 3,000 packets at 500 pps (6 s), to both outputs: the same stream.
+    const N: u64 = 3000;
+    let rx = c
+        .expect_at_sink(
+            "239.10.1.1:6001,239.10.1.2:6002",
+            N,
+            &["--idle-timeout", "3s", "--ids", "0"],
+        )
+        .expect("recv");
+    let sent = c.send_from_generator_meanwhile("239.1.1.1:5001", N, "500", MINUTES);
+    std::thread::sleep(Duration::from_millis(1500));
+    let off = patch(
+        ns,
+        &staged,
+        &json!({"master_enable": false, "activation": {"mode": "activate_immediate"}}),
+    );
+    assert_eq!(off.status, 200, "{}", off.text());
+    schemas.check(
+        "is-05/v1.1/sender-response-schema.json",
+        &off.json(),
+        "the PATCH's answer",
+    );
+    let now_active = get_valid(ns, &schemas, &active, "is-05/v1.1/sender-response-schema.json");
+    assert_eq!(now_active["master_enable"], false, "{now_active}");
+    let is04 = get(ns, &format!("/x-nmos/node/v1.3/senders/{id}")).json();
+    assert_eq!(is04["subscription"]["active"], false, "{is04}");
+    assert_ne!(is04["version"], sender["version"], "turning it off moves its version");
+    let stats = relay.ctl_ok(&["stats"]).expect("stats");
+    assert!(stats.contains("turned off (enabled=false)"), "{stats}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let on = patch(
+        ns,
+        &staged,
+        &json!({"master_enable": true, "activation": {"mode": "activate_immediate"}}),
+    );
+    assert_eq!(on.status, 200, "{}", on.text());
+    let now_active = get_valid(ns, &schemas, &active, "is-05/v1.1/sender-response-schema.json");
+    assert_eq!(now_active["master_enable"], true, "{now_active}");
+
+    assert_eq!(sent.join().expect("sender").expect("send").packets, N);
+    let got = rx.finish(MINUTES).expect("recv done");
+    assert_eq!(got.report.streams.len(), 2, "{:?}", got.report.streams);
+    for s in &got.report.streams {
+        assert_eq!(
+            (s.duplicated, s.reordered, s.corrupted, s.wrong_stream),
+            (0, 0, 0, 0),
+            "{}: {:?}",
+            s.destination,
+            s.problems(Some(N))
+        );
+        if s.destination.starts_with("239.10.1.2") {
+            assert_eq!(
+                s.received,
+                N,
+                "the other output loses nothing: {:?}",
+                s.problems(Some(N))
+            );
+        } else {
+            // One run missing, while it was off; all else, in order.
+            assert_eq!(s.holes.len(), 1, "{:?}", s.holes);
+            assert!(s.lost > 0 && s.received + s.lost == N, "{s:?}");
+            assert!(s.holes[0].0 > 0, "it sent before it was turned off: {:?}", s.holes);
+        }
+    }
 }

@@ -399,7 +399,7 @@ pub fn build(
                     "device_id": device_id.to_string(),
                     "transport": TRANSPORT,
                     "interface_bindings": legs.iter().map(|l| l.interface.clone()).collect::<Vec<_>>(),
-                    "subscription": {"sender_id": peer(&id), "active": true},
+                    "subscription": {"sender_id": peer(&id), "active": r.enabled},
                     "format": "urn:x-nmos:format:mux",
                     "caps": {"media_types": ["video/MP2T"]},
                 }),
@@ -420,7 +420,7 @@ pub fn build(
                 .collect();
             let state = json!({
                 "sender_id": peer(&id),
-                "master_enable": true,
+                "master_enable": r.enabled,
                 "activation": no_activation(),
                 "transport_file": {"data": null, "type": null},
                 "transport_params": params,
@@ -491,7 +491,7 @@ pub fn build(
                     "device_id": device_id.to_string(),
                     "manifest_href": href,
                     "interface_bindings": [o.interface.clone()],
-                    "subscription": {"receiver_id": peer(&id), "active": true},
+                    "subscription": {"receiver_id": peer(&id), "active": o.enabled},
                 }),
                 versions,
                 now,
@@ -504,7 +504,7 @@ pub fn build(
             );
             let state = json!({
                 "receiver_id": peer(&id),
-                "master_enable": true,
+                "master_enable": o.enabled,
                 "activation": no_activation(),
                 "transport_params": [params],
             });

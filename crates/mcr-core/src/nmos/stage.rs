@@ -295,20 +295,21 @@ fn port(v: &Value, key: &str) -> Option<u16> {
     v.get(key).and_then(Value::as_u64).and_then(|p| u16::try_from(p).ok())
 }
 
-fn enabled(staged: &Value, legs: &[Value]) -> Result<(), Refused> {
-    if staged.get("master_enable") == Some(&Value::Bool(false)) {
+/// Whether what `staged` says leaves the sender or receiver sending or
+/// taking: `master_enable`, and every leg's `rtp_enabled`. One leg of two
+/// turned off alone is not served: a rule takes both of its inputs or
+/// neither.
+fn enabled(staged: &Value, legs: &[Value]) -> Result<bool, Refused> {
+    let off = |v: Option<&Value>| v == Some(&Value::Bool(false));
+    let legs_off = legs.iter().filter(|l| off(l.get("rtp_enabled"))).count();
+    if legs_off > 0 && legs_off < legs.len() {
         return Err(Refused::NotServed(
-            "master_enable false: parking a sender or receiver is not served yet (remove the rule, or its output, \
-             with mcrctl)"
+            "rtp_enabled false on one leg of two: MCR takes both legs of a merged stream or neither (turn the \
+             receiver off with master_enable false, or both legs)"
                 .into(),
         ));
     }
-    if legs.iter().any(|l| l.get("rtp_enabled") == Some(&Value::Bool(false))) {
-        return Err(Refused::NotServed(
-            "rtp_enabled false: turning one leg off is not served yet".into(),
-        ));
-    }
-    Ok(())
+    Ok(!off(staged.get("master_enable")) && legs_off == 0)
 }
 
 /// The interface that has `address`.
@@ -329,7 +330,7 @@ fn interface_with(interfaces: &Interfaces, address: IpAddr, leg: usize) -> Resul
 /// interface.
 pub fn receiver_rule(rule: &Rule, staged: &Value, interfaces: &Interfaces) -> Result<Rule, Refused> {
     let legs = staged["transport_params"].as_array().cloned().unwrap_or_default();
-    enabled(staged, &legs)?;
+    let on = enabled(staged, &legs)?;
     let mut inputs: Vec<Input> = rule.inputs().cloned().collect();
     if legs.len() != inputs.len() {
         return Err(Refused::Invalid(format!(
@@ -363,6 +364,7 @@ pub fn receiver_rule(rule: &Rule, staged: &Value, interfaces: &Interfaces) -> Re
         u.sources = address(leg, "source_ip", k)?.into_iter().collect();
     }
     let mut out = rule.clone();
+    out.enabled = on;
     let mut it = inputs.into_iter();
     if let Some(first) = it.next() {
         out.input = first;
@@ -377,11 +379,12 @@ pub fn receiver_rule(rule: &Rule, staged: &Value, interfaces: &Interfaces) -> Re
 /// destination and port, and its source address.
 pub fn sender_rule(rule: &Rule, k: usize, staged: &Value, interfaces: &Interfaces) -> Result<Rule, Refused> {
     let legs = staged["transport_params"].as_array().cloned().unwrap_or_default();
-    enabled(staged, &legs)?;
+    let on = enabled(staged, &legs)?;
     let mut out = rule.clone();
     let Some(Output::Udp(o)) = out.outputs.get_mut(k) else {
         return Err(Refused::Invalid(format!("output {} is not UDP", k + 1)));
     };
+    o.enabled = on;
     let Some(leg) = legs.first() else {
         return Err(Refused::Invalid("no leg staged".into()));
     };

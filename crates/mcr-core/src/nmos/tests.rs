@@ -320,9 +320,15 @@ mod activating {
         let bad = json!({"master_enable": true, "transport_params": [{"interface_ip": "10.9.9.9"}, {}]});
         assert!(matches!(receiver_rule(&r, &bad, &interfaces()), Err(Refused::Invalid(e)) if e.contains("10.9.9.9")));
         let parked = json!({"master_enable": false, "transport_params": [{}, {}]});
+        let out = receiver_rule(&r, &parked, &interfaces()).expect("a rule");
+        assert!(!out.enabled, "master_enable false turns the rule off");
+        assert_eq!((out.inputs().count(), &out.outputs), (2, &r.outputs));
+        let both = json!({"master_enable": true, "transport_params": [{"rtp_enabled": false}, {"rtp_enabled": false}]});
+        assert!(!receiver_rule(&r, &both, &interfaces()).expect("a rule").enabled);
+        let one = json!({"master_enable": true, "transport_params": [{"rtp_enabled": true}, {"rtp_enabled": false}]});
         assert!(matches!(
-            receiver_rule(&r, &parked, &interfaces()),
-            Err(Refused::NotServed(_))
+            receiver_rule(&r, &one, &interfaces()),
+            Err(Refused::NotServed(e)) if e.contains("one leg of two")
         ));
     }
 
@@ -347,5 +353,14 @@ mod activating {
         let o = out.outputs[0].as_udp().expect("udp");
         assert_eq!(o.destination.to_string(), "239.10.1.1:6001", "auto keeps it");
         assert_eq!(o.source, SourcePolicy::Address("10.0.1.99".parse().expect("ip")));
+        for off in [
+            json!({"master_enable": false, "transport_params": [{}]}),
+            json!({"master_enable": true, "transport_params": [{"rtp_enabled": false}]}),
+        ] {
+            let out = sender_rule(&r, 1, &off, &interfaces()).expect("a rule");
+            assert!(!out.outputs[1].is_enabled(), "{off}");
+            assert_eq!(out.outputs[0], r.outputs[0], "the other output stays on");
+            assert!(out.enabled, "the rule stays on");
+        }
     }
 }

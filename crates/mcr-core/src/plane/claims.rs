@@ -50,6 +50,9 @@ pub struct Claim {
 /// workers open the trunk's multicast filter instead) or while its input
 /// interface is missing; none when that leaves nothing.
 pub fn claim_of(rule: &Rule, interfaces: &Interfaces) -> Option<Claim> {
+    if !rule.enabled {
+        return None;
+    }
     let mut claim = Claim::default();
     for (_, input) in rule.udp_inputs() {
         let dst = input.destination;

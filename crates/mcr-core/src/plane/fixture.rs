@@ -56,6 +56,7 @@ pub fn rule(name: &str, which: u8) -> Rule {
         redundancy: None,
         outputs: vec!["in1:239.10.1.1:6001".parse().expect("output")],
         health: !which.is_multiple_of(5),
+        enabled: true,
     }
 }
 

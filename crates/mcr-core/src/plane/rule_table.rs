@@ -395,8 +395,10 @@ impl RuleTable {
 pub struct OutputKey(String);
 
 impl OutputKey {
+    /// An output, whether it is turned on or off: turning it off or on
+    /// keeps its slot, and so its counters.
     fn of(o: &crate::rule::Output) -> Self {
-        OutputKey(o.to_string())
+        OutputKey(o.name_text())
     }
 
     /// An input of a rule with several, which counts in an output slot.
@@ -480,6 +482,25 @@ mod tests {
         );
         assert_ne!(after.output_slots[1], before.output_slots[0]);
         assert_eq!(t.rules().len(), 1);
+    }
+
+    #[test]
+    fn turning_an_output_or_a_rule_off_and_on_keeps_every_slot() {
+        let mut t = RuleTable::new(10, 10);
+        let outs = ["out0:239.10.1.1:6001", "out0:239.10.1.2:6001"];
+        t.add(rule("a", 1, &outs), &ifaces(), 0).expect("a");
+        let before = t.get("a").expect("a").clone();
+        let off = rule("a", 1, &["out0:239.10.1.1:6001", "out0:239.10.1.2:6001,enabled=false"]);
+        t.add(off, &ifaces(), 0).expect("off");
+        assert_eq!(t.get("a").expect("a").output_slots, before.output_slots);
+        let parked = Rule {
+            enabled: false,
+            ..rule("a", 1, &outs)
+        };
+        t.add(parked, &ifaces(), 0).expect("parked");
+        t.add(rule("a", 1, &outs), &ifaces(), 0).expect("on");
+        let after = t.get("a").expect("a");
+        assert_eq!((after.slot, &after.output_slots), (before.slot, &before.output_slots));
     }
 
     #[test]

@@ -26,11 +26,50 @@ pub struct Node {
     activated: HashMap<String, Value>,
     /// The other end each activation named (`sender_id`, `receiver_id`).
     peers: HashMap<String, Value>,
+    /// What each activation said of `master_enable` and of each leg's
+    /// `rtp_enabled` (the rule keeps only whether the two leave it on).
+    enables: HashMap<String, Enables>,
     /// Activations scheduled, by id.
     pending: HashMap<String, Pending>,
     /// Numbers each scheduled activation, so that a cancelled one's timer
     /// does nothing.
     generation: u64,
+}
+
+/// `master_enable`, and each leg's `rtp_enabled`.
+#[derive(Debug, Clone, PartialEq)]
+struct Enables {
+    master: bool,
+    legs: Vec<bool>,
+}
+
+impl Enables {
+    fn of(state: &Value) -> Enables {
+        let on = |v: Option<&Value>| v.and_then(Value::as_bool).unwrap_or(true);
+        Enables {
+            master: on(state.get("master_enable")),
+            legs: state["transport_params"]
+                .as_array()
+                .map(|legs| legs.iter().map(|l| on(l.get("rtp_enabled"))).collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Writes them into `state` (an active or staged endpoint), if they
+    /// say what the rule does (on or off), as `mcrctl` may have changed it
+    /// since.
+    fn show(&self, state: &mut Value) {
+        let on = self.master && self.legs.iter().all(|&l| l);
+        if state.get("master_enable").and_then(Value::as_bool) != Some(on) {
+            return;
+        }
+        state["master_enable"] = Value::Bool(self.master);
+        if let Some(legs) = state["transport_params"].as_array_mut() {
+            for (leg, &l) in legs.iter_mut().zip(&self.legs) {
+                leg["rtp_enabled"] = Value::Bool(l);
+            }
+        }
+    }
 }
 
 /// A scheduled activation.
@@ -135,6 +174,7 @@ impl Node {
             staged: HashMap::new(),
             activated: HashMap::new(),
             peers: HashMap::new(),
+            enables: HashMap::new(),
             pending: HashMap::new(),
             generation: 0,
         }))
@@ -153,6 +193,10 @@ impl Node {
             &self.peers,
         );
         let overlay = |id: &str, staged: &mut Value, active: &mut Value| {
+            if let Some(e) = self.enables.get(id) {
+                e.show(staged);
+                e.show(active);
+            }
             if let Some(s) = self.staged.get(id) {
                 *staged = s.clone();
             }
@@ -300,6 +344,7 @@ impl Node {
             .cloned()
             .unwrap_or(Value::Null);
         self.peers.insert(id.to_string(), peer);
+        self.enables.insert(id.to_string(), Enables::of(staged));
         self.activated.insert(id.to_string(), record);
         self.staged.remove(id);
         if let Ok(u) = id.parse::<uuid::Uuid>() {

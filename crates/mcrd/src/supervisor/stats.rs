@@ -364,6 +364,7 @@ impl Stats {
                 let (pps, bps) = rate(Key::Rule(r.slot));
                 RuleStats {
                     name: r.rule.name.clone(),
+                    disabled: !r.rule.enabled,
                     input: r.rule.input.to_string(),
                     packets: self.sum_rule(c, r.slot, RuleCounter::Packets),
                     bytes: self.sum_rule(c, r.slot, RuleCounter::Bytes),
@@ -377,7 +378,8 @@ impl Stats {
                         .map(|(o, &s)| {
                             let (pps, bps) = rate(Key::Output(s));
                             OutputStats {
-                                output: o.to_string(),
+                                output: o.name_text(),
+                                disabled: !o.is_enabled(),
                                 packets: self.sum_output(c, s, OutputCounter::Packets),
                                 bytes: self.sum_output(c, s, OutputCounter::Bytes),
                                 pps,

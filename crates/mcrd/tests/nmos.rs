@@ -12,11 +12,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use mcr_testbed::Ns;
 use mcr_testbed::TempDir;
 use mcr_testbed::config_file::HEAD;
 use mcr_testbed::http::{Answer, request};
 use mcr_testbed::presets::Chain;
+use mcr_testbed::presets::TwoPaths;
 use mcr_testbed::relay::Relay;
+use mcr_testbed::traffic::Mcrgen;
 use serde_json::{Value, json};
 
 const API: &str = "127.0.0.1:9808";
@@ -454,7 +457,7 @@ const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
 /// mcrd on the chain's relay with `rules` in its config file, its HTTP
 /// changes opened by [`TOKEN`].
-fn start_with_token(c: &Chain, dir: &TempDir, rules: &str) -> Relay {
+fn start_with_token(ns: &Ns, dir: &TempDir, rules: &str) -> Relay {
     let token = dir.path().join("token");
     std::fs::write(&token, TOKEN).expect("token");
     let mut perms = std::fs::metadata(&token).expect("meta").permissions();
@@ -462,7 +465,7 @@ fn start_with_token(c: &Chain, dir: &TempDir, rules: &str) -> Relay {
     std::fs::set_permissions(&token, perms).expect("chmod");
     let path = config(dir, rules);
     Relay::start(
-        &c.relay,
+        ns,
         &[
             "--config",
             path.to_str().expect("utf-8"),
@@ -496,7 +499,7 @@ fn an_is05_patch_moves_a_receiver_and_the_other_rules_stream_loses_nothing() {
     let c = Chain::new("nmos-move").expect("chain");
     let dir = TempDir::new("nmos-move").expect("dir");
     let relay = start_with_token(
-        &c,
+        &c.relay,
         &dir,
         r#"[[rule]]
 name = "moved"
@@ -644,7 +647,7 @@ fn an_is05_sender_turned_off_stops_only_that_output() {
     let c = Chain::new("nmos-off").expect("chain");
     let dir = TempDir::new("nmos-off").expect("dir");
     let relay = start_with_token(
-        &c,
+        &c.relay,
         &dir,
         r#"[[rule]]
 name = "fan"
@@ -729,4 +732,133 @@ outputs = ["veth2:239.10.1.1:6001", "veth2:239.10.1.2:6002"]
             assert!(s.holes[0].0 > 0, "it sent before it was turned off: {:?}", s.holes);
         }
     }
+}
+
+/// A two-leg receiver (a merge) given an SDP of two legs (RFC 7104's DUP,
+/// RFC 4570 source filters) by a controller: its rule takes the file's
+/// groups from their sources and merges them (ST 2022-7), each path losing
+/// different packets and the output losing none, every packet checked; its
+/// flow says what the SDP says the stream is, and its sender's SDP carries
+/// that format.
+#[test]
+fn an_is05_sdp_of_two_legs_makes_the_receivers_merge() {
+    let _lock = mcr_testbed::traffic_lock().expect("lock");
+    let schemas = Schemas::find();
+    let p = TwoPaths::new("nmos-legs").expect("topology");
+    let dir = TempDir::new("nmos-legs").expect("dir");
+    let relay = start_with_token(
+        &p.relay,
+        &dir,
+        r#"[[rule]]
+name = "legs"
+inputs = ["in0:239.1.1.1:5001", "in1:239.2.1.1:5001"]
+mode = "merge"
+outputs = ["out0:239.10.1.1:6001"]
+"#,
+    );
+    let ns = p.relay.name();
+    let receivers = get(ns, "/x-nmos/node/v1.3/receivers").json();
+    let id = receivers[0]["id"].as_str().expect("id").to_string();
+    let sdp = "v=0\r\n\
+o=- 7 0 IN IP4 10.0.0.1\r\n\
+s=camera 1\r\n\
+t=0 0\r\n\
+a=group:DUP a b\r\n\
+m=video 5004 RTP/AVP 96\r\n\
+c=IN IP4 239.5.1.1/32\r\n\
+a=source-filter: incl IN IP4 239.5.1.1 10.0.0.1\r\n\
+a=rtpmap:96 raw/90000\r\n\
+a=fmtp:96 sampling=YCbCr-4:2:2; width=1280; height=720; exactframerate=50; depth=10; TCS=SDR; colorimetry=BT709; PM=2110GPM; SSN=ST2110-20:2017\r\n\
+a=mid:a\r\n\
+m=video 5004 RTP/AVP 96\r\n\
+c=IN IP4 239.6.1.1/32\r\n\
+a=source-filter: incl IN IP4 239.6.1.1 10.0.2.1\r\n\
+a=rtpmap:96 raw/90000\r\n\
+a=fmtp:96 sampling=YCbCr-4:2:2; width=1280; height=720; exactframerate=50; depth=10; TCS=SDR; colorimetry=BT709; PM=2110GPM; SSN=ST2110-20:2017\r\n\
+a=mid:b\r\n";
+    let a = patch(
+        ns,
+        &format!("/x-nmos/connection/v1.1/single/receivers/{id}/staged"),
+        &json!({"transport_file": {"data": sdp, "type": "application/sdp"}, "activation": {"mode": "activate_immediate"}}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let answer = a.json();
+    schemas.check(
+        "is-05/v1.1/receiver-response-schema.json",
+        &answer,
+        "the PATCH's answer",
+    );
+    assert_eq!(answer["transport_params"][1]["multicast_ip"], "239.6.1.1", "{answer}");
+    let rule = relay
+        .rule_list()
+        .expect("rules")
+        .into_iter()
+        .find(|r| r.name == "legs")
+        .expect("the rule");
+    let inputs: Vec<String> = rule.inputs().map(ToString::to_string).collect();
+    assert_eq!(
+        inputs,
+        [
+            "in0:239.5.1.1:5004,source=10.0.0.1",
+            "in1:239.6.1.1:5004,source=10.0.2.1"
+        ]
+    );
+    assert_eq!(
+        rule.redundancy.as_ref().map(|r| r.mode.to_string()).as_deref(),
+        Some("merge")
+    );
+    let flows = get(ns, "/x-nmos/node/v1.3/flows").json();
+    schemas.check("is-04/v1.3/flows.json", &flows, "the flows");
+    assert_eq!(
+        (&flows[0]["media_type"], &flows[0]["frame_width"]),
+        (&json!("video/raw"), &json!(1280))
+    );
+    let senders = get(ns, "/x-nmos/node/v1.3/senders").json();
+    let file = get(
+        ns,
+        &format!(
+            "/x-nmos/connection/v1.1/single/senders/{}/transportfile",
+            senders[0]["id"].as_str().expect("id")
+        ),
+    );
+    assert!(file.text().contains("a=rtpmap:96 raw/90000"), "{}", file.text());
+
+    // Path a loses 1 % of the packets, path b another 1 %; b lags 20 ms.
+    const N: u64 = 3000;
+    let band = |b: bool, band: &str| p.impair(b, &["--loss-band", band, "--seed", "7"]).expect("impairer");
+    let (path_a, path_b) = (band(false, "0-1%"), band(true, "1-2%"));
+    let rx = Mcrgen::streams("239.10.1.1:6001", TwoPaths::SINK_IF)
+        .expect(N)
+        .wrap("rtp")
+        .arg("--idle-timeout")
+        .arg("2s")
+        .recv(&p.sink)
+        .expect("receiver ready");
+    let sent = Mcrgen::streams("239.5.1.1:5004", TwoPaths::GEN_A_IF)
+        .count(N)
+        .rate("1000")
+        .wrap("rtp")
+        .arg("--copy")
+        .arg("239.6.1.1:5004")
+        .arg("--copy-delay")
+        .arg("20ms")
+        .arg("--copy-interface")
+        .arg(TwoPaths::GEN_B_IF)
+        .send(&p.generator, MINUTES)
+        .expect("sent");
+    assert_eq!((sent.packets, sent.copies), (N, N));
+    let got = rx.finish(MINUTES).expect("receiver finished");
+    let (a, b) = (path_a.stop().expect("path a"), path_b.stop().expect("path b"));
+    assert!(
+        a.band_dropped > 10 && b.band_dropped > 10,
+        "each path lost some: {a:?} {b:?}"
+    );
+    let s = &got.report.streams[0];
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert_eq!(
+        (s.received, s.unique, s.lost, s.duplicated, s.reordered, s.corrupted),
+        (N, N, 0, 0, 0, 0),
+        "{:?}",
+        s.problems(Some(N))
+    );
 }

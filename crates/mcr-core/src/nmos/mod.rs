@@ -32,7 +32,7 @@ use uuid::Uuid;
 use crate::interfaces::{InterfaceInfo, Interfaces};
 use crate::rule::{Input, Rule, SourcePolicy, UdpInput, UdpOutput};
 
-pub use sdp::sender_sdp;
+pub use sdp::{Content, ReadLeg, ReadSdp, RtpFormat, read_sdp, sender_sdp};
 pub use time::{Tai, tai_now};
 
 /// The API versions served.
@@ -335,7 +335,9 @@ fn addresses_of(interfaces: &Interfaces, name: &str, like: IpAddr) -> Vec<IpAddr
 }
 
 /// Builds what the APIs answer for `rules`; `peers` names the other end
-/// an IS-05 activation gave a sender or receiver (by its id).
+/// an IS-05 activation gave a sender or receiver (by its id), and `files`
+/// the transport file (SDP) one gave a rule's receiver (by the rule's
+/// name), which says what the rule carries.
 pub fn build(
     info: &NodeInfo,
     ids: &Ids,
@@ -343,6 +345,7 @@ pub fn build(
     interfaces: &Interfaces,
     versions: &mut Versions,
     peers: &HashMap<String, Value>,
+    files: &HashMap<String, String>,
 ) -> NmosView {
     let peer = |id: &Uuid| peers.get(&id.to_string()).cloned().unwrap_or(Value::Null);
     let now = tai_now();
@@ -378,6 +381,12 @@ pub fn build(
     for r in rules {
         let (source_id, flow_id) = (ids.source(&r.name), ids.flow(&r.name));
         let first = r.first_udp_input();
+        let file = files.get(&r.name);
+        let content = file
+            .and_then(|f| read_sdp(f).ok())
+            .map(|s| s.content)
+            .unwrap_or_default();
+        let (format, media_type) = content.format();
         // The receiver: every input UDP, one or two legs.
         let legs: Vec<&UdpInput> = r.inputs().filter_map(Input::as_udp).collect();
         if legs.len() != r.input_count() {
@@ -400,8 +409,8 @@ pub fn build(
                     "transport": TRANSPORT,
                     "interface_bindings": legs.iter().map(|l| l.interface.clone()).collect::<Vec<_>>(),
                     "subscription": {"sender_id": peer(&id), "active": r.enabled},
-                    "format": "urn:x-nmos:format:mux",
-                    "caps": {"media_types": ["video/MP2T"]},
+                    "format": format,
+                    "caps": {"media_types": [media_type]},
                 }),
                 versions,
                 now,
@@ -422,7 +431,10 @@ pub fn build(
                 "sender_id": peer(&id),
                 "master_enable": r.enabled,
                 "activation": no_activation(),
-                "transport_file": {"data": null, "type": null},
+                "transport_file": match file {
+                    Some(f) => json!({"data": f, "type": "application/sdp"}),
+                    None => json!({"data": null, "type": null}),
+                },
                 "transport_params": params,
             });
             view.connection_receivers.push(ConnectionReceiver {
@@ -448,31 +460,38 @@ pub fn build(
             view.left_out
                 .push(format!("{}: an SRT or RIST output is not an NMOS sender", r.name));
         }
+        let mut source = json!({
+            "caps": {},
+            "device_id": device_id.to_string(),
+            "parents": [],
+            "clock_name": null,
+            "format": format,
+        });
+        if let Some(n) = content.channels() {
+            let channels: Vec<Value> = (1..=n).map(|c| json!({"label": format!("channel {c}")})).collect();
+            source["channels"] = Value::Array(channels);
+        }
         view.sources.push(resource(
             source_id,
             &r.name,
             &format!("the stream rule {} carries", r.name),
-            json!({
-                "caps": {},
-                "device_id": device_id.to_string(),
-                "parents": [],
-                "clock_name": null,
-                "format": "urn:x-nmos:format:mux",
-            }),
+            source,
             versions,
             now,
         ));
+        let mut flow = json!({
+            "source_id": source_id.to_string(),
+            "device_id": device_id.to_string(),
+            "parents": [],
+        });
+        if let Value::Object(f) = &mut flow {
+            f.extend(content.flow_fields());
+        }
         view.flows.push(resource(
             flow_id,
             &r.name,
             &format!("the stream rule {} carries", r.name),
-            json!({
-                "source_id": source_id.to_string(),
-                "device_id": device_id.to_string(),
-                "parents": [],
-                "format": "urn:x-nmos:format:mux",
-                "media_type": "video/MP2T",
-            }),
+            flow,
             versions,
             now,
         ));
@@ -526,6 +545,7 @@ pub fn build(
                         crate::rule::Ttl::Fixed(t) => t,
                         crate::rule::Ttl::Decrement => 64,
                     },
+                    content: &content,
                 })),
             });
             sender_ids.push(id.to_string());
@@ -604,6 +624,8 @@ pub struct SdpLeg<'a> {
     pub destination: SocketAddr,
     /// The TTL of multicast (the `c=` line's).
     pub ttl: u8,
+    /// What it carries.
+    pub content: &'a Content,
 }
 
 #[cfg(test)]

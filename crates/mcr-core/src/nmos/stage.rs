@@ -180,6 +180,45 @@ pub fn patch(side: Side, staged: &Value, constraints: &Value, body: &Value) -> R
     };
     let mut out: Map<String, Value> = staged.as_object().cloned().unwrap_or_default();
     let legs = constraints.as_array().map_or(&[][..], Vec::as_slice);
+    // A receiver's transport file sets its legs' parameters first; those
+    // the same PATCH gives go over them.
+    // (Of another type, the loop below refuses it.)
+    let file = b
+        .get("transport_file")
+        .filter(|f| f.get("type") == Some(&Value::from("application/sdp")));
+    if let (Side::Receiver, Some(Value::String(sdp))) = (side, file.and_then(|f| f.get("data"))) {
+        let read = super::read_sdp(sdp).map_err(|e| format!("transport_file: {e}"))?;
+        let params = (0..legs.len())
+            .map(|k| match read.legs.get(k) {
+                Some(l) => {
+                    let multicast = l.destination.is_multicast();
+                    let mut p = serde_json::json!({
+                        "multicast_ip": multicast.then(|| l.destination.to_string()),
+                        "destination_port": l.port,
+                        "source_ip": l.source.map(|a| a.to_string()),
+                        "rtp_enabled": true,
+                    });
+                    if !multicast {
+                        p["interface_ip"] = Value::String(l.destination.to_string());
+                    }
+                    p
+                }
+                // A leg the file has none for is turned off.
+                None => serde_json::json!({"rtp_enabled": false}),
+            })
+            .collect::<Vec<_>>();
+        let mut merged = out
+            .get("transport_params")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_else(|| vec![Value::Object(Map::new()); legs.len()]);
+        for (m, p) in merged.iter_mut().zip(params) {
+            if let (Value::Object(m), Value::Object(p)) = (m, p) {
+                m.extend(p);
+            }
+        }
+        out.insert("transport_params".into(), Value::Array(merged));
+    }
     let mut activation = None;
     for (k, v) in b {
         if !side.keys().contains(&k.as_str()) {

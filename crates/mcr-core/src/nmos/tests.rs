@@ -81,7 +81,15 @@ fn each_rule_is_a_source_and_flow_its_udp_outputs_senders_and_its_inputs_a_recei
     ];
     let ids = Ids::new("seed");
     let mut versions = Versions::default();
-    let v = build(&info(), &ids, &rules, &interfaces(), &mut versions, &HashMap::new());
+    let v = build(
+        &info(),
+        &ids,
+        &rules,
+        &interfaces(),
+        &mut versions,
+        &HashMap::new(),
+        &HashMap::new(),
+    );
     assert_eq!(v.sources.len(), 3);
     assert_eq!(v.flows.len(), 3);
     assert_eq!(v.senders.len(), 4);
@@ -128,11 +136,35 @@ fn versions_stay_while_a_resource_says_the_same_and_grow_when_it_changes() {
     let ids = Ids::new("seed");
     let mut versions = Versions::default();
     let mut rules = vec![rule("a", "eth0:239.1.1.1:5001", &["eth1:239.10.1.1:6001"]), merged()];
-    let v1 = build(&info(), &ids, &rules, &interfaces(), &mut versions, &HashMap::new());
-    let v2 = build(&info(), &ids, &rules, &interfaces(), &mut versions, &HashMap::new());
+    let v1 = build(
+        &info(),
+        &ids,
+        &rules,
+        &interfaces(),
+        &mut versions,
+        &HashMap::new(),
+        &HashMap::new(),
+    );
+    let v2 = build(
+        &info(),
+        &ids,
+        &rules,
+        &interfaces(),
+        &mut versions,
+        &HashMap::new(),
+        &HashMap::new(),
+    );
     assert_eq!(v1, v2);
     rules[0].outputs[0] = "eth1:239.10.1.9:6001".parse().expect("output");
-    let v3 = build(&info(), &ids, &rules, &interfaces(), &mut versions, &HashMap::new());
+    let v3 = build(
+        &info(),
+        &ids,
+        &rules,
+        &interfaces(),
+        &mut versions,
+        &HashMap::new(),
+        &HashMap::new(),
+    );
     let version = |v: &Value| v["version"].as_str().expect("version").parse::<Tai>().expect("TAI");
     assert!(version(&v3.senders[0]) > version(&v1.senders[0]));
     assert_eq!(v3.senders[0]["id"], v1.senders[0]["id"], "the id stays");
@@ -151,6 +183,7 @@ fn a_senders_sdp_is_mpeg_ts_over_rtp_to_its_destination_with_its_source() {
         &rules,
         &interfaces(),
         &mut Versions::default(),
+        &HashMap::new(),
         &HashMap::new(),
     );
     let sdp = v.connection_senders[0].transport_file.clone().expect("an SDP");
@@ -362,5 +395,169 @@ mod activating {
             assert_eq!(out.outputs[0], r.outputs[0], "the other output stays on");
             assert!(out.enabled, "the rule stays on");
         }
+    }
+}
+
+mod transport_files {
+    use std::collections::HashMap;
+
+    use serde_json::json;
+
+    use super::super::stage::{Side, patch, receiver_rule};
+    use super::*;
+
+    /// An ST 2110-20 stream on two legs (ST 2022-7), as a controller
+    /// gives it: RFC 7104's DUP grouping, RFC 4570 source filters.
+    const TWO_LEGS: &str = "v=0\r\n\
+o=- 1496 0 IN IP4 10.0.0.9\r\n\
+s=camera 1\r\n\
+t=0 0\r\n\
+a=group:DUP primary secondary\r\n\
+m=video 5004 RTP/AVP 96\r\n\
+c=IN IP4 239.5.1.1/32\r\n\
+a=source-filter: incl IN IP4 239.5.1.1 10.0.0.9\r\n\
+a=rtpmap:96 raw/90000\r\n\
+a=fmtp:96 sampling=YCbCr-4:2:2; width=1920; height=1080; exactframerate=30000/1001; depth=10; TCS=SDR; colorimetry=BT709; PM=2110GPM; SSN=ST2110-20:2017; interlace\r\n\
+a=mid:primary\r\n\
+m=video 5006 RTP/AVP 96\r\n\
+c=IN IP4 239.6.1.1/32\r\n\
+a=source-filter: incl IN IP4 239.6.1.1 10.0.1.9\r\n\
+a=rtpmap:96 raw/90000\r\n\
+a=fmtp:96 sampling=YCbCr-4:2:2; width=1920; height=1080; exactframerate=30000/1001; depth=10; TCS=SDR; colorimetry=BT709; PM=2110GPM; SSN=ST2110-20:2017; interlace\r\n\
+a=mid:secondary\r\n";
+
+    #[test]
+    fn a_two_leg_sdp_gives_each_leg_in_the_dup_groups_order() {
+        // The group names the secondary first: its order wins.
+        let swapped = TWO_LEGS.replace("DUP primary secondary", "DUP secondary primary");
+        let read = read_sdp(&swapped).expect("reads");
+        let dests: Vec<String> = read
+            .legs
+            .iter()
+            .map(|l| format!("{}:{}", l.destination, l.port))
+            .collect();
+        assert_eq!(dests, ["239.6.1.1:5006", "239.5.1.1:5004"]);
+        assert_eq!(read.legs[0].source, Some("10.0.1.9".parse().expect("ip")));
+        let (format, media_type) = read.content.format();
+        assert_eq!((format, media_type.as_str()), ("urn:x-nmos:format:video", "video/raw"));
+        let f = read.content.flow_fields();
+        assert_eq!((&f["frame_width"], &f["frame_height"]), (&json!(1920), &json!(1080)));
+        assert_eq!(f["interlace_mode"], "interlaced_tff");
+        assert_eq!(f["grain_rate"], json!({"numerator": 30000, "denominator": 1001}));
+        assert_eq!(
+            f["components"][1],
+            json!({"name": "Cb", "width": 960, "height": 1080, "bit_depth": 10})
+        );
+    }
+
+    #[test]
+    fn what_a_receiver_cannot_take_is_said() {
+        let no_group = TWO_LEGS.replace("a=group:DUP primary secondary\r\n", "");
+        for (sdp, says) in [
+            ("not an sdp", "cannot be read"),
+            (no_group.as_str(), "no a=group:DUP"),
+            (
+                &*TWO_LEGS.replace("DUP primary secondary", "DUP primary third"),
+                "names third",
+            ),
+            (
+                &*TWO_LEGS.replace("10.0.0.9\r\na=rtpmap", "camera.example\r\na=rtpmap"),
+                "give an address",
+            ),
+        ] {
+            let e = read_sdp(sdp).expect_err(says);
+            assert!(e.contains(says), "{says}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_transport_file_stages_the_legs_and_activating_it_makes_the_merge() {
+        let r = merged();
+        let v = build(
+            &info(),
+            &Ids::new("seed"),
+            std::slice::from_ref(&r),
+            &interfaces(),
+            &mut Versions::default(),
+            &HashMap::new(),
+            &HashMap::new(),
+        );
+        let rx = &v.connection_receivers[0];
+        let body = json!({"transport_file": {"data": TWO_LEGS, "type": "application/sdp"},
+                          "transport_params": [{}, {"interface_ip": "10.0.1.2"}]});
+        let staged = patch(Side::Receiver, &rx.staged, &rx.constraints, &body).expect("staged");
+        let legs = &staged.staged["transport_params"];
+        assert_eq!(legs[0]["multicast_ip"], "239.5.1.1");
+        assert_eq!(legs[1]["destination_port"], 5006);
+        assert_eq!(legs[1]["source_ip"], "10.0.1.9");
+        let out = receiver_rule(&r, &staged.staged, &interfaces()).expect("a rule");
+        let inputs: Vec<String> = out.inputs().map(ToString::to_string).collect();
+        assert_eq!(
+            inputs,
+            [
+                "eth0:239.5.1.1:5004,source=10.0.0.9",
+                "eth1:239.6.1.1:5006,source=10.0.1.9"
+            ]
+        );
+        assert_eq!(
+            out.redundancy.as_ref().map(|x| &x.mode),
+            r.redundancy.as_ref().map(|x| &x.mode)
+        );
+        // One leg only: the other is turned off, which a merge cannot do.
+        let one = TWO_LEGS
+            .split("m=video 5006")
+            .next()
+            .expect("first leg")
+            .replace("a=group:DUP primary secondary\r\n", "");
+        let staged = patch(
+            Side::Receiver,
+            &rx.staged,
+            &rx.constraints,
+            &json!({"transport_file": {"data": one, "type": "application/sdp"}}),
+        )
+        .expect("staged");
+        assert_eq!(staged.staged["transport_params"][1]["rtp_enabled"], false);
+        assert!(receiver_rule(&r, &staged.staged, &interfaces()).is_err());
+        // What the file says the rule carries: its flow, source, receiver
+        // and senders say it, the senders' SDPs carry its format.
+        let files = HashMap::from([("m".to_string(), TWO_LEGS.to_string())]);
+        let v = build(
+            &info(),
+            &Ids::new("seed"),
+            std::slice::from_ref(&out),
+            &interfaces(),
+            &mut Versions::default(),
+            &HashMap::new(),
+            &files,
+        );
+        assert_eq!(v.flows[0]["media_type"], "video/raw");
+        assert_eq!(v.flows[0]["frame_height"], 1080);
+        assert_eq!(v.sources[0]["format"], "urn:x-nmos:format:video");
+        assert_eq!(v.receivers[0]["caps"]["media_types"], json!(["video/raw"]));
+        assert_eq!(v.connection_receivers[0].active["transport_file"]["data"], TWO_LEGS);
+        let sdp = v.connection_senders[0].transport_file.clone().expect("an SDP");
+        assert!(sdp.contains("m=video 6001 RTP/AVP 96\r\n"), "{sdp}");
+        assert!(sdp.contains("a=rtpmap:96 raw/90000\r\n"), "{sdp}");
+        assert!(sdp.contains("a=fmtp:96 sampling=YCbCr-4:2:2; width=1920"), "{sdp}");
+    }
+
+    #[test]
+    fn audio_is_described_with_its_rate_depth_and_channels() {
+        let sdp = "v=0\r\no=- 1 0 IN IP4 10.0.0.9\r\ns=mic\r\nt=0 0\r\nm=audio 5004 RTP/AVP 97\r\nc=IN IP4 239.7.1.1/32\r\na=rtpmap:97 L24/48000/2\r\n";
+        let c = read_sdp(sdp).expect("reads").content;
+        let f = c.flow_fields();
+        assert_eq!(
+            (&f["format"], &f["media_type"]),
+            (&json!("urn:x-nmos:format:audio"), &json!("audio/L24"))
+        );
+        assert_eq!(
+            (&f["sample_rate"], &f["bit_depth"]),
+            (&json!({"numerator": 48000}), &json!(24))
+        );
+        assert_eq!(c.channels(), Some(2));
+        assert_eq!(
+            Content::default().format(),
+            ("urn:x-nmos:format:mux", "video/MP2T".to_string())
+        );
     }
 }

@@ -29,6 +29,9 @@ pub struct Node {
     /// What each activation said of `master_enable` and of each leg's
     /// `rtp_enabled` (the rule keeps only whether the two leave it on).
     enables: HashMap<String, Enables>,
+    /// The transport file (SDP) each receiver's last activation gave, by
+    /// the receiver's id: it says what the rule carries.
+    files: HashMap<String, String>,
     /// Activations scheduled, by id.
     pending: HashMap<String, Pending>,
     /// Numbers each scheduled activation, so that a cancelled one's timer
@@ -175,6 +178,7 @@ impl Node {
             activated: HashMap::new(),
             peers: HashMap::new(),
             enables: HashMap::new(),
+            files: HashMap::new(),
             pending: HashMap::new(),
             generation: 0,
         }))
@@ -184,6 +188,15 @@ impl Node {
     /// what is staged and how each was last activated.
     pub fn view<'a>(&mut self, rules: impl Iterator<Item = &'a Rule>, interfaces: &Interfaces) -> NmosView {
         let rules: Vec<Rule> = rules.cloned().collect();
+        let files: HashMap<String, String> = rules
+            .iter()
+            .filter_map(|r| {
+                Some((
+                    r.name.clone(),
+                    self.files.get(&self.ids.receiver(&r.name).to_string())?.clone(),
+                ))
+            })
+            .collect();
         let mut view = mcr_core::nmos::build(
             &self.info,
             &self.ids,
@@ -191,6 +204,7 @@ impl Node {
             interfaces,
             &mut self.versions,
             &self.peers,
+            &files,
         );
         let overlay = |id: &str, staged: &mut Value, active: &mut Value| {
             if let Some(e) = self.enables.get(id) {
@@ -345,6 +359,15 @@ impl Node {
             .unwrap_or(Value::Null);
         self.peers.insert(id.to_string(), peer);
         self.enables.insert(id.to_string(), Enables::of(staged));
+        match staged["transport_file"]["data"].as_str() {
+            Some(sdp) => {
+                self.files.insert(id.to_string(), sdp.to_string());
+            }
+            None if staged["transport_file"].is_object() => {
+                self.files.remove(id);
+            }
+            None => {}
+        }
         self.activated.insert(id.to_string(), record);
         self.staged.remove(id);
         if let Ok(u) = id.parse::<uuid::Uuid>() {

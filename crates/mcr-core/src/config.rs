@@ -151,6 +151,15 @@ pub struct NmosSettings {
     /// `/etc/machine-id`, if absent): give each mcrd of one host its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id_seed: Option<String>,
+    /// Registries to register with (`http://HOST:PORT`), the first the
+    /// most preferred, tried before those DNS-SD finds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub registries: Vec<String>,
+    /// Whether to look for registries with DNS-SD over mDNS
+    /// (`_nmos-register._tcp`) and advertise the node (`_nmos-node._tcp`);
+    /// on unless `false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mdns: Option<bool>,
 }
 
 impl NmosSettings {
@@ -158,6 +167,39 @@ impl NmosSettings {
     pub fn is_on(&self) -> bool {
         self.enabled != Some(false)
     }
+
+    /// Whether mDNS is used.
+    pub fn mdns_on(&self) -> bool {
+        self.mdns != Some(false)
+    }
+
+    /// Checks the registries' URLs: `http://HOST:PORT`.
+    pub fn check(&self) -> Result<(), String> {
+        for r in &self.registries {
+            registry_address(r)?;
+        }
+        Ok(())
+    }
+}
+
+/// The host and port of a registry's URL (`http://HOST:PORT`, a path
+/// after it ignored).
+pub fn registry_address(url: &str) -> Result<(String, u16), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("registry `{url}`: write http://HOST:PORT (https registries are not served yet)"))?;
+    let authority = rest.split('/').next().unwrap_or("");
+    let (host, port) = authority
+        .rsplit_once(':')
+        .ok_or_else(|| format!("registry `{url}`: give the port (http://HOST:PORT)"))?;
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| format!("registry `{url}`: `{port}` is no port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("registry `{url}`: no host"));
+    }
+    Ok((host.to_string(), port))
 }
 
 /// Where a relay of a fleet takes its rules from: one key per rule under

@@ -69,6 +69,35 @@ fn nmos(o: &mut String, v: &mcr_core::nmos::NmosView) {
     if let Some(d) = v.devices.first() {
         let _ = writeln!(o, "device {}", text(&d["id"]));
     }
+    if let Some(reg) = &v.registration {
+        match &reg.registry {
+            Some(r) => {
+                let _ = writeln!(
+                    o,
+                    "registered with {r}: {} resource(s), {} heartbeat(s) answered",
+                    reg.resources, reg.heartbeats
+                );
+            }
+            None if reg.known.is_empty() => {
+                let _ = writeln!(o, "registered nowhere: no registry known (peer-to-peer mode)");
+            }
+            None => {
+                let _ = writeln!(o, "registered nowhere (peer-to-peer mode)");
+            }
+        }
+        for k in &reg.known {
+            let _ = writeln!(o, "  registry {k}");
+        }
+        if reg.failovers > 0 {
+            let _ = writeln!(o, "  moved or registered again {} time(s)", reg.failovers);
+        }
+        if let Some(e) = &reg.last_error {
+            let _ = writeln!(o, "  last error: {e}");
+        }
+        if reg.advertised {
+            let _ = writeln!(o, "  advertised by mDNS as _nmos-node._tcp");
+        }
+    }
     for r in &v.connection_receivers {
         let legs = r.active["transport_params"].as_array().cloned().unwrap_or_default();
         let at: Vec<String> = legs

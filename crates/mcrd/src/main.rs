@@ -191,12 +191,17 @@ fn raise_fd_limit() {
 /// token, the TLS certificate and key) read.
 fn check_config(path: &Path, a: &RunArgs) -> ExitCode {
     match supervisor::load_config(path) {
-        Ok(c) => match supervisor::check_http(&http_options(a, &c.settings)).and_then(|()| match &c.settings.etcd {
-            Some(e) => supervisor::etcd::store_settings(e)
-                .and_then(|s| s.check())
-                .map_err(anyhow::Error::from),
-            None => Ok(()),
-        }) {
+        Ok(c) => match supervisor::check_http(&http_options(a, &c.settings))
+            .and_then(|()| match &c.settings.etcd {
+                Some(e) => supervisor::etcd::store_settings(e)
+                    .and_then(|s| s.check())
+                    .map_err(anyhow::Error::from),
+                None => Ok(()),
+            })
+            .and_then(|()| match &c.settings.nmos {
+                Some(n) => n.check().map_err(anyhow::Error::msg),
+                None => Ok(()),
+            }) {
             Ok(()) => {
                 println!("{}: valid, {} rule(s)", path.display(), c.rules.len());
                 ExitCode::SUCCESS

@@ -862,3 +862,282 @@ a=mid:b\r\n";
         s.problems(Some(N))
     );
 }
+
+/// One request a test registry got.
+#[derive(Debug, Clone)]
+struct Got {
+    method: String,
+    path: String,
+    body: Value,
+    content_type: Option<String>,
+}
+
+/// A stand-in for an IS-04 registry (no registry is packaged): the
+/// Registration API's resource and health endpoints, over a plain HTTP/1.1
+/// server in a namespace, keeping every request; `broken` makes it answer
+/// 503 to everything.
+struct TestRegistry {
+    got: std::sync::Arc<std::sync::Mutex<Vec<Got>>>,
+    broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl TestRegistry {
+    fn start(ns: &Ns, port: u16) -> TestRegistry {
+        use std::io::{BufRead, BufReader, Read, Write};
+        use std::sync::atomic::Ordering;
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Got>::new()));
+        let broken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (g, b, name) = (got.clone(), broken.clone(), ns.name().to_string());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            mcr_sys::netns::enter(&name).expect("enter the namespace");
+            let listener = std::net::TcpListener::bind(("0.0.0.0", port)).expect("bind");
+            ready_tx.send(()).expect("ready");
+            let mut held: std::collections::HashMap<String, Value> = std::collections::HashMap::new();
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let mut r = BufReader::new(conn.try_clone().expect("clone"));
+                let mut line = String::new();
+                if r.read_line(&mut line).is_err() {
+                    continue;
+                }
+                let mut parts = line.split_whitespace();
+                let (method, path) = (
+                    parts.next().unwrap_or("").to_string(),
+                    parts.next().unwrap_or("").to_string(),
+                );
+                let (mut len, mut content_type) = (0usize, None);
+                loop {
+                    let mut h = String::new();
+                    if r.read_line(&mut h).is_err() || h.trim().is_empty() {
+                        break;
+                    }
+                    if let Some((k, v)) = h.split_once(':') {
+                        match k.trim().to_ascii_lowercase().as_str() {
+                            "content-length" => len = v.trim().parse().unwrap_or(0),
+                            "content-type" => content_type = Some(v.trim().to_string()),
+                            _ => {}
+                        }
+                    }
+                }
+                let mut body = vec![0; len];
+                let _ = r.read_exact(&mut body);
+                let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                g.lock().expect("lock").push(Got {
+                    method: method.clone(),
+                    path: path.clone(),
+                    body: body.clone(),
+                    content_type,
+                });
+                let (status, answer) = if b.load(Ordering::SeqCst) {
+                    (503, json!({"code": 503, "error": "down for the test", "debug": null}))
+                } else if method == "POST" && path.ends_with("/resource") {
+                    let id = body["data"]["id"].as_str().unwrap_or("").to_string();
+                    let status = if held.insert(id, body["data"].clone()).is_some() {
+                        200
+                    } else {
+                        201
+                    };
+                    (status, body["data"].clone())
+                } else if method == "POST" && path.contains("/health/nodes/") {
+                    let id = path.rsplit('/').next().unwrap_or("");
+                    if held.contains_key(id) {
+                        (200, json!({"health": "1:0"}))
+                    } else {
+                        (404, json!({"code": 404, "error": "no such node", "debug": null}))
+                    }
+                } else if method == "DELETE" {
+                    held.remove(path.rsplit('/').next().unwrap_or(""));
+                    (204, Value::Null)
+                } else {
+                    (404, json!({"code": 404, "error": "no such path", "debug": null}))
+                };
+                let text = if status == 204 {
+                    String::new()
+                } else {
+                    answer.to_string()
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                    text.len()
+                );
+            }
+        });
+        ready_rx.recv().expect("the registry listens");
+        TestRegistry { got, broken }
+    }
+
+    fn requests(&self) -> Vec<Got> {
+        self.got.lock().expect("lock").clone()
+    }
+
+    /// What it holds now (registered and not deleted), by type.
+    fn holds(&self) -> std::collections::BTreeMap<String, Value> {
+        let mut held = std::collections::BTreeMap::new();
+        for g in self.requests() {
+            if g.method == "POST" && g.path.ends_with("/resource") {
+                held.insert(g.body["data"]["id"].as_str().unwrap_or("").to_string(), g.body.clone());
+            } else if g.method == "DELETE" {
+                held.remove(g.path.rsplit('/').next().unwrap_or(""));
+            }
+        }
+        held
+    }
+
+    fn heartbeats(&self) -> usize {
+        self.requests()
+            .iter()
+            .filter(|g| g.path.contains("/health/nodes/"))
+            .count()
+    }
+}
+
+/// Advertises a registry over mDNS from `ns` (`_nmos-register._tcp`, with
+/// `txt`), until the daemon it returns is dropped.
+fn advertise_registry(ns: &Ns, name: &str, port: u16, txt: &[(&str, &str)]) -> mdns_sd::ServiceDaemon {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (ns, name) = (ns.name().to_string(), name.to_string());
+    let txt: std::collections::HashMap<String, String> =
+        txt.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    std::thread::spawn(move || {
+        // (The daemon's thread is made here, so it lives in the namespace.)
+        mcr_sys::netns::enter(&ns).expect("enter the namespace");
+        let d = mdns_sd::ServiceDaemon::new().expect("mDNS");
+        let info = mdns_sd::ServiceInfo::new(
+            "_nmos-register._tcp.local.",
+            &name,
+            "registry.local.",
+            Chain::SINK_ADDR.to_string().as_str(),
+            port,
+            txt,
+        )
+        .expect("advert");
+        d.register(info).expect("advertised");
+        tx.send(d).expect("daemon");
+    });
+    rx.recv().expect("the advert")
+}
+
+fn wait_for(what: &str, secs: u64, ok: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while !ok() {
+        assert!(std::time::Instant::now() < deadline, "{what}: not within {secs} s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Registries found by mDNS: the node registers with the preferred one
+/// that suits it (an advert of another API version is passed over), the
+/// node first and each resource after what it hangs on, equal to what its
+/// own API says and valid by the Registration API's schema; it heartbeats;
+/// a rule added and removed is registered and deleted; when the registry
+/// fails, the node moves to the next, with a heartbeat first.
+#[test]
+fn the_node_registers_with_the_registry_mdns_finds_and_fails_over() {
+    let schemas = Schemas::find();
+    let c = Chain::new("nmos-reg").expect("chain");
+    let dir = TempDir::new("nmos-reg").expect("dir");
+    let (first, second, unsuitable) = (
+        TestRegistry::start(&c.sink, 8010),
+        TestRegistry::start(&c.sink, 8011),
+        TestRegistry::start(&c.sink, 8009),
+    );
+    let common = [("api_proto", "http"), ("api_ver", "v1.2,v1.3"), ("api_auth", "false")];
+    let with = |pri: &'static str, ver: &'static str| {
+        let mut t: Vec<(&str, &str)> = common.iter().filter(|(k, _)| *k != "api_ver").copied().collect();
+        t.extend([("pri", pri), ("api_ver", ver)]);
+        t
+    };
+    let _adverts = [
+        advertise_registry(&c.sink, "unsuitable", 8009, &with("0", "v9.0")),
+        advertise_registry(&c.sink, "first", 8010, &with("10", "v1.2,v1.3")),
+        advertise_registry(&c.sink, "second", 8011, &with("20", "v1.3")),
+    ];
+    let relay = start_with_token(&c.relay, &dir, RULES);
+    let ns = c.relay.name();
+    let own = |path: &str| get(ns, path).json();
+    let count = 1
+        + own("/x-nmos/node/v1.3/devices").as_array().map_or(0, Vec::len)
+        + ["sources", "flows", "senders", "receivers"]
+            .iter()
+            .map(|k| own(&format!("/x-nmos/node/v1.3/{k}")).as_array().map_or(0, Vec::len))
+            .sum::<usize>();
+    wait_for("registered with the first registry", 30, || {
+        first.holds().len() == count
+    });
+    wait_for("two heartbeats", 15, || first.heartbeats() >= 2);
+    assert!(unsuitable.requests().is_empty(), "{:?}", unsuitable.requests());
+    assert!(second.requests().is_empty(), "{:?}", second.requests());
+    let reqs = first.requests();
+    let node_id = own("/x-nmos/node/v1.3/self")["id"].as_str().unwrap_or("?").to_string();
+    assert!(
+        reqs[0].path.ends_with(&format!("/health/nodes/{node_id}")),
+        "a heartbeat first: {:?}",
+        reqs[0]
+    );
+    let posts: Vec<&Got> = reqs.iter().filter(|g| g.path.ends_with("/resource")).collect();
+    let order = ["node", "device", "source", "flow", "sender", "receiver"];
+    let ranks: Vec<usize> = posts
+        .iter()
+        .map(|g| order.iter().position(|t| g.body["type"] == *t).expect("a known type"))
+        .collect();
+    assert!(ranks.is_sorted(), "each after what it hangs on: {ranks:?}");
+    for g in &posts {
+        assert!(g.path.starts_with("/x-nmos/registration/v1.3/"), "{}", g.path);
+        assert_eq!(g.content_type.as_deref(), Some("application/json"));
+        schemas.check(
+            "is-04/v1.3/registrationapi-resource-post-request.json",
+            &g.body,
+            "a registration",
+        );
+    }
+    assert_eq!(
+        posts[0].body["data"],
+        own("/x-nmos/node/v1.3/self"),
+        "the node as /self says it"
+    );
+    let nmos = relay.ctl_ok(&["nmos"]).expect("mcrctl nmos");
+    assert!(nmos.contains("registered with http://10.0.1.2:8010"), "{nmos}");
+
+    // A rule added is registered; removed, deleted.
+    relay
+        .ctl_ok(&[
+            "add",
+            "extra",
+            "--input",
+            "veth1:239.1.1.77:5077",
+            "--output",
+            "veth2:239.10.1.77:6077",
+        ])
+        .expect("added");
+    wait_for("the new rule's resources", 15, || first.holds().len() == count + 4);
+    relay.ctl_ok(&["remove", "extra"]).expect("removed");
+    wait_for("the rule's resources deleted", 15, || first.holds().len() == count);
+    let deletes: Vec<String> = first
+        .requests()
+        .iter()
+        .filter(|g| g.method == "DELETE")
+        .map(|g| g.path.split('/').nth(5).unwrap_or("").to_string())
+        .collect();
+    assert_eq!(deletes, ["receivers", "senders", "flows", "sources"], "children first");
+
+    // The first registry fails: the node moves to the second, whose first
+    // request is a heartbeat.
+    first.broken.store(true, std::sync::atomic::Ordering::SeqCst);
+    wait_for("registered with the second registry", 20, || {
+        second.holds().len() == count
+    });
+    let reqs = second.requests();
+    assert!(
+        reqs[0].path.contains("/health/nodes/"),
+        "a heartbeat first: {:?}",
+        reqs[0]
+    );
+    assert!(unsuitable.requests().is_empty());
+    let nmos = relay.ctl_ok(&["nmos"]).expect("mcrctl nmos");
+    assert!(
+        nmos.contains("registered with http://10.0.1.2:8011") && nmos.contains("last error"),
+        "{nmos}"
+    );
+}

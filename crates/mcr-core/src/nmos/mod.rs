@@ -225,6 +225,36 @@ pub struct NmosView {
     /// What of the rules is not an NMOS resource, and why (`rule: why`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<String>,
+    /// Where the node is registered, or why it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registration: Option<Registration>,
+}
+
+/// The node's registration with an IS-04 registry (Registration API v1.3).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registration {
+    /// The registry it is registered with (`http://HOST:PORT`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<String>,
+    /// Registries known (configured, or found by DNS-SD), the preferred
+    /// first: `URL (priority N, how found)`.
+    #[serde(default)]
+    pub known: Vec<String>,
+    /// Resources registered there.
+    #[serde(default)]
+    pub resources: usize,
+    /// Heartbeats answered since it registered there.
+    #[serde(default)]
+    pub heartbeats: u64,
+    /// Times it moved to another registry, or registered again.
+    #[serde(default)]
+    pub failovers: u64,
+    /// The last thing that went wrong, if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Whether it advertises itself peer to peer (`_nmos-node._tcp`).
+    #[serde(default)]
+    pub advertised: bool,
 }
 
 /// A resource's common fields beside `extra`, versioned.
@@ -362,6 +392,7 @@ pub fn build(
         connection_senders: Vec::new(),
         connection_receivers: Vec::new(),
         left_out: Vec::new(),
+        registration: None,
     };
     // The interfaces the rules use, by name.
     let mut used: BTreeMap<&str, &InterfaceInfo> = BTreeMap::new();

@@ -23,6 +23,7 @@ mod nmos;
 mod notify;
 mod ports;
 mod privilege;
+mod registration;
 mod restart;
 mod role;
 mod secret_file;
@@ -323,6 +324,9 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
     let (calls_tx, mut calls_rx) = mpsc::channel::<control::Call>(64);
     if let Some(server) = http {
         server.spawn(calls_tx.clone()).context("start the HTTP server")?;
+    }
+    if let Some(node) = &sup.nmos {
+        node.register(calls_tx.clone());
     }
     // A copy of the control socket, for the program `mcrctl restart` runs.
     let control_copy = listener

@@ -4,11 +4,12 @@
 //! `mcr_core::nmos` each time it is asked, with the versions kept here).
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use mcr_core::config::{HttpListen, NmosSettings};
 use mcr_core::interfaces::Interfaces;
 use mcr_core::nmos::stage::{self, Activation, Refused, Side, Staged};
-use mcr_core::nmos::{Ids, NmosView, NodeInfo, Tai, Versions, tai_now};
+use mcr_core::nmos::{Ids, NmosView, NodeInfo, Registration, Tai, Versions, tai_now};
 use mcr_core::rule::Rule;
 use serde_json::{Value, json};
 
@@ -37,6 +38,10 @@ pub struct Node {
     /// Numbers each scheduled activation, so that a cancelled one's timer
     /// does nothing.
     generation: u64,
+    /// How it registers and advertises itself.
+    registration: super::registration::Settings,
+    /// Where it is registered (the registration task writes it).
+    registered: Arc<Mutex<Registration>>,
 }
 
 /// `master_enable`, and each leg's `rtp_enabled`.
@@ -132,6 +137,7 @@ impl Node {
         let Some(s) = settings.filter(|s| s.is_on()) else {
             return Ok(None);
         };
+        s.check().map_err(|e| anyhow::anyhow!("[daemon.nmos]: {e}"))?;
         let listen = match http.listen {
             Some(HttpListen::Off) => anyhow::bail!(
                 "[daemon.nmos] needs the HTTP server, which serves its APIs: http_listen is none (give an address, or \
@@ -159,6 +165,17 @@ impl Node {
                 })?,
         };
         let label = s.label.clone().unwrap_or_else(|| hostname.clone());
+        let protocol = if http.tls_cert.is_some() { "https" } else { "http" };
+        let registration = super::registration::Settings {
+            registries: s.registries.clone(),
+            mdns: s.mdns_on(),
+            hostname: hostname.clone(),
+            api_host: api_host.clone(),
+            api_port: listen.port(),
+            protocol,
+            authorization: http.reads_need_token,
+            label: label.clone(),
+        };
         Ok(Some(Node {
             info: NodeInfo {
                 description: s
@@ -169,7 +186,7 @@ impl Node {
                 hostname,
                 api_host,
                 api_port: listen.port(),
-                protocol: if http.tls_cert.is_some() { "https" } else { "http" },
+                protocol,
                 authorization: http.reads_need_token,
             },
             ids: Ids::new(&seed),
@@ -181,6 +198,8 @@ impl Node {
             files: HashMap::new(),
             pending: HashMap::new(),
             generation: 0,
+            registration,
+            registered: Arc::new(Mutex::new(Registration::default())),
         }))
     }
 
@@ -224,7 +243,14 @@ impl Node {
         for r in &mut view.connection_receivers {
             overlay(&r.id, &mut r.staged, &mut r.active);
         }
+        view.registration = self.registered.lock().ok().map(|r| r.clone());
         view
+    }
+
+    /// Starts registering with registries and advertising the node; its
+    /// requests for the view go to `calls`.
+    pub fn register(&self, calls: tokio::sync::mpsc::Sender<super::control::Call>) {
+        super::registration::spawn(self.registration.clone(), calls, Arc::clone(&self.registered));
     }
 
     /// A PATCH of the `staged` of sender or receiver `id` (`receiver`),

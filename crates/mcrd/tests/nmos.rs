@@ -1141,3 +1141,74 @@ fn the_node_registers_with_the_registry_mdns_finds_and_fails_over() {
         "{nmos}"
     );
 }
+
+/// With no registry, the node advertises itself peer to peer: an
+/// `_nmos-node._tcp` advert, seen by mDNS from another host, with its API's
+/// port and address and the `ver_*` records, which move when a rule is
+/// added.
+#[test]
+fn with_no_registry_the_node_advertises_itself_peer_to_peer() {
+    let c = Chain::new("nmos-p2p").expect("chain");
+    let dir = TempDir::new("nmos-p2p").expect("dir");
+    let path = dir.path().join("mcrd.toml");
+    std::fs::write(
+        &path,
+        format!("{HEAD}[daemon.nmos]\nlabel = \"p2p\"\nid_seed = \"p2p\"\napi_host = \"10.0.1.1\"\n\n{RULES}"),
+    )
+    .expect("config");
+    let relay = Relay::start(&c.relay, &["--config", path.to_str().expect("utf-8")]).expect("mcrd");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let name = c.sink.name().to_string();
+    std::thread::spawn(move || {
+        mcr_sys::netns::enter(&name).expect("enter the namespace");
+        let d = mdns_sd::ServiceDaemon::new().expect("mDNS");
+        let events = d.browse("_nmos-node._tcp.local.").expect("browse");
+        while let Ok(e) = events.recv() {
+            if let mdns_sd::ServiceEvent::ServiceResolved(s) = e
+                && tx.send(*s).is_err()
+            {
+                break;
+            }
+        }
+        let _ = d.shutdown();
+    });
+    let seen = rx.recv_timeout(Duration::from_secs(30)).expect("the node's advert");
+    assert_eq!(seen.port, 9808);
+    assert!(
+        seen.get_addresses_v4().contains(&"10.0.1.1".parse().expect("ip")),
+        "{:?}",
+        seen.get_addresses_v4()
+    );
+    let txt = |k: &str| seen.get_property_val_str(k).map(str::to_string);
+    assert_eq!(
+        (txt("api_ver"), txt("api_proto"), txt("api_auth")),
+        (Some("v1.3".into()), Some("http".into()), Some("false".into()))
+    );
+    let rcv = txt("ver_rcv").expect("ver_rcv");
+    for k in ["ver_slf", "ver_dvc", "ver_src", "ver_flw", "ver_snd"] {
+        assert!(txt(k).and_then(|v| v.parse::<u8>().ok()).is_some(), "{k}: {:?}", txt(k));
+    }
+    relay
+        .ctl_ok(&[
+            "add",
+            "extra",
+            "--input",
+            "veth1:239.1.1.77:5077",
+            "--output",
+            "veth2:239.10.1.77:6077",
+        ])
+        .expect("added");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = rx.recv_timeout(Duration::from_secs(30)).expect("the advert again");
+        if s.get_property_val_str("ver_rcv") != Some(rcv.as_str()) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "ver_rcv stays {rcv}");
+    }
+    let nmos = relay.ctl_ok(&["nmos"]).expect("mcrctl nmos");
+    assert!(
+        nmos.contains("peer-to-peer mode") && nmos.contains("advertised by mDNS"),
+        "{nmos}"
+    );
+}

@@ -160,6 +160,64 @@ pub struct NmosSettings {
     /// on unless `false`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mdns: Option<bool>,
+    /// The plant's control networks (`10.10.0.0/16`): a client there
+    /// reads the NMOS APIs without the HTTP token.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub control_networks: Vec<String>,
+    /// With `true`, a client on a control network may also make IS-05
+    /// changes without the token; off unless said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_changes: Option<bool>,
+}
+
+/// A network: an address and a prefix length (`10.10.0.0/16`,
+/// `fd00::/8`; an address alone is that host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Network {
+    /// Its address.
+    pub address: std::net::IpAddr,
+    /// Its prefix length.
+    pub prefix: u8,
+}
+
+impl std::str::FromStr for Network {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, p) = s.split_once('/').unwrap_or((s, ""));
+        let address: std::net::IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{s}`: `{a}` is no address (write ADDRESS/PREFIX, e.g. 10.10.0.0/16)"))?;
+        let max = if address.is_ipv4() { 32 } else { 128 };
+        let prefix = if p.is_empty() {
+            max
+        } else {
+            p.trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|&n| n <= max)
+                .ok_or_else(|| format!("`{s}`: the prefix length is 0 to {max}"))?
+        };
+        Ok(Network { address, prefix })
+    }
+}
+
+impl Network {
+    /// Whether `ip` is in it (an IPv4 address written as IPv6, too).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        let bits = |a: std::net::IpAddr| -> (u128, u32) {
+            match a.to_canonical() {
+                std::net::IpAddr::V4(v) => (u128::from(u32::from(v)), 32),
+                std::net::IpAddr::V6(v) => (u128::from(v), 128),
+            }
+        };
+        let ((net, width), (host, host_width)) = (bits(self.address), bits(ip));
+        if width != host_width {
+            return false;
+        }
+        let shift = width - u32::from(self.prefix);
+        shift >= width || (net >> shift) == (host >> shift)
+    }
 }
 
 impl NmosSettings {
@@ -178,7 +236,16 @@ impl NmosSettings {
         for r in &self.registries {
             registry_address(r)?;
         }
+        self.networks()?;
         Ok(())
+    }
+
+    /// The control networks.
+    pub fn networks(&self) -> Result<Vec<Network>, String> {
+        self.control_networks
+            .iter()
+            .map(|n| n.parse().map_err(|e| format!("control_networks: {e}")))
+            .collect()
     }
 }
 
@@ -747,6 +814,26 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_networks_hold_their_hosts_and_no_others() {
+        let n: Network = "10.10.0.0/16".parse().expect("net");
+        assert!(n.contains("10.10.200.1".parse().expect("ip")));
+        assert!(!n.contains("10.11.0.1".parse().expect("ip")));
+        assert!(
+            n.contains("::ffff:10.10.0.9".parse().expect("ip")),
+            "IPv4 written as IPv6"
+        );
+        assert!(!n.contains("fd00::1".parse().expect("ip")));
+        let host: Network = "192.0.2.7".parse().expect("host");
+        assert!(host.contains("192.0.2.7".parse().expect("ip")) && !host.contains("192.0.2.8".parse().expect("ip")));
+        let all: Network = "::/0".parse().expect("all");
+        assert!(all.contains("fd00::1".parse().expect("ip")));
+        for (bad, says) in [("10.0.0.0/33", "0 to 32"), ("ten/8", "no address")] {
+            let e = bad.parse::<Network>().expect_err(bad);
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
     use crate::interfaces::InterfaceInfo;
 
     fn ifaces() -> Interfaces {

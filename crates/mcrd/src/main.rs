@@ -227,6 +227,14 @@ fn http_options(a: &RunArgs, f: &config::Settings) -> supervisor::HttpOptions {
         tls_key: a.http_tls_key.clone().or_else(|| f.http_tls_key.clone()),
         insecure: a.http_insecure || f.http_insecure.unwrap_or(false),
         reads_need_token: a.http_reads_need_token || f.http_reads_need_token.unwrap_or(false),
+        // (Checked with the rest of [daemon.nmos] when the node starts.)
+        nmos_networks: f
+            .nmos
+            .as_ref()
+            .filter(|n| n.is_on())
+            .and_then(|n| n.networks().ok())
+            .unwrap_or_default(),
+        nmos_changes: f.nmos.as_ref().is_some_and(|n| n.control_changes == Some(true)),
     }
 }
 

@@ -30,6 +30,10 @@ pub enum Needs {
 pub struct Access {
     token: Option<String>,
     reads_need_token: bool,
+    /// NMOS control networks: their clients read the NMOS APIs freely.
+    control: Vec<mcr_core::config::Network>,
+    /// And make IS-05 changes freely.
+    control_changes: bool,
 }
 
 /// Reads the token from `path`: refused when others may read the file, or
@@ -57,6 +61,32 @@ impl Access {
         Access {
             token,
             reads_need_token,
+            control: Vec::new(),
+            control_changes: false,
+        }
+    }
+
+    /// With `networks` as the NMOS control networks, whose clients read
+    /// the NMOS APIs without the token, and with `changes` make IS-05
+    /// changes without it too.
+    pub fn with_control_networks(mut self, networks: Vec<mcr_core::config::Network>, changes: bool) -> Self {
+        self.control = networks;
+        self.control_changes = changes;
+        self
+    }
+
+    /// [`Access::check`] for the NMOS APIs: a client on a control network
+    /// (directly, not through a proxy) reads without the token, and makes
+    /// changes without it when the operator opened them.
+    pub fn check_nmos(&self, peer: SocketAddr, headers: &HeaderMap, needs: Needs) -> Result<(), Problem> {
+        let proxied = ["forwarded", "x-forwarded-for", "x-real-ip"]
+            .into_iter()
+            .any(|h| headers.contains_key(h));
+        let on_control = !proxied && self.control.iter().any(|n| n.contains(peer.ip()));
+        match needs {
+            Needs::Read if on_control => Ok(()),
+            Needs::Change if on_control && self.control_changes => Ok(()),
+            _ => self.check(peer, headers, needs),
         }
     }
 
@@ -165,6 +195,42 @@ mod tests {
             h.insert(header::AUTHORIZATION, a.parse().expect("header"));
         }
         h
+    }
+
+    #[test]
+    fn a_control_network_reads_nmos_freely_and_changes_only_when_opened() {
+        let plant: SocketAddr = "10.10.3.4:4000".parse().expect("addr");
+        let other: SocketAddr = "192.0.2.7:4000".parse().expect("addr");
+        let nets = vec!["10.10.0.0/16".parse().expect("net")];
+        let token = Some("0123456789abcdef".to_string());
+        let reads = Access::new(token.clone(), false).with_control_networks(nets.clone(), false);
+        assert!(reads.check_nmos(plant, &headers(None), Needs::Read).is_ok());
+        let e = reads
+            .check_nmos(plant, &headers(None), Needs::Change)
+            .expect_err("changes closed");
+        assert_eq!(e.status, StatusCode::UNAUTHORIZED);
+        assert!(
+            reads
+                .check_nmos(plant, &headers(Some("Bearer 0123456789abcdef")), Needs::Change)
+                .is_ok()
+        );
+        assert!(
+            reads.check_nmos(other, &headers(None), Needs::Read).is_err(),
+            "beyond the network"
+        );
+        assert!(
+            reads.check(plant, &headers(None), Needs::Read).is_err(),
+            "the other APIs keep the token"
+        );
+        let mut proxied = headers(None);
+        proxied.insert("x-forwarded-for", "10.10.3.4".parse().expect("header"));
+        assert!(
+            reads.check_nmos(plant, &proxied, Needs::Read).is_err(),
+            "through a proxy"
+        );
+        let open = Access::new(token, false).with_control_networks(nets, true);
+        assert!(open.check_nmos(plant, &headers(None), Needs::Change).is_ok());
+        assert!(open.check_nmos(other, &headers(None), Needs::Change).is_err());
     }
 
     #[test]

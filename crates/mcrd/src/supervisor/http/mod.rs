@@ -66,6 +66,11 @@ pub struct Options {
     pub insecure: bool,
     /// Every request needs the token, loopback or not.
     pub reads_need_token: bool,
+    /// The NMOS control networks, whose clients read the NMOS APIs
+    /// without the token (`[daemon.nmos] control_networks`).
+    pub nmos_networks: Vec<mcr_core::config::Network>,
+    /// Whether those clients may make IS-05 changes without it too.
+    pub nmos_changes: bool,
 }
 
 /// A listening server, opened before the daemon gives up root (the token
@@ -171,7 +176,10 @@ pub async fn open(opts: &Options) -> anyhow::Result<Option<Server>> {
     Ok(Some(Server {
         listener,
         tls,
-        access: Arc::new(Access::new(token, opts.reads_need_token)),
+        access: Arc::new(
+            Access::new(token, opts.reads_need_token)
+                .with_control_networks(opts.nmos_networks.clone(), opts.nmos_changes),
+        ),
     }))
 }
 

@@ -86,7 +86,7 @@ async fn answer(app: &App, req: HttpRequest) -> Response {
     } else {
         Needs::Change
     };
-    if let Err(p) = app.access.check(peer.0, req.headers(), needs) {
+    if let Err(p) = app.access.check_nmos(peer.0, req.headers(), needs) {
         return from_problem(&p);
     }
     let path = req.uri().path().to_string();

@@ -364,19 +364,30 @@ fn addresses_of(interfaces: &Interfaces, name: &str, like: IpAddr) -> Vec<IpAddr
         .unwrap_or_default()
 }
 
-/// Builds what the APIs answer for `rules`; `peers` names the other end
-/// an IS-05 activation gave a sender or receiver (by its id), and `files`
-/// the transport file (SDP) one gave a rule's receiver (by the rule's
-/// name), which says what the rule carries.
+/// What the node knows beside the rules.
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    /// The other end an IS-05 activation gave a sender or receiver (by its
+    /// id).
+    pub peers: HashMap<String, Value>,
+    /// The transport file (SDP) an activation gave a rule's receiver (by
+    /// the rule's name): it says what the rule carries.
+    pub files: HashMap<String, String>,
+    /// Each rule's bit rate as measured, in kbit/s with the IP and UDP
+    /// headers (by its name); none: not known yet.
+    pub bit_rates: HashMap<String, u64>,
+}
+
+/// Builds what the APIs answer for `rules`, with what is `known`.
 pub fn build(
     info: &NodeInfo,
     ids: &Ids,
     rules: &[Rule],
     interfaces: &Interfaces,
     versions: &mut Versions,
-    peers: &HashMap<String, Value>,
-    files: &HashMap<String, String>,
+    known: &Known,
 ) -> NmosView {
+    let (peers, files) = (&known.peers, &known.files);
     let peer = |id: &Uuid| peers.get(&id.to_string()).cloned().unwrap_or(Value::Null);
     let now = tai_now();
     let base = info.base_url();
@@ -439,7 +450,11 @@ pub fn build(
                     "device_id": device_id.to_string(),
                     "transport": TRANSPORT,
                     "interface_bindings": legs.iter().map(|l| l.interface.clone()).collect::<Vec<_>>(),
-                    "subscription": {"sender_id": peer(&id), "active": r.enabled},
+                    // (Turned off, it is subscribed to nothing.)
+                    "subscription": {
+                        "sender_id": if r.enabled { peer(&id) } else { Value::Null },
+                        "active": r.enabled,
+                    },
                     "format": format,
                     "caps": {"media_types": [media_type]},
                 }),
@@ -502,6 +517,11 @@ pub fn build(
             let channels: Vec<Value> = (1..=n).map(|c| json!({"label": format!("channel {c}")})).collect();
             source["channels"] = Value::Array(channels);
         }
+        let flow_fields = content.flow_fields();
+        // A video flow's rate is its source's too.
+        if let Some(rate) = flow_fields.get("grain_rate") {
+            source["grain_rate"] = rate.clone();
+        }
         view.sources.push(resource(
             source_id,
             &r.name,
@@ -516,7 +536,7 @@ pub fn build(
             "parents": [],
         });
         if let Value::Object(f) = &mut flow {
-            f.extend(content.flow_fields());
+            f.extend(flow_fields);
         }
         view.flows.push(resource(
             flow_id,
@@ -531,18 +551,26 @@ pub fn build(
             let id = ids.sender(&r.name, k);
             let source = output_source(o, interfaces, first);
             let href = format!("{base}/x-nmos/connection/{CONNECTION_API}/single/senders/{id}/transportfile");
+            let mut fields = json!({
+                "flow_id": flow_id.to_string(),
+                "transport": TRANSPORT,
+                "device_id": device_id.to_string(),
+                "manifest_href": href,
+                "interface_bindings": [o.interface.clone()],
+                "subscription": {
+                    "receiver_id": if o.enabled { peer(&id) } else { Value::Null },
+                    "active": o.enabled,
+                },
+            });
+            // (BCP-006-04: where the bit rate is known, say it.)
+            if let Some(&kbps) = known.bit_rates.get(&r.name) {
+                fields["bit_rate"] = json!(kbps);
+            }
             let body = resource(
                 id,
                 &format!("{} to {}", r.name, o.destination),
                 &format!("output {} of rule {}", k + 1, r.name),
-                json!({
-                    "flow_id": flow_id.to_string(),
-                    "transport": TRANSPORT,
-                    "device_id": device_id.to_string(),
-                    "manifest_href": href,
-                    "interface_bindings": [o.interface.clone()],
-                    "subscription": {"receiver_id": peer(&id), "active": o.enabled},
-                }),
+                fields,
                 versions,
                 now,
             );

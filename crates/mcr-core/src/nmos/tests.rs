@@ -81,15 +81,7 @@ fn each_rule_is_a_source_and_flow_its_udp_outputs_senders_and_its_inputs_a_recei
     ];
     let ids = Ids::new("seed");
     let mut versions = Versions::default();
-    let v = build(
-        &info(),
-        &ids,
-        &rules,
-        &interfaces(),
-        &mut versions,
-        &HashMap::new(),
-        &HashMap::new(),
-    );
+    let v = build(&info(), &ids, &rules, &interfaces(), &mut versions, &Known::default());
     assert_eq!(v.sources.len(), 3);
     assert_eq!(v.flows.len(), 3);
     assert_eq!(v.senders.len(), 4);
@@ -136,35 +128,11 @@ fn versions_stay_while_a_resource_says_the_same_and_grow_when_it_changes() {
     let ids = Ids::new("seed");
     let mut versions = Versions::default();
     let mut rules = vec![rule("a", "eth0:239.1.1.1:5001", &["eth1:239.10.1.1:6001"]), merged()];
-    let v1 = build(
-        &info(),
-        &ids,
-        &rules,
-        &interfaces(),
-        &mut versions,
-        &HashMap::new(),
-        &HashMap::new(),
-    );
-    let v2 = build(
-        &info(),
-        &ids,
-        &rules,
-        &interfaces(),
-        &mut versions,
-        &HashMap::new(),
-        &HashMap::new(),
-    );
+    let v1 = build(&info(), &ids, &rules, &interfaces(), &mut versions, &Known::default());
+    let v2 = build(&info(), &ids, &rules, &interfaces(), &mut versions, &Known::default());
     assert_eq!(v1, v2);
     rules[0].outputs[0] = "eth1:239.10.1.9:6001".parse().expect("output");
-    let v3 = build(
-        &info(),
-        &ids,
-        &rules,
-        &interfaces(),
-        &mut versions,
-        &HashMap::new(),
-        &HashMap::new(),
-    );
+    let v3 = build(&info(), &ids, &rules, &interfaces(), &mut versions, &Known::default());
     let version = |v: &Value| v["version"].as_str().expect("version").parse::<Tai>().expect("TAI");
     assert!(version(&v3.senders[0]) > version(&v1.senders[0]));
     assert_eq!(v3.senders[0]["id"], v1.senders[0]["id"], "the id stays");
@@ -183,8 +151,7 @@ fn a_senders_sdp_is_mpeg_ts_over_rtp_to_its_destination_with_its_source() {
         &rules,
         &interfaces(),
         &mut Versions::default(),
-        &HashMap::new(),
-        &HashMap::new(),
+        &Known::default(),
     );
     let sdp = v.connection_senders[0].transport_file.clone().expect("an SDP");
     let parsed = sdp_types::Session::parse(sdp.as_bytes()).expect("parses");
@@ -479,8 +446,7 @@ a=mid:secondary\r\n";
             std::slice::from_ref(&r),
             &interfaces(),
             &mut Versions::default(),
-            &HashMap::new(),
-            &HashMap::new(),
+            &Known::default(),
         );
         let rx = &v.connection_receivers[0];
         let body = json!({"transport_file": {"data": TWO_LEGS, "type": "application/sdp"},
@@ -527,11 +493,14 @@ a=mid:secondary\r\n";
             std::slice::from_ref(&out),
             &interfaces(),
             &mut Versions::default(),
-            &HashMap::new(),
-            &files,
+            &Known {
+                files,
+                ..Known::default()
+            },
         );
         assert_eq!(v.flows[0]["media_type"], "video/raw");
         assert_eq!(v.flows[0]["frame_height"], 1080);
+        assert_eq!(v.sources[0]["grain_rate"], v.flows[0]["grain_rate"], "the source's rate is the flow's");
         assert_eq!(v.sources[0]["format"], "urn:x-nmos:format:video");
         assert_eq!(v.receivers[0]["caps"]["media_types"], json!(["video/raw"]));
         assert_eq!(v.connection_receivers[0].active["transport_file"]["data"], TWO_LEGS);
@@ -560,4 +529,34 @@ a=mid:secondary\r\n";
             ("urn:x-nmos:format:mux", "video/MP2T".to_string())
         );
     }
+}
+
+#[test]
+fn a_known_bit_rate_is_said_and_what_is_turned_off_is_subscribed_to_nothing() {
+    let mut r = rule("a", "eth0:239.1.1.1:5001", &["eth1:239.10.1.1:6001,enabled=false"]);
+    r.enabled = false;
+    let ids = Ids::new("seed");
+    let peer = Value::String(Uuid::nil().to_string());
+    let known = Known {
+        peers: HashMap::from([
+            (ids.sender("a", 0).to_string(), peer.clone()),
+            (ids.receiver("a").to_string(), peer),
+        ]),
+        bit_rates: HashMap::from([("a".to_string(), 12_000)]),
+        ..Known::default()
+    };
+    let v = build(&info(), &ids, &[r], &interfaces(), &mut Versions::default(), &known);
+    assert_eq!(v.senders[0]["bit_rate"], 12_000);
+    assert_eq!(v.senders[0]["subscription"], json!({"receiver_id": null, "active": false}));
+    assert_eq!(v.receivers[0]["subscription"], json!({"sender_id": null, "active": false}));
+    assert_eq!(v.connection_senders[0].active["master_enable"], false);
+    let unknown = build(
+        &info(),
+        &ids,
+        &[rule("b", "eth0:239.1.1.2:5001", &["eth1:239.10.1.2:6001"])],
+        &interfaces(),
+        &mut Versions::default(),
+        &known,
+    );
+    assert!(unknown.senders[0].get("bit_rate").is_none(), "not known: not said");
 }

@@ -502,6 +502,9 @@ impl Supervisor {
             stats::Counters::of(&self.counters, self.kernel.as_ref()),
             self.plane.rules(),
         );
+        if let Some(node) = &mut self.nmos {
+            node.measured(&self.stats.history());
+        }
     }
 
     /// Writes what etcd gave last to `path`, if it changed since the last

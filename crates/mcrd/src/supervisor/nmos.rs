@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use mcr_core::config::{HttpListen, NmosSettings};
 use mcr_core::interfaces::Interfaces;
 use mcr_core::nmos::stage::{self, Activation, Refused, Side, Staged};
-use mcr_core::nmos::{Ids, NmosView, NodeInfo, Registration, Tai, Versions, tai_now};
+use mcr_core::nmos::{Ids, Known, NmosView, NodeInfo, Registration, Tai, Versions, tai_now};
 use mcr_core::rule::Rule;
 use serde_json::{Value, json};
 
@@ -38,6 +38,8 @@ pub struct Node {
     /// Numbers each scheduled activation, so that a cancelled one's timer
     /// does nothing.
     generation: u64,
+    /// Each rule's bit rate, as measured (kbit/s, by name).
+    bit_rates: HashMap<String, u64>,
     /// How it registers and advertises itself.
     registration: super::registration::Settings,
     /// Where it is registered (the registration task writes it).
@@ -121,6 +123,23 @@ fn no_activation() -> Value {
     json!({"mode": null, "requested_time": null, "activation_time": null})
 }
 
+/// `kbps` rounded up to the next step of a 1-1.2-1.5-2-2.5-3-4-5-6-8
+/// series, 10 kbit/s at the least.
+fn step_up(kbps: f64) -> u64 {
+    const TENTHS: [u64; 10] = [10, 12, 15, 20, 25, 30, 40, 50, 60, 80];
+    let want = kbps.ceil() as u64;
+    let mut decade = 1u64;
+    loop {
+        for t in TENTHS {
+            let step = t.saturating_mul(decade);
+            if step >= want {
+                return step;
+            }
+        }
+        decade = decade.saturating_mul(10);
+    }
+}
+
 /// The host's name.
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -198,6 +217,7 @@ impl Node {
             files: HashMap::new(),
             pending: HashMap::new(),
             generation: 0,
+            bit_rates: HashMap::new(),
             registration,
             registered: Arc::new(Mutex::new(Registration::default())),
         }))
@@ -216,15 +236,12 @@ impl Node {
                 ))
             })
             .collect();
-        let mut view = mcr_core::nmos::build(
-            &self.info,
-            &self.ids,
-            &rules,
-            interfaces,
-            &mut self.versions,
-            &self.peers,
-            &files,
-        );
+        let known = Known {
+            peers: self.peers.clone(),
+            files,
+            bit_rates: self.bit_rates.clone(),
+        };
+        let mut view = mcr_core::nmos::build(&self.info, &self.ids, &rules, interfaces, &mut self.versions, &known);
         let overlay = |id: &str, staged: &mut Value, active: &mut Value| {
             if let Some(e) = self.enables.get(id) {
                 e.show(staged);
@@ -245,6 +262,27 @@ impl Node {
         }
         view.registration = self.registered.lock().ok().map(|r| r.clone());
         view
+    }
+
+    /// Takes each rule's bit rate from its recent rates: the highest of
+    /// the last minute, with the IPv4 and UDP headers, rounded up to a
+    /// step of a 1-1.2-1.5-2-2.5-3-4-5-6-8 series (so that a rule's
+    /// senders change version only when its rate moves a step). A rule
+    /// that carried nothing yet has none.
+    pub fn measured(&mut self, history: &mcr_core::control::RateHistory) {
+        self.bit_rates = history
+            .rules
+            .iter()
+            .filter_map(|(name, h)| {
+                let peak = h
+                    .bps
+                    .iter()
+                    .zip(&h.pps)
+                    .map(|(b, p)| b + p * 28.0 * 8.0)
+                    .fold(0.0_f64, f64::max);
+                (peak > 0.0).then(|| (name.clone(), step_up(peak / 1000.0)))
+            })
+            .collect();
     }
 
     /// Starts registering with registries and advertising the node; its
@@ -428,5 +466,22 @@ impl Node {
         record["activation_time"] = Value::String(tai_now().to_string());
         self.activated(id, &p.staged, record);
         Some(made.map_err(|(_, e)| e["error"].as_str().unwrap_or("refused").to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_bit_rate_is_rounded_up_to_a_step() {
+        for (kbps, step) in [
+            (0.2, 10),
+            (11.0, 12),
+            (10_500.0, 12_000),
+            (8_100.0, 10_000),
+            (999.0, 1_000),
+            (1_000.4, 1_200),
+        ] {
+            assert_eq!(super::step_up(kbps), step, "{kbps}");
+        }
     }
 }

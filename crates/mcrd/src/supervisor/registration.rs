@@ -147,7 +147,11 @@ async fn call(r: &Registry, method: Method, path: &str, body: Option<&Value>) ->
                 req = req.header(header::CONTENT_TYPE, "application/json");
                 Bytes::from(b.to_string())
             }
-            None => Bytes::new(),
+            None => {
+                // (A heartbeat: no body, and says so.)
+                req = req.header(header::CONTENT_LENGTH, "0");
+                Bytes::new()
+            }
         };
         let req = req.body(Full::new(bytes)).map_err(|e| format!("{what}: {e}"))?;
         let resp = send.send_request(req).await.map_err(|e| format!("{what}: {e}"))?;
@@ -314,13 +318,15 @@ impl Counters {
 
 /// The node's advert: `_nmos-node._tcp`, with the `ver_*` records in
 /// peer-to-peer mode.
-fn advertise(d: &ServiceDaemon, settings: &Settings, counters: Option<&Counters>) -> Result<(), String> {
+/// Advertises the node; the advert's full name.
+fn advertise(d: &ServiceDaemon, settings: &Settings, counters: &Counters) -> Result<String, String> {
     let mut txt: HashMap<String, String> = HashMap::from([
         ("api_proto".to_string(), settings.protocol.to_string()),
         ("api_ver".to_string(), "v1.3".to_string()),
         ("api_auth".to_string(), settings.authorization.to_string()),
     ]);
-    if let Some(c) = counters {
+    {
+        let c = counters;
         for (key, kind) in [
             ("ver_slf", "node"),
             ("ver_dvc", "device"),
@@ -340,7 +346,9 @@ fn advertise(d: &ServiceDaemon, settings: &Settings, counters: Option<&Counters>
             .map(ServiceInfo::enable_addr_auto),
     }
     .map_err(|e| format!("the mDNS advert: {e}"))?;
-    d.register(info).map_err(|e| format!("the mDNS advert: {e}"))
+    let name = info.get_fullname().to_string();
+    d.register(info).map_err(|e| format!("the mDNS advert: {e}"))?;
+    Ok(name)
 }
 
 async fn run(settings: Settings, calls: mpsc::Sender<Call>, status: Arc<Mutex<Registration>>) {
@@ -385,6 +393,7 @@ async fn run(settings: Settings, calls: mpsc::Sender<Call>, status: Arc<Mutex<Re
     let mut registered: HashMap<String, (&'static str, String)> = HashMap::new();
     let mut counters = Counters::default();
     let mut advertised_p2p: Option<bool> = None;
+    let mut advert: Option<String> = None;
     let mut next_heartbeat = Instant::now();
     loop {
         if let Some(rx) = &browse {
@@ -499,15 +508,27 @@ async fn run(settings: Settings, calls: mpsc::Sender<Call>, status: Arc<Mutex<Re
                 }
             }
         }
-        // The advert: peer-to-peer (with ver_*) while registered nowhere.
+        // The advert, peer to peer (with ver_*), only while registered
+        // nowhere: a v1.3 node that is registered does not advertise.
         let p2p = current.is_none();
         if let Some(d) = &daemon
             && (advertised_p2p != Some(p2p) || (p2p && ver_changed))
         {
-            match advertise(d, &settings, p2p.then_some(&counters)) {
+            let done = if p2p {
+                advertise(d, &settings, &counters).map(|name| advert = Some(name))
+            } else {
+                match advert.take() {
+                    Some(name) => d
+                        .unregister(&name)
+                        .map(|_| ())
+                        .map_err(|e| format!("the mDNS advert: {e}")),
+                    None => Ok(()),
+                }
+            };
+            match done {
                 Ok(()) => {
                     advertised_p2p = Some(p2p);
-                    set(&|s| s.advertised = true);
+                    set(&|s| s.advertised = p2p);
                 }
                 Err(e) => set(&|s| s.last_error = Some(e.clone())),
             }

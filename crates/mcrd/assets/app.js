@@ -577,6 +577,20 @@ function renderHeader(o) {
   } else {
     setText("datapath", plural(workers, "worker", "workers"));
   }
+  // The NMOS node: where it is registered, or peer to peer.
+  const nmos = o.nmos;
+  $("nmos-item").hidden = !nmos;
+  if (nmos) {
+    const reg = nmos.registration;
+    const where = reg.registry
+      ? `registered · ${reg.registry}`
+      : reg.last_error
+        ? "registered nowhere (peer to peer)"
+        : "peer to peer";
+    $("nmos").className = !reg.registry && reg.known.length ? "warn-text" : "";
+    $("nmos").title = reg.last_error || "";
+    setText("nmos", `${where} · ${nmos.senders} senders, ${nmos.receivers} receivers`);
+  }
   // Standby: everything ready, nothing sent (mcrctl role).
   const role = st.role;
   $("role").className = role && role.role === "standby" ? "warn-text" : "";

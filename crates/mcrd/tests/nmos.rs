@@ -1099,6 +1099,17 @@ fn the_node_registers_with_the_registry_mdns_finds_and_fails_over() {
     );
     let nmos = relay.ctl_ok(&["nmos"]).expect("mcrctl nmos");
     assert!(nmos.contains("registered with http://10.0.1.2:8010"), "{nmos}");
+    // The page's overview says it too.
+    let overview = request(ns, API, "GET", "/api/overview", &[], b"").json();
+    assert_eq!(
+        (
+            &overview["nmos"]["registration"]["registry"],
+            &overview["nmos"]["senders"],
+            &overview["nmos"]["node_id"]
+        ),
+        (&json!("http://10.0.1.2:8010"), &json!(3), &json!(node_id)),
+        "{overview}"
+    );
 
     // A rule added is registered; removed, deleted.
     relay

@@ -500,7 +500,10 @@ a=mid:secondary\r\n";
         );
         assert_eq!(v.flows[0]["media_type"], "video/raw");
         assert_eq!(v.flows[0]["frame_height"], 1080);
-        assert_eq!(v.sources[0]["grain_rate"], v.flows[0]["grain_rate"], "the source's rate is the flow's");
+        assert_eq!(
+            v.sources[0]["grain_rate"], v.flows[0]["grain_rate"],
+            "the source's rate is the flow's"
+        );
         assert_eq!(v.sources[0]["format"], "urn:x-nmos:format:video");
         assert_eq!(v.receivers[0]["caps"]["media_types"], json!(["video/raw"]));
         assert_eq!(v.connection_receivers[0].active["transport_file"]["data"], TWO_LEGS);
@@ -547,8 +550,14 @@ fn a_known_bit_rate_is_said_and_what_is_turned_off_is_subscribed_to_nothing() {
     };
     let v = build(&info(), &ids, &[r], &interfaces(), &mut Versions::default(), &known);
     assert_eq!(v.senders[0]["bit_rate"], 12_000);
-    assert_eq!(v.senders[0]["subscription"], json!({"receiver_id": null, "active": false}));
-    assert_eq!(v.receivers[0]["subscription"], json!({"sender_id": null, "active": false}));
+    assert_eq!(
+        v.senders[0]["subscription"],
+        json!({"receiver_id": null, "active": false})
+    );
+    assert_eq!(
+        v.receivers[0]["subscription"],
+        json!({"sender_id": null, "active": false})
+    );
     assert_eq!(v.connection_senders[0].active["master_enable"], false);
     let unknown = build(
         &info(),

@@ -350,6 +350,18 @@ struct Overview {
     workers: Vec<WorkerStatus>,
     history: RateHistory,
     events: Vec<EventRecord>,
+    /// The NMOS node, when mcrd is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nmos: Option<NmosSummary>,
+}
+
+/// The NMOS node at a glance, for the page.
+#[derive(Debug, Serialize)]
+struct NmosSummary {
+    node_id: String,
+    senders: usize,
+    receivers: usize,
+    registration: mcr_core::nmos::Registration,
 }
 
 async fn overview(State(app): State<App>, who: Asker) -> Answer {
@@ -370,6 +382,16 @@ async fn overview(State(app): State<App>, who: Asker) -> Answer {
     else {
         return Err(unexpected());
     };
+    // (Not a node: an error, and no NMOS on the page.)
+    let nmos = match app.ask(Request::Nmos {}).await {
+        Ok(Reply::Nmos(v)) => Some(NmosSummary {
+            node_id: v.node["id"].as_str().unwrap_or_default().to_string(),
+            senders: v.senders.len(),
+            receivers: v.receivers.len(),
+            registration: v.registration.clone().unwrap_or_default(),
+        }),
+        _ => None,
+    };
     Ok(json(
         StatusCode::OK,
         &Overview {
@@ -379,6 +401,7 @@ async fn overview(State(app): State<App>, who: Asker) -> Answer {
             workers,
             history,
             events,
+            nmos,
         },
     ))
 }

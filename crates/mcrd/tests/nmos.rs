@@ -476,6 +476,23 @@ fn start_with_token(ns: &Ns, dir: &TempDir, rules: &str) -> Relay {
     .expect("mcrd")
 }
 
+/// The IS-04 sender or receiver (`kind`: `senders`, `receivers`) labelled
+/// `label`: its resource, its id, and the paths of its IS-05 `staged` and
+/// `active`.
+fn labelled(ns: &str, kind: &str, label: &str) -> (Value, String, String, String) {
+    let all = get(ns, &format!("/x-nmos/node/v1.3/{kind}")).json();
+    let found = all
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|r| r["label"] == label)
+        .unwrap_or_else(|| panic!("no {kind} labelled {label}: {all}"))
+        .clone();
+    let id = found["id"].as_str().expect("id").to_string();
+    let at = format!("/x-nmos/connection/v1.1/single/{kind}/{id}");
+    (found, id, format!("{at}/staged"), format!("{at}/active"))
+}
+
 /// Rule `name`'s first input, as text.
 fn input_of(relay: &Relay, name: &str) -> String {
     relay
@@ -513,17 +530,7 @@ outputs = ["veth2:239.10.1.2:6002"]
 "#,
     );
     let ns = c.relay.name();
-    let receivers = get(ns, "/x-nmos/node/v1.3/receivers").json();
-    let moved = receivers
-        .as_array()
-        .expect("receivers")
-        .iter()
-        .find(|r| r["label"] == "moved input")
-        .expect("the moved rule's receiver")
-        .clone();
-    let id = moved["id"].as_str().expect("id").to_string();
-    let staged = format!("/x-nmos/connection/v1.1/single/receivers/{id}/staged");
-    let active = format!("/x-nmos/connection/v1.1/single/receivers/{id}/active");
+    let (moved, id, staged, active) = labelled(ns, "receivers", "moved input");
 
     // The generator sends the moved rule's new group and the steady
     // rule's stream, 3,000 packets each at 500 pps (6 s).
@@ -656,17 +663,7 @@ outputs = ["veth2:239.10.1.1:6001", "veth2:239.10.1.2:6002"]
 "#,
     );
     let ns = c.relay.name();
-    let senders = get(ns, "/x-nmos/node/v1.3/senders").json();
-    let sender = senders
-        .as_array()
-        .expect("senders")
-        .iter()
-        .find(|s| s["label"] == "fan to 239.10.1.1:6001")
-        .expect("the first output's sender")
-        .clone();
-    let id = sender["id"].as_str().expect("id").to_string();
-    let staged = format!("/x-nmos/connection/v1.1/single/senders/{id}/staged");
-    let active = format!("/x-nmos/connection/v1.1/single/senders/{id}/active");
+    let (sender, id, staged, active) = labelled(ns, "senders", "fan to 239.10.1.1:6001");
 
     // 3,000 packets at 500 pps (6 s), to both outputs: the same stream.
     const N: u64 = 3000;

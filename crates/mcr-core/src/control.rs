@@ -81,6 +81,10 @@ pub enum Request {
     /// The relay as an AMWA NMOS Node: its resources (IS-04) and its
     /// senders' and receivers' connection state (IS-05).
     Nmos {},
+    /// The NMOS node at a glance, without building its resources: its id,
+    /// how many senders and receivers, its registration, and a stamp that
+    /// moves whenever what `nmos` answers may have changed.
+    NmosGlance {},
     /// An IS-05 PATCH of a sender's or receiver's `staged` endpoint.
     NmosStage {
         /// A receiver (else a sender).
@@ -260,6 +264,8 @@ pub enum Reply {
     Store(StoreStatus),
     /// To `nmos`.
     Nmos(Box<crate::nmos::NmosView>),
+    /// To `nmos_glance`.
+    NmosGlance(crate::nmos::NmosGlance),
     /// To `nmos_stage`: the HTTP status IS-05 gives the answer, and its
     /// body (the staged parameters, or an NMOS error).
     NmosStaged {

@@ -231,6 +231,16 @@ pub fn render(r: &Reply) -> String {
         }
         Reply::Store(s) => store_status(&mut o, s),
         Reply::Nmos(v) => nmos(&mut o, v),
+        Reply::NmosGlance(g) => {
+            let _ = writeln!(
+                o,
+                "node {}: {} sender(s), {} receiver(s), registered {}",
+                g.node_id,
+                g.senders,
+                g.receivers,
+                g.registration.registry.as_deref().unwrap_or("nowhere")
+            );
+        }
         Reply::NmosStaged { status, body } => {
             let _ = writeln!(o, "{status} {body}");
         }

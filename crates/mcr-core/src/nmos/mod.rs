@@ -230,6 +230,50 @@ pub struct NmosView {
     pub registration: Option<Registration>,
 }
 
+/// The node at a glance (the live page's, and what the registration
+/// watches): cheap, without building the resources.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NmosGlance {
+    /// The node's id.
+    pub node_id: String,
+    /// How many senders.
+    pub senders: usize,
+    /// How many receivers.
+    pub receivers: usize,
+    /// Its registration.
+    pub registration: Registration,
+    /// Moves whenever what the APIs answer may have changed (a rule, an
+    /// IS-05 change, a measured bit rate, an interface's addresses).
+    pub stamp: u64,
+}
+
+/// Rule `r`'s receiver legs, if it is a receiver (every input UDP, one or
+/// two); else why it is none.
+pub fn receiver_legs(r: &Rule) -> Result<Vec<&UdpInput>, String> {
+    let legs: Vec<&UdpInput> = r.inputs().filter_map(Input::as_udp).collect();
+    if legs.len() != r.input_count() {
+        Err(format!("{}: an SRT or RIST input is not an NMOS receiver", r.name))
+    } else if legs.len() > 2 {
+        Err(format!(
+            "{}: {} inputs (an NMOS receiver has one or two legs)",
+            r.name,
+            legs.len()
+        ))
+    } else {
+        Ok(legs)
+    }
+}
+
+/// How many senders and receivers `rules` make.
+pub fn count(rules: &[&Rule]) -> (usize, usize) {
+    let senders = rules
+        .iter()
+        .map(|r| r.outputs.iter().filter(|o| o.as_udp().is_some()).count())
+        .sum();
+    let receivers = rules.iter().filter(|r| receiver_legs(r).is_ok()).count();
+    (senders, receivers)
+}
+
 /// The node's registration with an IS-04 registry (Registration API v1.3).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Registration {
@@ -430,70 +474,63 @@ pub fn build(
             .unwrap_or_default();
         let (format, media_type) = content.format();
         // The receiver: every input UDP, one or two legs.
-        let legs: Vec<&UdpInput> = r.inputs().filter_map(Input::as_udp).collect();
-        if legs.len() != r.input_count() {
-            view.left_out
-                .push(format!("{}: an SRT or RIST input is not an NMOS receiver", r.name));
-        } else if legs.len() > 2 {
-            view.left_out.push(format!(
-                "{}: {} inputs (an NMOS receiver has one or two legs)",
-                r.name,
-                legs.len()
-            ));
-        } else {
-            let id = ids.receiver(&r.name);
-            let body = resource(
-                id,
-                &format!("{} input", r.name),
-                &format!("what rule {} takes", r.name),
-                json!({
-                    "device_id": device_id.to_string(),
-                    "transport": TRANSPORT,
-                    "interface_bindings": legs.iter().map(|l| l.interface.clone()).collect::<Vec<_>>(),
-                    // (Turned off, it is subscribed to nothing.)
-                    "subscription": {
-                        "sender_id": if r.enabled { peer(&id) } else { Value::Null },
-                        "active": r.enabled,
+        match receiver_legs(r) {
+            Err(why) => view.left_out.push(why),
+            Ok(legs) => {
+                let id = ids.receiver(&r.name);
+                let body = resource(
+                    id,
+                    &format!("{} input", r.name),
+                    &format!("what rule {} takes", r.name),
+                    json!({
+                        "device_id": device_id.to_string(),
+                        "transport": TRANSPORT,
+                        "interface_bindings": legs.iter().map(|l| l.interface.clone()).collect::<Vec<_>>(),
+                        // (Turned off, it is subscribed to nothing.)
+                        "subscription": {
+                            "sender_id": if r.enabled { peer(&id) } else { Value::Null },
+                            "active": r.enabled,
+                        },
+                        "format": format,
+                        "caps": {"media_types": [media_type]},
+                    }),
+                    versions,
+                    now,
+                );
+                let params: Vec<Value> = legs.iter().map(|l| receiver_params(l, interfaces)).collect();
+                let constraints: Vec<Value> = legs
+                    .iter()
+                    .zip(&params)
+                    .map(|(l, p)| {
+                        constraints_of(
+                            p,
+                            &addresses_of(interfaces, &l.interface, l.destination.ip()),
+                            "interface_ip",
+                        )
+                    })
+                    .collect();
+                let state = json!({
+                    "sender_id": peer(&id),
+                    "master_enable": r.enabled,
+                    "activation": no_activation(),
+                    "transport_file": match file {
+                        Some(f) => json!({"data": f, "type": "application/sdp"}),
+                        None => json!({"data": null, "type": null}),
                     },
-                    "format": format,
-                    "caps": {"media_types": [media_type]},
-                }),
-                versions,
-                now,
-            );
-            let params: Vec<Value> = legs.iter().map(|l| receiver_params(l, interfaces)).collect();
-            let constraints: Vec<Value> = legs
-                .iter()
-                .zip(&params)
-                .map(|(l, p)| {
-                    constraints_of(
-                        p,
-                        &addresses_of(interfaces, &l.interface, l.destination.ip()),
-                        "interface_ip",
-                    )
-                })
-                .collect();
-            let state = json!({
-                "sender_id": peer(&id),
-                "master_enable": r.enabled,
-                "activation": no_activation(),
-                "transport_file": match file {
-                    Some(f) => json!({"data": f, "type": "application/sdp"}),
-                    None => json!({"data": null, "type": null}),
-                },
-                "transport_params": params,
-            });
-            view.connection_receivers.push(ConnectionReceiver {
-                id: id.to_string(),
-                rule: r.name.clone(),
-                transport_type: TRANSPORT.into(),
-                constraints: Value::Array(constraints),
-                staged: state.clone(),
-                active: state,
-            });
-            receiver_ids.push(id.to_string());
-            view.receivers.push(body);
-            kept.insert(id);
+                    "transport_params": params,
+                });
+                view.connection_receivers.push(ConnectionReceiver {
+                    id: id.to_string(),
+                    rule: r.name.clone(),
+                    transport_type: TRANSPORT.into(),
+                    constraints: Value::Array(constraints),
+                    staged: state.clone(),
+                    active: state,
+                });
+                receiver_ids.push(id.to_string());
+                view.receivers.push(body);
+                kept.insert(id);
+            }
         }
         // The source and flow, and a sender per UDP output.
         let outputs: Vec<(usize, &UdpOutput)> = r

@@ -569,3 +569,31 @@ fn a_known_bit_rate_is_said_and_what_is_turned_off_is_subscribed_to_nothing() {
     );
     assert!(unknown.senders[0].get("bit_rate").is_none(), "not known: not said");
 }
+
+#[test]
+fn the_glance_counts_what_the_view_builds() {
+    let rules = vec![
+        rule(
+            "a",
+            "eth0:239.1.1.1:5001",
+            &["eth1:239.10.1.1:6001", "eth1:10.0.1.9:7000"],
+        ),
+        merged(),
+        rule(
+            "s",
+            "srt://0.0.0.0:9000",
+            &["eth1:239.10.1.3:6001", "srt://0.0.0.0:9001"],
+        ),
+    ];
+    let v = build(
+        &info(),
+        &Ids::new("seed"),
+        &rules,
+        &interfaces(),
+        &mut Versions::default(),
+        &Known::default(),
+    );
+    let refs: Vec<&Rule> = rules.iter().collect();
+    assert_eq!(count(&refs), (v.senders.len(), v.receivers.len()));
+    assert_eq!(count(&refs), (4, 2));
+}

@@ -901,12 +901,15 @@ impl Supervisor {
                 Some(node) => Reply::Nmos(Box::new(
                     node.view(self.plane.rules().iter().map(|r| &r.rule), &interfaces()),
                 )),
-                None => Reply::Error {
-                    error: ControlError::new(
-                        ErrorKind::InvalidRequest,
-                        "mcrd is no NMOS node: its config file has no [daemon.nmos] (or it says enabled = false)",
-                    ),
-                },
+                None => no_node(),
+            },
+            Request::NmosGlance {} => match &self.nmos {
+                Some(node) => Reply::NmosGlance(node.glance(
+                    self.plane.rules().iter().map(|r| &r.rule),
+                    self.plane.version(),
+                    &interfaces(),
+                )),
+                None => no_node(),
             },
             Request::NmosStage { receiver, id, body } => return self.nmos_stage(receiver, &id, &body, reply_to),
             Request::Store {} => match self.plane.store_status(Instant::now()) {
@@ -1191,5 +1194,15 @@ fn set_race(red: &mut mcr_core::control::RedundancyStats, lags: &[mcr_core::arbi
             line.lag_p50_us = l.p50_ns as f64 / 1e3;
             line.lag_p99_us = l.p99_ns as f64 / 1e3;
         }
+    }
+}
+
+/// The answer to an NMOS request of an mcrd that is no node.
+fn no_node() -> Reply {
+    Reply::Error {
+        error: ControlError::new(
+            ErrorKind::InvalidRequest,
+            "mcrd is no NMOS node: its config file has no [daemon.nmos] (or it says enabled = false)",
+        ),
     }
 }

@@ -112,13 +112,29 @@ fn resources(view: &NmosView) -> Vec<(&'static str, String, String, Value)> {
     out
 }
 
-async fn view(calls: &mpsc::Sender<Call>) -> Option<NmosView> {
+async fn ask(calls: &mpsc::Sender<Call>, req: Request) -> Option<Reply> {
     let (tx, rx) = oneshot::channel();
-    calls.send((Request::Nmos {}, tx)).await.ok()?;
-    match rx.await.ok()?.reply {
-        Reply::Nmos(v) => Some(*v),
-        _ => None,
+    calls.send((req, tx)).await.ok()?;
+    Some(rx.await.ok()?.reply)
+}
+
+/// The node's resources, asked for only when the stamp moved since
+/// `stamp` (building them is the costly part): none if mcrd is stopping.
+async fn resources_if_changed(
+    calls: &mpsc::Sender<Call>,
+    stamp: &mut Option<u64>,
+) -> Option<Option<Vec<(&'static str, String, String, Value)>>> {
+    let Reply::NmosGlance(g) = ask(calls, Request::NmosGlance {}).await? else {
+        return None;
+    };
+    if *stamp == Some(g.stamp) {
+        return Some(None);
     }
+    let Reply::Nmos(v) = ask(calls, Request::Nmos {}).await? else {
+        return None;
+    };
+    *stamp = Some(g.stamp);
+    Some(Some(resources(&v)))
 }
 
 /// One HTTP/1.1 request to `r`: its status and body.
@@ -395,6 +411,8 @@ async fn run(settings: Settings, calls: mpsc::Sender<Call>, status: Arc<Mutex<Re
     let mut advertised_p2p: Option<bool> = None;
     let mut advert: Option<String> = None;
     let mut next_heartbeat = Instant::now();
+    let mut stamp: Option<u64> = None;
+    let mut all: Vec<(&'static str, String, String, Value)> = Vec::new();
     loop {
         if let Some(rx) = &browse {
             while let Ok(event) = rx.try_recv() {
@@ -414,12 +432,19 @@ async fn run(settings: Settings, calls: mpsc::Sender<Call>, status: Arc<Mutex<Re
                 }
             }
         }
-        let Some(v) = view(&calls).await else {
+        let ver_changed = match resources_if_changed(&calls, &mut stamp).await {
             // mcrd is stopping.
-            return;
+            None => return,
+            Some(Some(now)) => {
+                all = now;
+                counters.update(&all)
+            }
+            Some(None) => false,
         };
-        let all = resources(&v);
-        let ver_changed = counters.update(&all);
+        if all.is_empty() {
+            tokio::time::sleep(POLL).await;
+            continue;
+        }
         let mut known: Vec<Registry> = configured.iter().chain(found.values()).cloned().collect();
         known.sort_by_key(|r| (r.how != "configured", r.pri));
         known.dedup_by(|a, b| a.base == b.base);

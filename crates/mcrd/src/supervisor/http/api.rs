@@ -352,16 +352,7 @@ struct Overview {
     events: Vec<EventRecord>,
     /// The NMOS node, when mcrd is one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    nmos: Option<NmosSummary>,
-}
-
-/// The NMOS node at a glance, for the page.
-#[derive(Debug, Serialize)]
-struct NmosSummary {
-    node_id: String,
-    senders: usize,
-    receivers: usize,
-    registration: mcr_core::nmos::Registration,
+    nmos: Option<mcr_core::nmos::NmosGlance>,
 }
 
 async fn overview(State(app): State<App>, who: Asker) -> Answer {
@@ -383,13 +374,8 @@ async fn overview(State(app): State<App>, who: Asker) -> Answer {
         return Err(unexpected());
     };
     // (Not a node: an error, and no NMOS on the page.)
-    let nmos = match app.ask(Request::Nmos {}).await {
-        Ok(Reply::Nmos(v)) => Some(NmosSummary {
-            node_id: v.node["id"].as_str().unwrap_or_default().to_string(),
-            senders: v.senders.len(),
-            receivers: v.receivers.len(),
-            registration: v.registration.clone().unwrap_or_default(),
-        }),
+    let nmos = match app.ask(Request::NmosGlance {}).await {
+        Ok(Reply::NmosGlance(g)) => Some(g),
         _ => None,
     };
     Ok(json(

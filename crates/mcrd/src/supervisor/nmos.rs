@@ -268,27 +268,18 @@ impl Node {
         view
     }
 
-    /// Takes each rule's bit rate from its recent rates: the highest of
-    /// the last minute, with the IPv4 and UDP headers, rounded up to a
-    /// step of a 1-1.2-1.5-2-2.5-3-4-5-6-8 series (so that a rule's
-    /// senders change version only when its rate moves a step). A rule
-    /// that carried nothing yet has none.
-    pub fn measured(&mut self, history: &mcr_core::control::RateHistory) {
-        let before = std::mem::take(&mut self.bit_rates);
-        self.bit_rates = history
-            .rules
-            .iter()
-            .filter_map(|(name, h)| {
-                let peak = h
-                    .bps
-                    .iter()
-                    .zip(&h.pps)
-                    .map(|(b, p)| b + p * 28.0 * 8.0)
-                    .fold(0.0_f64, f64::max);
-                (peak > 0.0).then(|| (name.clone(), step_up(peak / 1000.0)))
-            })
+    /// Takes each rule's bit rate from `peaks` (its highest of the last
+    /// minute with the headers, bit/s, by name), rounded up to a step of a
+    /// 1-1.2-1.5-2-2.5-3-4-5-6-8 series (so that a rule's senders change
+    /// version only when its rate moves a step). A rule that carried
+    /// nothing yet has none.
+    pub fn measured<'a>(&mut self, peaks: impl Iterator<Item = (&'a str, f64)>) {
+        let now: HashMap<String, u64> = peaks
+            .filter(|&(_, peak)| peak > 0.0)
+            .map(|(name, peak)| (name.to_string(), step_up(peak / 1000.0)))
             .collect();
-        if self.bit_rates != before {
+        if now != self.bit_rates {
+            self.bit_rates = now;
             self.changes += 1;
         }
     }

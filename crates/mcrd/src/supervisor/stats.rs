@@ -335,6 +335,15 @@ impl Stats {
         }
     }
 
+    /// Each rule's highest bit rate of its recent samples, with `header`
+    /// bytes more per packet (what the wire carries beyond the payload).
+    pub fn peaks(&self, header: f64) -> impl Iterator<Item = (&str, f64)> {
+        self.history.iter().map(move |(name, h)| {
+            let peak = h.iter().map(|&(p, b)| b + p * header * 8.0).fold(0.0_f64, f64::max);
+            (name.as_str(), peak)
+        })
+    }
+
     /// Each rule's recent rates (`history`).
     pub fn history(&self) -> RateHistory {
         RateHistory {

@@ -705,6 +705,13 @@ outputs = ["veth2:239.10.1.1:6001", "veth2:239.10.1.2:6002"]
     assert_eq!(now_active["master_enable"], true, "{now_active}");
 
     assert_eq!(sent.join().expect("sender").expect("send").packets, N);
+    // The senders now say the bit rate measured (BCP-006-04): 500 packets
+    // of 1,024 bytes and 28 of headers a second is 4.2 Mb/s, whose step
+    // is 5,000 kbit/s; a busier second only raises the peak.
+    let is04 = get(ns, &format!("/x-nmos/node/v1.3/senders/{id}")).json();
+    let kbps = is04["bit_rate"].as_u64().unwrap_or(0);
+    assert!(kbps >= 5_000, "bit_rate {kbps}: {is04}");
+    schemas.check("is-04/v1.3/sender.json", &is04, "a sender with its bit rate");
     let got = rx.finish(MINUTES).expect("recv done");
     assert_eq!(got.report.streams.len(), 2, "{:?}", got.report.streams);
     for s in &got.report.streams {

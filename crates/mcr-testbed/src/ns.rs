@@ -43,6 +43,21 @@ impl Ns {
         command::run(self.command(program).args(args))
     }
 
+    /// One of the namespace's protocol counters in `/proc/net/snmp`, by
+    /// its table and name (`("Ip", "InReceives")`, `("Udp",
+    /// "RcvbufErrors")`); none if the kernel has no such counter.
+    pub fn snmp(&self, table: &str, name: &str) -> Option<u64> {
+        let snmp = self.exec("cat", ["/proc/net/snmp"]).ok()?;
+        let prefix = format!("{table}:");
+        let mut rows = snmp.lines().filter(|l| l.starts_with(&prefix));
+        let (names, values) = (rows.next()?, rows.next()?);
+        names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, v)| v.parse().ok())
+    }
+
     /// Spawns `cmd` (made with [`Ns::command`]) with stdout and stderr
     /// captured, and returns once it is inside the namespace (`ip netns
     /// exec` enters it only after it starts): from then on the test bed

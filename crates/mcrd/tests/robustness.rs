@@ -180,12 +180,7 @@ fn frames_with_a_vlan_tag_are_not_the_untagged_interfaces_stream() {
 }
 
 fn udp_in_errors(ns: &Ns) -> u64 {
-    let snmp = ns.exec("cat", ["/proc/net/snmp"]).expect("snmp");
-    let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
-    let names: Vec<&str> = udp[0].split_whitespace().collect();
-    let values: Vec<&str> = udp[1].split_whitespace().collect();
-    let at = names.iter().position(|n| *n == "InErrors").expect("InErrors");
-    values[at].parse().expect("a number")
+    ns.snmp("Udp", "InErrors").expect("Udp InErrors")
 }
 
 #[test]

@@ -50,19 +50,7 @@ fn rcvbuf_errors(ns: &Ns) -> u64 {
 }
 
 fn udp_counter(ns: &Ns, name: &str) -> u64 {
-    let snmp = ns.exec("cat", ["/proc/net/snmp"]).unwrap_or_default();
-    let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
-    if udp.len() < 2 {
-        return 0;
-    }
-    let names: Vec<&str> = udp[0].split_whitespace().collect();
-    let values: Vec<&str> = udp[1].split_whitespace().collect();
-    names
-        .iter()
-        .position(|n| n == &name)
-        .and_then(|i| values.get(i))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    ns.snmp("Udp", name).unwrap_or(0)
 }
 
 fn backlog_drops() -> u64 {

@@ -44,7 +44,10 @@ pub struct Args {
     /// which the generator sends it twice; needs --wrap rtp or rtp-ts),
     /// `socat=socat`, `kernel=kernel`, or `NAME=cmd TEMPLATE` (placeholders
     /// {in_if} {in_addr} {in_group} {in_port} {out_if} {out_addr}
-    /// {out_group} {out_port}). Default: mcr, socat and kernel.
+    /// {out_group} {out_port}). `kernel` is the kernel at its best: a
+    /// route, and a group join only where a snooping bridge needs one
+    /// (dual-bridge); `kernel-joined` joins every input group. Default:
+    /// mcr, socat and kernel.
     #[arg(long = "relay")]
     relays: Vec<String>,
     /// chain-rate and dual-bridge: offered rates (`max`: as fast as the
@@ -131,7 +134,11 @@ pub struct Outcome {
     achieved_pps: Option<Spread>,
     p99_us: Option<Spread>,
     relay_core_us_per_pkt: Option<Spread>,
+    /// Both CPUs' busy time per delivered packet.
+    machine_us_per_pkt: Option<Spread>,
     relay_proc_us_per_pkt: Option<Spread>,
+    /// The rate offered (none: `max`).
+    offered_pps: Option<f64>,
 }
 
 fn spread(runs: &[Run], f: impl Fn(&Run) -> f64) -> Option<Spread> {
@@ -152,7 +159,9 @@ impl Outcome {
             achieved_pps: spread(&runs, |r| r.achieved_pps),
             p99_us: spread(&runs, |r| r.p99_us),
             relay_core_us_per_pkt: spread(&runs, |r| r.relay_core_us_per_pkt),
+            machine_us_per_pkt: spread(&runs, |r| r.machine_us_per_pkt),
             relay_proc_us_per_pkt: spread(&runs, |r| r.relay_proc_us_per_pkt),
+            offered_pps: runs.first().and_then(|r| r.offered_pps),
             runs,
         }
     }

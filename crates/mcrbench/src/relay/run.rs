@@ -36,6 +36,8 @@ pub struct Run {
     pub copies: u64,
     /// The rate it achieved.
     pub achieved_pps: f64,
+    /// The rate it was asked for, all streams together (none: `max`).
+    pub offered_pps: Option<f64>,
     /// Packets each sink should have had, summed.
     pub expected: u64,
     /// Distinct packets the sinks got.
@@ -54,6 +56,11 @@ pub struct Run {
     /// That busy time, seconds, and the window's length.
     pub relay_core_busy_s: f64,
     pub window_s: f64,
+    /// Busy time of both CPUs (the generator's and sinks' too) per
+    /// delivered packet, µs, over the same window: work a relay moves to
+    /// the other core shows here, not in the relay core's figure.
+    pub machine_us_per_pkt: f64,
+    pub load_core_busy_s: f64,
     /// The relay processes' own CPU time per delivered packet, µs.
     pub relay_proc_us_per_pkt: f64,
     /// The relay's processes and their resident memory.
@@ -119,14 +126,18 @@ fn rss_mb(pid: u32) -> f64 {
 /// original, so that the relay receives originals and copies evenly
 /// spaced, as from two paths, not in pairs. Zero at `max`.
 pub fn half_interval(rate: &Rate, streams: usize) -> Duration {
-    let pps = match rate {
+    offered_pps(rate, streams).map_or(Duration::ZERO, |pps| Duration::from_secs_f64(0.5 / pps))
+}
+
+/// The rate offered, all streams together (none: as fast as it goes).
+pub fn offered_pps(rate: &Rate, streams: usize) -> Option<f64> {
+    match rate {
         Rate::Total(r) => mcrgen::units::parse_rate(r).ok().flatten(),
         Rate::PerStream(r) => mcrgen::units::parse_rate(r)
             .ok()
             .flatten()
             .map(|r| r * streams.max(1) as f64),
-    };
-    pps.map_or(Duration::ZERO, |pps| Duration::from_secs_f64(0.5 / pps))
+    }
 }
 
 /// The `mcrgen send` arguments that make every packet go twice, for a
@@ -179,6 +190,7 @@ pub fn once(
     let before = Losses::read(topo, relay);
     let merge0 = relay.merge_counts();
     let idle0 = cpu::cpu_idle_ticks(l.relay_cpu).unwrap_or(0);
+    let load_idle0 = cpu::cpu_idle_ticks(l.load_cpu).unwrap_or(0);
     let proc0: f64 = pids.iter().filter_map(|&p| cpu::process_cpu_s(p, true)).sum();
     let all0 = cpu::all_processes();
     let t0 = Instant::now();
@@ -217,7 +229,7 @@ pub fn once(
         Rate::Total(r) => ("--rate", r.as_str()),
         Rate::PerStream(r) => ("--rate-per-stream", r.as_str()),
     };
-    let relay_cpu = l.relay_cpu.to_string();
+    let watch = format!("{},{}", l.relay_cpu, l.load_cpu);
     let mut args = vec![
         "-s",
         &streams,
@@ -232,7 +244,7 @@ pub fn once(
         "--cpu",
         &load,
         "--watch-cpu",
-        &relay_cpu,
+        &watch,
     ];
     // MPEG-TS fixes the datagram's size.
     if matches!(l.wrap.as_str(), "plain" | "rtp") {
@@ -254,6 +266,7 @@ pub fn once(
     }
     let wall = t0.elapsed().as_secs_f64();
     let idle1 = cpu::cpu_idle_ticks(l.relay_cpu).unwrap_or(idle0);
+    let load_idle1 = cpu::cpu_idle_ticks(l.load_cpu).unwrap_or(load_idle0);
     // The relay's core is charged over the sending window only, as the
     // generator measured it: not the receivers' start, not the idle
     // timeout at the end, not this process's own work around the run.
@@ -267,6 +280,22 @@ pub fn once(
             wall_s: wall,
             busy_s: cpu::busy_s(wall, idle0, idle1),
         });
+    let load_core = sent
+        .cpu_busy
+        .iter()
+        .find(|c| c.cpu == l.load_cpu)
+        .copied()
+        .unwrap_or(mcrgen::report::CpuBusy {
+            cpu: l.load_cpu,
+            wall_s: wall,
+            busy_s: cpu::busy_s(wall, load_idle0, load_idle1),
+        });
+    // (One CPU for everything: the machine is that core.)
+    let machine_busy_s = if l.load_cpu == l.relay_cpu {
+        core.busy_s
+    } else {
+        core.busy_s + load_core.busy_s
+    };
     let proc1: f64 = pids.iter().filter_map(|&p| cpu::process_cpu_s(p, true)).sum();
     let mut ours = pids.clone();
     ours.push(std::process::id());
@@ -292,6 +321,7 @@ pub fn once(
         sent: sent.packets,
         copies: sent.copies,
         achieved_pps: sent.achieved_pps,
+        offered_pps: offered_pps(&point.rate, topo.streams.len()),
         expected,
         delivered,
         lost: got.iter().map(|g| g.report.total.lost).sum(),
@@ -304,6 +334,8 @@ pub fn once(
         relay_core_us_per_pkt: per(core.busy_s),
         relay_core_busy_s: core.busy_s,
         window_s: core.wall_s,
+        machine_us_per_pkt: per(machine_busy_s),
+        load_core_busy_s: load_core.busy_s,
         relay_proc_us_per_pkt: per(proc1 - proc0),
         relay_procs: pids.len(),
         relay_rss_mb: pids.iter().map(|&p| rss_mb(p)).sum(),

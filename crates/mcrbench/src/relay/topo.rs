@@ -44,6 +44,10 @@ pub struct Site {
     pub ingress: Vec<String>,
     /// What it forwards.
     pub forwards: Vec<Forward>,
+    /// Whether a switch that snoops IGMP stands between the generator and
+    /// this site: then a relay must join its input groups to receive them
+    /// (elsewhere a join is work the topology does not need).
+    pub snooped: bool,
 }
 
 /// A namespace with a receiver.
@@ -145,6 +149,7 @@ impl Topology {
                 ns: c.relay.clone(),
                 ingress: vec![Chain::RELAY_IN_IF.into()],
                 forwards,
+                snooped: false,
             }],
             sinks: vec![Sink {
                 ns: c.sink.clone(),
@@ -194,6 +199,7 @@ impl Topology {
                 ns: d.relay.clone(),
                 ingress: vec![DualBridge::RELAY_IN_IF.into()],
                 forwards,
+                snooped: true,
             }],
             sinks: vec![Sink {
                 ns: d.sinks[0].clone(),
@@ -237,6 +243,7 @@ impl Topology {
                 ns: s.relay.clone(),
                 ingress: vec![Star::RELAY_IN_IF.into()],
                 forwards: vec![forward],
+                snooped: false,
             }],
             sinks: s
                 .sinks
@@ -274,6 +281,7 @@ impl Topology {
                     second: None,
                     outputs: vec![Output { out_if, out_addr, dest }],
                 }],
+                snooped: false,
             });
         }
         let sink_if = Pipeline::link_ifs(hops).1;

@@ -1,6 +1,14 @@
 //! The kernel's own multicast forwarding, programmed by smcroute: it keeps
 //! group and port as they are (the kernel cannot rewrite them) and stops at
 //! 32 interfaces (MAXVIFS).
+//!
+//! `kernel` is the kernel at its best: an (S,G) route for each stream, and
+//! a group join only where a snooping switch upstream needs one to pass
+//! the stream at all (the dual bridge). A join elsewhere makes the kernel
+//! also deliver every datagram to its own stack, to no socket, which costs
+//! it a third or more per packet and so flatters any relay compared with
+//! it. `kernel-joined` joins everywhere, labelled as such, for the
+//! comparison with a router configured that way.
 
 use std::fmt::Write;
 
@@ -9,8 +17,21 @@ use crate::relay::topo::Site;
 
 #[derive(Default)]
 pub struct Kernel {
+    /// Join every input group, whether the topology needs it or not.
+    always_join: bool,
     spawned: Spawned,
     files: Vec<std::path::PathBuf>,
+}
+
+impl Kernel {
+    /// The kernel at its best (`kernel`), or joining every input group
+    /// (`kernel-joined`).
+    pub fn new(always_join: bool) -> Self {
+        Kernel {
+            always_join,
+            ..Kernel::default()
+        }
+    }
 }
 
 /// MAXVIFS: the kernel's limit on multicast interfaces, input included.
@@ -18,7 +39,7 @@ const MAXVIFS: usize = 32;
 
 impl Relay for Kernel {
     fn kind(&self) -> &'static str {
-        "kernel"
+        if self.always_join { "kernel-joined" } else { "kernel" }
     }
 
     fn can_rewrite(&self) -> bool {
@@ -50,7 +71,9 @@ impl Relay for Kernel {
             }
             for f in &site.forwards {
                 let outs: Vec<&str> = f.outputs.iter().map(|o| o.out_if.as_str()).collect();
-                let _ = writeln!(c, "mgroup from {} group {}", f.in_if, f.input.ip());
+                if self.always_join || site.snooped {
+                    let _ = writeln!(c, "mgroup from {} group {}", f.in_if, f.input.ip());
+                }
                 let _ = writeln!(
                     c,
                     "mroute from {} group {} to {}",

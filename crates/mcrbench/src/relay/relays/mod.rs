@@ -56,7 +56,7 @@ impl MergeCounts {
 
 /// A relay under test.
 pub trait Relay {
-    /// What kind it is (`mcr`, `socat`, `kernel`, `cmd`).
+    /// What kind it is (`mcr`, `socat`, `kernel`, `kernel-joined`, `cmd`).
     fn kind(&self) -> &'static str;
     /// Whether it can rewrite group and port (the kernel cannot).
     fn can_rewrite(&self) -> bool {
@@ -100,7 +100,8 @@ pub fn from_spec(spec: &str) -> anyhow::Result<(String, Box<dyn Relay>)> {
                 .map_err(|e| anyhow::anyhow!("--relay {spec}: {e}"))?,
         ),
         "socat" => Box::new(socat::Socat::default()),
-        "kernel" => Box::new(kernel::Kernel::default()),
+        "kernel" => Box::new(kernel::Kernel::new(false)),
+        "kernel-joined" => Box::new(kernel::Kernel::new(true)),
         "cmd" => {
             anyhow::ensure!(
                 !args.trim().is_empty(),
@@ -108,7 +109,9 @@ pub fn from_spec(spec: &str) -> anyhow::Result<(String, Box<dyn Relay>)> {
             );
             Box::new(cmd::Cmd::new(args.trim().to_string()))
         }
-        other => anyhow::bail!("--relay {spec}: unknown relay kind `{other}` (known: mcr, socat, kernel, cmd)"),
+        other => anyhow::bail!(
+            "--relay {spec}: unknown relay kind `{other}` (known: mcr, socat, kernel, kernel-joined, cmd)"
+        ),
     };
     Ok((label.to_string(), relay))
 }

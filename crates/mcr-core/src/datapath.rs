@@ -30,6 +30,17 @@ pub const MAX_FANOUT: usize = 64;
 /// not take them for a local listener.
 pub const SOCKET_MARK: u32 = 0x4d43_5200;
 
+/// The program's verdict for a frame it leaves alone: it goes on up the
+/// host's stack (and to the workers' rings, which saw it before).
+pub const TCX_NEXT: i32 = -1;
+/// Its verdict for a frame it took and sent nothing of itself: every
+/// output got a clone, or dropped it with a reason it counted (or an
+/// arbitrated copy that was not the first).
+pub const TCX_DROP: i32 = 2;
+/// Its verdict for a frame it took whose last output takes the frame
+/// itself (`bpf_redirect`).
+pub const TCX_REDIRECT: i32 = 7;
+
 /// `rule.flags`: the program forwards this rule's frames.
 pub const RULE_FAST: u32 = 1;
 /// `rule.flags`: an any-source entry with no any-source rule (a frame from

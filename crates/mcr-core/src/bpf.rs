@@ -281,28 +281,40 @@ fn ipv6_block(a: &mut Asm, names: &[Ipv6Addr]) {
 /// that family to the first member.
 pub const MAX_PINNED: usize = 300;
 
+/// An input whose every frame one worker must take: the inputs of a rule
+/// with several inputs (one worker sees every copy of the stream), and
+/// those of a rule with SRT or RIST endpoints (worker 0 holds them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Pin {
+    /// The input's destination and port.
+    pub dst: IpAddr,
+    pub port: u16,
+    /// What the program returns for its frames: the kernel takes it
+    /// modulo the group's members, so `member % workers` is the worker
+    /// (the supervisor opens every group's members in worker order).
+    pub member: u32,
+}
+
 /// The program that picks which member of an interface's fanout group (so
 /// which worker) takes a frame (`PACKET_FANOUT_CBPF`; it sees the frame
 /// from the IP header on and returns a number the kernel takes modulo the
-/// members). The destinations in `pinned` (inputs of rules with several
-/// inputs, which one worker must see together) go to the first member,
-/// the one the supervisor founds the group with; every other datagram goes
-/// by a hash of its addresses and ports, so a flow always reaches the same
-/// worker.
-pub fn fanout_program(pinned: &[(IpAddr, u16)]) -> Vec<Insn> {
+/// members). A frame to one of `pinned` goes to the member its pin names;
+/// every other datagram goes by a hash of its addresses and ports, so a
+/// flow always reaches the same worker.
+pub fn fanout_program(pinned: &[Pin]) -> Vec<Insn> {
     let mut a = Asm::default();
     let (v4, v6) = (a.label(), a.label());
-    let v4_pins: Vec<(u32, u16)> = pinned
+    let v4_pins: Vec<(u32, u16, u32)> = pinned
         .iter()
-        .filter_map(|(d, p)| match d {
-            IpAddr::V4(v) => Some((u32::from(*v), *p)),
+        .filter_map(|p| match p.dst {
+            IpAddr::V4(v) => Some((u32::from(v), p.port, p.member)),
             IpAddr::V6(_) => None,
         })
         .collect();
-    let v6_pins: Vec<(Ipv6Addr, u16)> = pinned
+    let v6_pins: Vec<(Ipv6Addr, u16, u32)> = pinned
         .iter()
-        .filter_map(|(d, p)| match d {
-            IpAddr::V6(v) => Some((*v, *p)),
+        .filter_map(|p| match p.dst {
+            IpAddr::V6(v) => Some((v, p.port, p.member)),
             IpAddr::V4(_) => None,
         })
         .collect();
@@ -322,13 +334,13 @@ pub fn fanout_program(pinned: &[(IpAddr, u16)]) -> Vec<Insn> {
         a.op(RET_K, 0);
     }
     a.op(LDX_B_MSH, 0);
-    for (dst, port) in v4_pins {
+    for (dst, port, member) in v4_pins {
         let next = a.label();
         a.op(LD_W_ABS, 16);
         a.jump(JEQ_K, dst, To::Next, To::L(next));
         a.op(LD_H_IND, 2);
         a.jump(JEQ_K, u32::from(port), To::Next, To::L(next));
-        a.op(RET_K, 0);
+        a.op(RET_K, member);
         a.bind(next);
     }
     // The ports first, while X is the header's length.
@@ -348,7 +360,7 @@ pub fn fanout_program(pinned: &[(IpAddr, u16)]) -> Vec<Insn> {
     if v6_pins.len() > MAX_PINNED {
         a.op(RET_K, 0);
     }
-    for (dst, port) in v6_pins {
+    for (dst, port, member) in v6_pins {
         let next = a.label();
         let o = dst.octets();
         for (w, at) in [24u32, 28, 32, 36].into_iter().enumerate() {
@@ -358,7 +370,7 @@ pub fn fanout_program(pinned: &[(IpAddr, u16)]) -> Vec<Insn> {
         }
         a.op(LD_H_ABS, 42);
         a.jump(JEQ_K, u32::from(port), To::Next, To::L(next));
-        a.op(RET_K, 0);
+        a.op(RET_K, member);
         a.bind(next);
     }
     start_hash(&mut a);
@@ -543,22 +555,33 @@ mod tests {
     }
 
     #[test]
-    fn the_fanout_program_pins_redundant_inputs_to_the_first_worker_and_hashes_the_rest_by_flow() {
-        let pinned: Vec<(IpAddr, u16)> = vec![
-            ("239.1.1.1".parse().expect("literal"), 5001),
-            ("ff3e::1".parse().expect("literal"), 5001),
+    fn the_fanout_program_pins_inputs_to_their_member_and_hashes_the_rest_by_flow() {
+        let pin = |dst: &str, member| Pin {
+            dst: dst.parse().expect("literal"),
+            port: 5001,
+            member,
+        };
+        let pinned = vec![
+            pin("239.1.1.1", 0),
+            pin("ff3e::1", 0),
+            pin("239.1.1.3", 7),
+            pin("ff3e::3", 9),
         ];
         let p = fanout_program(&pinned);
         let members = 2;
         let pick = |d: &[u8]| interpret(&p, d, None, 0) % members;
         // Every packet of a pinned input, from any source and port, with
-        // or without IP options: the first member.
+        // or without IP options: the member its pin names (modulo the
+        // members, as the kernel takes it).
         for sport in 1000..1200 {
             for src in ["10.0.0.1", "10.0.0.77"] {
                 assert_eq!(pick(&datagram(src, "239.1.1.1", sport, 5001, 0)), 0);
                 assert_eq!(pick(&datagram(src, "239.1.1.1", sport, 5001, 8)), 0);
+                assert_eq!(pick(&datagram(src, "239.1.1.3", sport, 5001, 0)), 1);
+                assert_eq!(pick(&datagram(src, "239.1.1.3", sport, 5001, 8)), 1);
             }
             assert_eq!(pick(&datagram("2001:db8::1", "ff3e::1", sport, 5001, 0)), 0);
+            assert_eq!(pick(&datagram("2001:db8::1", "ff3e::3", sport, 5001, 0)), 1);
         }
         // Other flows spread over both members, each always to the same.
         let mut seen = [0u32; 2];
@@ -592,8 +615,12 @@ mod tests {
         // Not IP: the first member (the workers count it).
         assert_eq!(pick(&[0u8; 30]), 0);
         // More pins than the program names: the whole family is pinned.
-        let many: Vec<(IpAddr, u16)> = (0..=MAX_PINNED as u32)
-            .map(|i| (IpAddr::V4(Ipv4Addr::from(0xef00_0000 + i)), 5001))
+        let many: Vec<Pin> = (0..=MAX_PINNED as u32)
+            .map(|i| Pin {
+                dst: IpAddr::V4(Ipv4Addr::from(0xef00_0000 + i)),
+                port: 5001,
+                member: i,
+            })
             .collect();
         let p = fanout_program(&many);
         for sport in 1000..1100 {

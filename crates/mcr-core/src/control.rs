@@ -529,6 +529,12 @@ pub struct RuleStats {
     /// output, say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub datapath_reason: Option<String>,
+    /// With several workers, the one that takes every frame of the rule
+    /// when one must (a rule with several inputs sees every copy there; a
+    /// rule with SRT or RIST endpoints is worker 0's); none when its
+    /// frames go by flow, or the eBPF data path carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<usize>,
     /// With several inputs: how they make one stream, and each input's
     /// counters. (The rule's packets and bytes are those it forwarded.)
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -757,6 +757,7 @@ mod tests {
                     problems: Vec::new(),
                     datapath: "ebpf".into(),
                     datapath_reason: None,
+                    worker: None,
                     redundancy: None,
                     health: vec![crate::control::InputHealthStats {
                         input: "eth0:239.1.1.1:5001".into(),
@@ -794,6 +795,7 @@ mod tests {
                     problems: Vec::new(),
                     datapath: "packet".into(),
                     datapath_reason: Some("several inputs".into()),
+                    worker: None,
                     redundancy: Some(crate::control::RedundancyStats {
                         mode: "failover,hold=10000ms".into(),
                         lost: 0,

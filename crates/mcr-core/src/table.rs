@@ -70,17 +70,33 @@ pub struct CompiledRule {
 }
 
 impl CompiledRule {
-    /// Whether only worker 0 may take this rule's frames: it has several
-    /// inputs (one worker sees every copy) or an SRT or RIST input or
-    /// output (worker 0 holds the connections).
-    pub fn on_worker_zero(&self) -> bool {
-        self.redundancy.is_some()
-            || !self.srt_inputs.is_empty()
+    /// Whether it has SRT or RIST endpoints, which worker 0 holds (so it
+    /// takes the rule's frames).
+    pub fn has_connections(&self) -> bool {
+        !self.srt_inputs.is_empty()
             || !self.rist_inputs.is_empty()
             || self
                 .outputs
                 .iter()
                 .any(|o| matches!(o.kind, OutputKind::Srt(_) | OutputKind::Rist(_)))
+    }
+
+    /// Whether one worker must take every frame of the rule: it has
+    /// several inputs (that worker sees every copy of the stream), or SRT
+    /// or RIST endpoints (worker 0's).
+    pub fn pinned(&self) -> bool {
+        self.redundancy.is_some() || self.has_connections()
+    }
+
+    /// The fanout member (taken modulo the workers) that a rule with
+    /// several inputs and no connections goes to on its own: from its
+    /// slot, which it keeps for its life, so the rule never moves while
+    /// other rules come and go, and such rules spread over the workers.
+    fn own_member(&self) -> u32 {
+        // Slots are handed out in runs (a rule's, then its outputs'), so
+        // they are mixed before the kernel takes them modulo the members.
+        let h = self.slot.wrapping_mul(0x9e37_79b1);
+        h ^ (h >> 16)
     }
 }
 
@@ -435,23 +451,65 @@ impl MatchTable {
         v
     }
 
-    /// The destinations on interface `ifindex` that rules only worker 0
-    /// may take ([`CompiledRule::on_worker_zero`]) take
-    /// ([`crate::bpf::fanout_program`] pins them).
-    pub fn pinned_inputs(&self, ifindex: u32) -> Vec<(IpAddr, u16)> {
-        let mut v: Vec<(IpAddr, u16)> = self
-            .entries
+    /// The fanout member of each pinned rule ([`CompiledRule::pinned`]),
+    /// by rule index: 0 (worker 0) for a rule with connections, and for
+    /// rules that share an input destination with another pinned rule
+    /// (the fanout program tells frames apart by destination, not source,
+    /// so such rules must be on one worker); otherwise the rule's own
+    /// member, so that rules with several inputs spread over the workers.
+    fn pin_members(&self) -> Vec<Option<u32>> {
+        let mut members: Vec<Option<u32>> = self
+            .rules
             .iter()
-            .filter(|(k, e)| {
-                let several = |t: &Taker| self.rules[t.rule].on_worker_zero();
-                k.ifindex == ifindex
-                    && (e.any_source.iter().any(several) || e.by_source.iter().any(|(_, t)| several(t)))
-            })
-            .map(|(k, _)| (k.dst, k.port))
+            .map(|r| r.pinned().then(|| if r.has_connections() { 0 } else { r.own_member() }))
             .collect();
+        let mut takers: FxHashMap<(u32, IpAddr, u16), Vec<usize>> = FxHashMap::default();
+        for (k, e) in &self.entries {
+            let rules = e.any_source.iter().chain(e.by_source.iter().map(|(_, t)| t));
+            for t in rules.filter(|t| members[t.rule].is_some()) {
+                let v = takers.entry((k.ifindex, k.dst, k.port)).or_default();
+                if !v.contains(&t.rule) {
+                    v.push(t.rule);
+                }
+            }
+        }
+        for shared in takers.values().filter(|v| v.len() > 1) {
+            for &r in shared {
+                members[r] = Some(0);
+            }
+        }
+        members
+    }
+
+    /// The inputs on interface `ifindex` whose every frame one worker must
+    /// take, each with its fanout member ([`crate::bpf::fanout_program`]
+    /// pins them).
+    pub fn pinned_inputs(&self, ifindex: u32) -> Vec<crate::bpf::Pin> {
+        let members = self.pin_members();
+        let mut v: Vec<crate::bpf::Pin> = Vec::new();
+        for (k, e) in self.entries.iter().filter(|(k, _)| k.ifindex == ifindex) {
+            let rules = e.any_source.iter().chain(e.by_source.iter().map(|(_, t)| t));
+            if let Some(member) = rules.filter_map(|t| members[t.rule]).min() {
+                v.push(crate::bpf::Pin {
+                    dst: k.dst,
+                    port: k.port,
+                    member,
+                });
+            }
+        }
         v.sort();
         v.dedup();
         v
+    }
+
+    /// By rule index, the worker (of `workers`) that takes every frame of
+    /// a pinned rule ([`CompiledRule::pinned`]); none for a rule whose
+    /// frames go by flow.
+    pub fn pinned_workers(&self, workers: usize) -> Vec<Option<usize>> {
+        self.pin_members()
+            .into_iter()
+            .map(|m| m.map(|m| m as usize % workers.max(1)))
+            .collect()
     }
 
     /// The input interfaces the rules use.

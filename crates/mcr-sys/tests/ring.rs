@@ -206,10 +206,15 @@ fn fanout_gives_each_frame_to_exactly_one_socket_and_keeps_flows_together() {
         let fourth = open(Fanout::Join(id));
         assert_eq!(second.fanout_id().expect("fanout id"), Some(id));
         // The group's program, as mcrd gives it: by flow, but six
-        // destinations (the inputs of a rule with several) pinned to the
-        // first member.
-        let pinned: Vec<(std::net::IpAddr, u16)> = (8..14u8)
-            .map(|i| (std::net::IpAddr::from([239, 1, 1, i]), 5000 + u16::from(i)))
+        // destinations (the inputs of rules with several) pinned: three
+        // to the first member, three to member 6 (the kernel takes it
+        // modulo the members: the third socket, in the order they joined).
+        let pinned: Vec<mcr_core::bpf::Pin> = (8..14u8)
+            .map(|i| mcr_core::bpf::Pin {
+                dst: std::net::IpAddr::from([239, 1, 1, i]),
+                port: 5000 + u16::from(i),
+                member: if i < 11 { 0 } else { 6 },
+            })
             .collect();
         let program: Vec<FilterInsn> = mcr_core::bpf::fanout_program(&pinned)
             .into_iter()
@@ -243,8 +248,11 @@ fn fanout_gives_each_frame_to_exactly_one_socket_and_keeps_flows_together() {
     }
     let used: std::collections::HashSet<usize> = by_flow.values().map(|v| v.0).collect();
     assert_eq!(used.len(), 4, "50 flows should hash to every socket: {used:?}");
-    for pinned in &flows[7..13] {
+    for pinned in &flows[7..10] {
         assert_eq!(by_flow[pinned].0, 0, "{pinned} is pinned to the first member");
+    }
+    for pinned in &flows[10..13] {
+        assert_eq!(by_flow[pinned].0, 2, "{pinned} is pinned to the third member");
     }
 }
 

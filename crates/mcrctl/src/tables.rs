@@ -314,9 +314,11 @@ pub fn render(r: &Reply) -> String {
 /// A rule at a glance: what keeps it from forwarding, or whether packets
 /// came in over the last interval.
 fn state(r: &RuleStats) -> String {
-    let by = match (r.datapath.as_str(), &r.datapath_reason) {
-        ("ebpf", _) => " (ebpf)".to_string(),
-        (_, Some(why)) => format!(" (workers: {why})"),
+    let by = match (r.datapath.as_str(), &r.datapath_reason, r.worker) {
+        ("ebpf", _, _) => " (ebpf)".to_string(),
+        (_, Some(why), Some(w)) => format!(" (worker {w}: {why})"),
+        (_, Some(why), None) => format!(" (workers: {why})"),
+        (_, None, Some(w)) => format!(" (worker {w})"),
         _ => String::new(),
     };
     match r.problems.first() {

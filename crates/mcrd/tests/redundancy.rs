@@ -119,7 +119,8 @@ fn a_merge_loses_nothing_when_the_paths_lose_different_packets() {
     let _lock = traffic_lock().expect("lock");
     let p = TwoPaths::new("merge-loss").expect("topology");
     let (a, b) = lossy_paths(&p, "0-1%", "1-2%");
-    // Two workers: the fanout program brings both paths to worker 0.
+    // Two workers: the fanout program brings both paths to the rule's one
+    // worker.
     let relay = relay_of(&p, "merge", &["--workers", "2"]);
     let got = send_both_ways(&p, 6000, "1000", &[]);
     let (a, b) = (a.stop().expect("path a"), b.stop().expect("path b"));
@@ -127,12 +128,15 @@ fn a_merge_loses_nothing_when_the_paths_lose_different_packets() {
         a.band_dropped > 20 && b.band_dropped > 20,
         "each path lost about 1%: {a:?} {b:?}"
     );
-    let workers = relay.stats().expect("stats").workers;
+    let s = relay.stats().expect("stats");
+    let w = rule(&relay).0.worker.expect("a merge has one worker");
     let arrived = 12_000 - a.band_dropped - b.band_dropped;
+    let mut want = [0, 0];
+    want[w] = arrived;
     assert_eq!(
-        workers.iter().map(|w| w.rx_frames).collect::<Vec<_>>(),
-        [arrived, 0],
-        "every copy on worker 0"
+        s.workers.iter().map(|w| w.rx_frames).collect::<Vec<_>>(),
+        want,
+        "every copy on worker {w}"
     );
     let s = &got.report.streams[0];
     assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
@@ -151,6 +155,95 @@ fn a_merge_loses_nothing_when_the_paths_lose_different_packets() {
     assert!(
         list.contains("merge: 0 lost") && list.contains("<- in1:239.2.1.1:5001"),
         "{list}"
+    );
+    assert!(list.contains(&format!("(worker {w}: several inputs")), "{list}");
+    relay.stop().expect("stopped");
+}
+
+/// Rules with several inputs spread over the workers: each rule on one
+/// worker (it sees every copy of its stream there), the rules on both.
+#[test]
+fn merged_rules_spread_over_the_workers_each_whole_on_its_own() {
+    const RULES: u32 = 6;
+    let _lock = traffic_lock().expect("lock");
+    let p = TwoPaths::new("merge-spread").expect("topology");
+    let (a, b) = lossy_paths(&p, "0-2%", "2-4%");
+    let relay = Relay::start(&p.relay, &["--workers", "2"]).expect("mcrd");
+    for i in 1..=RULES {
+        let (ia, ib, out) = (
+            format!("in0:239.1.1.{i}:5001"),
+            format!("in1:239.2.1.{i}:5001"),
+            format!("out0:239.10.1.{i}:6001"),
+        );
+        let name = format!("m{i}");
+        relay
+            .ctl_ok(&[
+                "add", &name, "--input", &ia, "--input", &ib, "--mode", "merge", "--output", &out,
+            ])
+            .expect("rule added");
+    }
+    let count = 2000;
+    let rx = Mcrgen::streams(format!("239.10.1.1+{RULES}:6001"), TwoPaths::SINK_IF)
+        .expect(count)
+        .wrap("rtp")
+        .arg("--idle-timeout")
+        .arg("2s")
+        .recv(&p.sink)
+        .expect("receiver ready");
+    let sent = Mcrgen::streams(format!("239.1.1.1+{RULES}:5001"), TwoPaths::GEN_A_IF)
+        .count(count)
+        .rate("3000")
+        .wrap("rtp")
+        .arg("--copy")
+        .arg(format!("239.2.1.1+{RULES}:5001"))
+        .arg("--copy-delay")
+        .arg("10ms")
+        .arg("--copy-interface")
+        .arg(TwoPaths::GEN_B_IF)
+        .send(&p.generator, MINUTES)
+        .expect("sent");
+    assert_eq!(
+        (sent.packets, sent.copies),
+        (count * u64::from(RULES), count * u64::from(RULES))
+    );
+    let got = rx.finish(MINUTES).expect("receiver finished");
+    let (a, b) = (a.stop().expect("path a"), b.stop().expect("path b"));
+    assert!(a.band_dropped > 0 && b.band_dropped > 0, "{a:?} {b:?}");
+    // Every stream whole: what one path lost, the other brought.
+    assert_eq!(got.code, Some(0), "{:?}\n{}", got.report.problems, relay.log());
+    assert_eq!(got.report.streams.len(), RULES as usize);
+    for st in &got.report.streams {
+        assert_eq!(
+            (
+                st.received,
+                st.unique,
+                st.lost,
+                st.duplicated,
+                st.reordered,
+                st.corrupted
+            ),
+            (count, count, 0, 0, 0, 0),
+            "{st:?}"
+        );
+    }
+    // Each rule's copies all on its worker; both workers carry some.
+    let s = relay.stats().expect("stats");
+    let mut per_worker = [0u64; 2];
+    for r in &s.rules {
+        let red = r.redundancy.as_ref().expect("two inputs");
+        let w = r.worker.expect("one worker per rule");
+        per_worker[w] += red.inputs.iter().map(|i| i.packets).sum::<u64>();
+        assert_eq!(r.outputs[0].packets, count, "{r:?}");
+        assert_eq!(red.lost, 0, "{red:?}");
+    }
+    assert_eq!(
+        s.workers.iter().map(|w| w.rx_frames).collect::<Vec<_>>(),
+        per_worker,
+        "each worker took exactly the copies of its rules"
+    );
+    assert!(
+        per_worker.iter().all(|&n| n > 0),
+        "both workers carry merges: {per_worker:?}"
     );
     relay.stop().expect("stopped");
 }

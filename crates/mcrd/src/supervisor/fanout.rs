@@ -1,17 +1,21 @@
 //! The fanout groups of the workers' rings, one per input interface when
 //! there are several workers. The supervisor founds each group itself with
 //! a ring for worker 0 (`PACKET_FANOUT_FLAG_UNIQUEID`: the kernel picks an
-//! id that no group of the namespace has), hands that ring to worker 0 and
-//! the id to every worker with the table; the other workers join by id.
-//! A group lives as long as its interface has rules: a worker's death does
-//! not change it (the supervisor keeps every ring).
+//! id that no group of the namespace has), then opens a ring for each
+//! other worker in the group, in worker order, and hands each worker its
+//! ring and every worker the id with the table. So member k of every group
+//! is worker k's ring. A group lives as long as its interface has rules: a
+//! worker's death does not change it (the supervisor keeps every ring).
 //!
 //! The group's program picks the worker of each frame: a hash of its
 //! addresses and ports, so that a flow stays with one worker, except for
-//! the inputs of rules with several inputs, which all go to worker 0 (the
-//! founder, the first member of every group), so that one worker sees
-//! every copy of the stream. The supervisor keeps a copy of each founding
-//! socket to change the program as the rules change.
+//! the inputs of pinned rules ([`mcr_core::table::CompiledRule::pinned`]),
+//! whose frames all go to the rule's one worker, on every interface, so
+//! that it sees every copy of the stream: worker 0 for a rule with SRT or
+//! RIST endpoints, and a worker chosen by the rule's slot for the other
+//! rules with several inputs, which so spread over the workers. The
+//! supervisor keeps a copy of each founding socket to change the program
+//! as the rules change.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -22,8 +26,8 @@ use mcr_sys::ring::{Fanout, Filter, FilterInsn, RingConfig, RxRing, filter_insn}
 
 use crate::channel::ring_for_mtu;
 
-/// A filter that lets nothing in: the founding ring's until worker 0 puts
-/// the table's filter in its place.
+/// A filter that lets nothing in: the rings the supervisor opens have it
+/// until their worker puts the table's filter in its place.
 const NOTHING: [FilterInsn; 1] = [FilterInsn {
     code: 0x06, // BPF_RET | BPF_K
     jt: 0,
@@ -40,6 +44,8 @@ pub struct FanoutGroups {
     /// Ids to fall back on if a group cannot be founded (from the
     /// supervisor's pid).
     seed: u16,
+    /// The worker each pinned rule's frames go to, by the rule's slot.
+    pinned: BTreeMap<u32, usize>,
 }
 
 /// The group id derived from `seed` (a fallback only).
@@ -54,6 +60,7 @@ impl FanoutGroups {
             ids: BTreeMap::new(),
             steering: BTreeMap::new(),
             seed,
+            pinned: BTreeMap::new(),
         }
     }
 
@@ -75,9 +82,16 @@ impl FanoutGroups {
         Ok(Some(id))
     }
 
-    /// Founds a group for each of `wanted` that has none, forgets those no
-    /// longer wanted; returns the founding rings, for worker 0.
-    pub fn reconcile(&mut self, wanted: &[u32], ifs: &Interfaces, cfg: &RingConfig) -> Vec<(u32, RxRing)> {
+    /// Founds a group for each of `wanted` that has none, with a member
+    /// for each of `workers` in order, and forgets those no longer wanted;
+    /// returns the new members: (worker, interface, ring).
+    pub fn reconcile(
+        &mut self,
+        wanted: &[u32],
+        ifs: &Interfaces,
+        cfg: &RingConfig,
+        workers: usize,
+    ) -> Vec<(usize, u32, RxRing)> {
         self.ids.retain(|i, _| wanted.contains(i));
         self.steering.retain(|i, _| wanted.contains(i));
         let mut founded = Vec::new();
@@ -97,7 +111,19 @@ impl FanoutGroups {
                             "interface #{ifindex}: no copy of the fanout group's socket ({e}); its frames all go to worker 0"
                         ),
                     }
-                    founded.push((ifindex, ring));
+                    founded.push((0, ifindex, ring));
+                    // The other members, in worker order, so that member k
+                    // is worker k's (the rules pinned to a worker name it
+                    // by its place in every group).
+                    for w in 1..workers {
+                        match RxRing::open(ifindex, &cfg, Filter::Classic(&NOTHING), Some(Fanout::Join(id))) {
+                            Ok(r) => founded.push((w, ifindex, r)),
+                            Err(e) => tracing::warn!(
+                                "interface #{ifindex}: could not open worker {w}'s ring in the fanout group ({e}); \
+                                 it opens its own, and the rules pinned to a worker may reach another"
+                            ),
+                        }
+                    }
                 }
                 Ok((None, _)) | Err(_) => {
                     let id = derived_id(self.seed, ifindex);
@@ -112,8 +138,15 @@ impl FanoutGroups {
         founded
     }
 
-    /// Gives each group the program `table` needs (only where it changed).
-    pub fn steer(&mut self, table: &MatchTable) {
+    /// Gives each group the program `table` needs (only where it changed),
+    /// and notes the worker of each pinned rule of `workers`.
+    pub fn steer(&mut self, table: &MatchTable, workers: usize) {
+        self.pinned = table
+            .rules()
+            .iter()
+            .zip(table.pinned_workers(workers))
+            .filter_map(|(r, w)| Some((r.slot, w?)))
+            .collect();
         for (ifindex, (fd, current)) in &mut self.steering {
             let program = mcr_core::bpf::fanout_program(&table.pinned_inputs(*ifindex));
             if *current == program {
@@ -127,6 +160,12 @@ impl FanoutGroups {
                 ),
             }
         }
+    }
+
+    /// The worker that takes every frame of the rule in `slot`, if one
+    /// must.
+    pub fn worker_of(&self, slot: u32) -> Option<usize> {
+        self.pinned.get(&slot).copied()
     }
 
     /// The groups, for the table.

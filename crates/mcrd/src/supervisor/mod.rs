@@ -32,6 +32,7 @@ mod stats;
 mod store_cache;
 mod workers;
 
+use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -695,13 +696,14 @@ impl Supervisor {
         if let Some(k) = &mut self.kernel {
             k.reconcile(&table, ifs, &self.stats.layout());
         }
-        // A fanout group for each new input interface, founded with worker
-        // 0's ring, which reaches it before the table does.
+        // A fanout group for each new input interface, a member for each
+        // worker in order, each ring reaching its worker before the table.
         if let Some(groups) = &mut self.fanout {
-            for (ifindex, ring) in groups.reconcile(&table.input_interfaces(), ifs, &self.ring) {
-                self.workers[0].give_ring(ifindex, ring);
+            let n = self.workers.len();
+            for (w, ifindex, ring) in groups.reconcile(&table.input_interfaces(), ifs, &self.ring, n) {
+                self.workers[w].give_ring(ifindex, ring);
             }
-            groups.steer(&table);
+            groups.steer(&table, n);
             snap.fanout = groups.table();
         }
         match serde_json::to_vec(&ToWorker::Table(snap)) {
@@ -1098,14 +1100,23 @@ impl Supervisor {
                 o.rist = rist.get(slot).map(|&x| x.clone());
             }
         }
-        // The line race of arbitrated rules.
+        // The line race of arbitrated rules, from the worker that carries
+        // each (the one whose copies were measured: every worker reports
+        // the rules it has, the others with nothing measured).
+        let mut races: BTreeMap<u32, &Vec<mcr_core::arbitrate::race::LagSummary>> = BTreeMap::new();
         for (slot, lags) in self.workers.iter().flat_map(|w| &w.race) {
+            let measured = |l: &[mcr_core::arbitrate::race::LagSummary]| l.iter().map(|x| x.samples).sum::<u64>();
+            if races.get(slot).is_none_or(|had| measured(had) < measured(lags)) {
+                races.insert(*slot, lags);
+            }
+        }
+        for (slot, lags) in races {
             let Some(s) = self
                 .plane
                 .rules()
                 .iter()
                 .zip(&mut report.rules)
-                .find(|(r, _)| r.slot == *slot)
+                .find(|(r, _)| r.slot == slot)
                 .and_then(|(_, s)| s.redundancy.as_mut())
             else {
                 continue;
@@ -1154,9 +1165,15 @@ impl Supervisor {
         }
     }
 
-    /// Which data path forwards each rule, and where the eBPF one runs.
+    /// Which data path forwards each rule (and which worker, where one
+    /// must take all its frames), and where the eBPF one runs.
     fn fill_datapath(&self, report: &mut mcr_core::control::StatsReport) {
         report.datapath_missing = self.kernel_missing.clone();
+        if let Some(groups) = &self.fanout {
+            for (r, s) in self.plane.rules().iter().zip(&mut report.rules) {
+                s.worker = groups.worker_of(r.slot);
+            }
+        }
         let Some(k) = &self.kernel else { return };
         for (r, s) in self.plane.rules().iter().zip(&mut report.rules) {
             if r.rule.inputs().any(|i| i.as_srt().is_some()) {
@@ -1168,7 +1185,10 @@ impl Supervisor {
                 continue;
             }
             match k.why_not(r.slot) {
-                None => s.datapath = "ebpf".into(),
+                None => {
+                    s.datapath = "ebpf".into();
+                    s.worker = None;
+                }
                 Some(why) => s.datapath_reason = Some(why.to_string()),
             }
         }

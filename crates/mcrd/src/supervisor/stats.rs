@@ -406,6 +406,7 @@ impl Stats {
                     problems: Vec::new(),
                     datapath: "packet".into(),
                     datapath_reason: None,
+                    worker: None,
                     redundancy: r.rule.redundancy.as_ref().map(|red| {
                         let active = self.sum_rule(c, r.slot, RuleCounter::Active);
                         let arbitrate = matches!(red.mode, mcr_core::rule::Mode::Arbitrate { .. });

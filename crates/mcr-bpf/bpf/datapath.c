@@ -208,7 +208,7 @@ struct health_pieces {
 };
 
 // The most outputs one rule may have here (more: the workers forward it).
-#define MAX_FANOUT 64
+#define MAX_FANOUT 256
 
 // Counter indices: the data path's own counters, then per rule and per
 // output from the base index each carries (the statistics layout of one

@@ -290,7 +290,7 @@ mod tests {
     #[test]
     fn the_object_is_a_bpf_elf_and_the_source_is_readable() {
         assert_eq!(&OBJECT[..4], b"\x7fELF");
-        assert_eq!(define("MAX_FANOUT"), Some(64));
+        assert_eq!(define("MAX_FANOUT"), Some(datapath::MAX_FANOUT as u64));
         assert_eq!(define("MCR_SOCKET_MARK"), Some(0x4d43_5200));
         assert_eq!(define("NO_SUCH_THING"), None);
     }

@@ -25,7 +25,7 @@ use crate::table::{CompiledRule, MatchTable, OutputKind};
 use crate::wire::ts;
 
 /// The most outputs a rule may have and still be carried in the kernel.
-pub const MAX_FANOUT: usize = 64;
+pub const MAX_FANOUT: usize = 256;
 /// The socket mark of the sockets MCR holds a port with: the program does
 /// not take them for a local listener.
 pub const SOCKET_MARK: u32 = 0x4d43_5200;

@@ -7,13 +7,13 @@
 // fragment, lengths and the IPv4 header checksum right, UDP straight after
 // the fixed IPv6 header) and that a fast rule takes is forwarded here: for
 // each output the headers are rewritten in place (MACs, addresses, port,
-// TTL or hop limit, DSCP, VLAN tag, checksums updated incrementally); a
-// clone goes to each output interface but the last, and the frame itself
-// to the last (`bpf_redirect`), so nothing of it reaches the host's IP
-// stack. If a local socket listens on its port, every output gets a clone
-// instead, and the frame's headers are put back and it goes on up the
-// stack as if MCR were not there. Everything else goes on untouched
-// (TCX_NEXT).
+// TTL or hop limit, DSCP, VLAN tag, checksums updated incrementally) and
+// a clone goes to each output interface, whose answer (sent, queue full,
+// error) is counted for that output. The frame itself is then dropped
+// (TCX_DROP), so nothing of it reaches the host's IP stack, unless a local
+// socket listens on its port: then its headers are put back and it goes
+// on up the stack as if MCR were not there. Everything else goes on
+// untouched (TCX_NEXT).
 //
 // `mcr_ring_filter` is the socket filter of the workers' AF_PACKET rings,
 // which see every frame before tc does: it keeps out exactly the frames
@@ -43,16 +43,14 @@
 #define BE16(x) ((__u16)__builtin_bswap16((__u16)(x)))
 #define BE32(x) ((__u32)__builtin_bswap32((__u32)(x)))
 
-// tcx verdicts (the only ones tcx knows: any other, TC_ACT_STOLEN
-// included, is taken as TCX_NEXT, and the frame would go on up the host's
-// IP stack to be dropped there). TCX_NEXT: go on to the next program and
-// the stack; TCX_REDIRECT: the frame itself goes to the interface
-// `bpf_redirect` named (its last output); TCX_DROP: the frame is done
-// with here (its copies went out, or it was counted as dropped; the
-// kernel counts it as no interface's drop).
+// tcx verdicts (the only ones tcx knows besides TCX_PASS and
+// TCX_REDIRECT: any other, TC_ACT_STOLEN included, is taken as TCX_NEXT,
+// and the frame would go on up the host's IP stack to be dropped there).
+// TCX_NEXT: go on to the next program and the stack; TCX_DROP: the frame
+// is done with here (its copies went out, or each output counted why not;
+// the kernel counts it as no interface's drop).
 #define TCX_NEXT -1
 #define TCX_DROP 2
-#define TCX_REDIRECT 7
 
 // ---- helpers (ids from linux/bpf.h) ----------------------------------
 
@@ -65,7 +63,6 @@ static long (*l4_csum_replace)(void *skb, __u32 off, __u64 from, __u64 to, __u64
 static __s64 (*csum_diff)(__be32 *from, __u32 from_size, __be32 *to, __u32 to_size, __wsum seed) =
     (void *)BPF_FUNC_csum_diff;
 static long (*clone_redirect)(void *skb, __u32 ifindex, __u64 flags) = (void *)BPF_FUNC_clone_redirect;
-static long (*redirect)(__u32 ifindex, __u64 flags) = (void *)BPF_FUNC_redirect;
 static long (*vlan_push)(void *skb, __be16 proto, __u16 tci) = (void *)BPF_FUNC_skb_vlan_push;
 static long (*vlan_pop)(void *skb) = (void *)BPF_FUNC_skb_vlan_pop;
 static struct bpf_sock *(*sk_lookup_udp)(void *ctx, struct bpf_sock_tuple *tuple, __u32 size, __u64 netns,
@@ -423,7 +420,6 @@ struct scratch {
     // one whose outcome the verifier already knows (it would then tell
     // the paths apart by their values).
     __u8 keep;                      // a local socket wants the frame too
-    __u32 last_if, last_out;        // the output that takes the frame itself: interface, counters
     __u64 standby;                  // the relay is standby
     // Arbitration's working values (see `arbitrate`).
     __u8 ah[ARB_HEADER + 8];        // the feed's header
@@ -1345,7 +1341,6 @@ INLINE int forward(struct __sk_buff *skb, struct scratch *s, struct rule *r, con
     // (`i != MAX_FANOUT` never holds again) or calls it an infinite loop.
     // With CAP_PERFMON, or as root, it is a plain store.
     void *volatile fence __attribute__((unused));
-    s->last_if = 0;
     for (__u32 i = 0; i < MAX_FANOUT; i++) {
         fence = s;
         // Addresses in `s` are worked out where they are used, for each
@@ -1372,13 +1367,6 @@ INLINE int forward(struct __sk_buff *skb, struct scratch *s, struct rule *r, con
             count(s, o->counters + C_OUT_SEND_ERROR, 1);
             continue;
         }
-        // The last output takes the frame itself (no clone, and nothing
-        // left to go up the stack), unless a local socket wants it too.
-        if (!s->keep && i + 1 >= s->nout) {
-            s->last_if = o->ifindex;
-            s->last_out = o->counters;
-            break;
-        }
         long ret = clone_redirect(skb, o->ifindex, 0);
         if (ret == 0 || ret == 2 /* NET_XMIT_CN: queued */) {
             count(s, o->counters + C_OUT_PACKETS, 1);
@@ -1388,15 +1376,8 @@ INLINE int forward(struct __sk_buff *skb, struct scratch *s, struct rule *r, con
             count(s, o->counters + (ret > 0 ? C_OUT_QUEUE_FULL : C_OUT_SEND_ERROR), 1);
         }
     }
-    if (s->last_if) {
-        // The kernel sends it once this program returns; what it cannot
-        // queue there is counted by the interface (its TX drops), since
-        // no answer comes back to here.
-        count(s, s->last_out + C_OUT_PACKETS, 1);
-        count(s, s->last_out + C_OUT_BYTES, s->p.udp_len - UDP_LEN);
-        count(s, C_TX_PACKETS, 1);
-        return redirect(s->last_if, 0);
-    }
+    // Every output has its copy (or counted why not): the frame itself is
+    // done with, and nothing of it goes up the host's stack.
     if (!s->keep)
         return TCX_DROP;
     // A local socket wants it: the frame goes up as it came.

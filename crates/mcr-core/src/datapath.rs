@@ -33,13 +33,10 @@ pub const SOCKET_MARK: u32 = 0x4d43_5200;
 /// The program's verdict for a frame it leaves alone: it goes on up the
 /// host's stack (and to the workers' rings, which saw it before).
 pub const TCX_NEXT: i32 = -1;
-/// Its verdict for a frame it took and sent nothing of itself: every
-/// output got a clone, or dropped it with a reason it counted (or an
-/// arbitrated copy that was not the first).
+/// Its verdict for a frame it took: every output got a clone, or counted
+/// why not (and an arbitrated copy that was not the first goes nowhere);
+/// the frame itself goes no further, not up the host's stack.
 pub const TCX_DROP: i32 = 2;
-/// Its verdict for a frame it took whose last output takes the frame
-/// itself (`bpf_redirect`).
-pub const TCX_REDIRECT: i32 = 7;
 
 /// `rule.flags`: the program forwards this rule's frames.
 pub const RULE_FAST: u32 = 1;

@@ -270,26 +270,19 @@ pub fn once(
     // The relay's core is charged over the sending window only, as the
     // generator measured it: not the receivers' start, not the idle
     // timeout at the end, not this process's own work around the run.
-    let core = sent
-        .cpu_busy
-        .iter()
-        .find(|c| c.cpu == l.relay_cpu)
-        .copied()
-        .unwrap_or(mcrgen::report::CpuBusy {
-            cpu: l.relay_cpu,
-            wall_s: wall,
-            busy_s: cpu::busy_s(wall, idle0, idle1),
-        });
-    let load_core = sent
-        .cpu_busy
-        .iter()
-        .find(|c| c.cpu == l.load_cpu)
-        .copied()
-        .unwrap_or(mcrgen::report::CpuBusy {
-            cpu: l.load_cpu,
-            wall_s: wall,
-            busy_s: cpu::busy_s(wall, load_idle0, load_idle1),
-        });
+    let busy_of = |cpu: usize, before: u64, after: u64| {
+        sent.cpu_busy
+            .iter()
+            .find(|c| c.cpu == cpu)
+            .copied()
+            .unwrap_or(mcrgen::report::CpuBusy {
+                cpu,
+                wall_s: wall,
+                busy_s: cpu::busy_s(wall, before, after),
+            })
+    };
+    let core = busy_of(l.relay_cpu, idle0, idle1);
+    let load_core = busy_of(l.load_cpu, load_idle0, load_idle1);
     // (One CPU for everything: the machine is that core.)
     let machine_busy_s = if l.load_cpu == l.relay_cpu {
         core.busy_s

@@ -60,7 +60,12 @@ fn the_ebpf_datapath_carries_spaced_and_burst_streams_and_the_workers_see_none_o
     assert_eq!(programs_on(&c.relay, Chain::RELAY_IN_IF), 1);
     assert_eq!(programs_on(&c.relay, Chain::RELAY_OUT_IF), 0, "inputs only");
     let ip_in = || c.relay.snmp("Ip", "InReceives").expect("Ip InReceives");
-    let ip_in_before = ip_in();
+    let rx_dropped = || {
+        let path = format!("/sys/class/net/{}/statistics/rx_dropped", Chain::RELAY_IN_IF);
+        let n = c.relay.exec("cat", [path.as_str()]).expect("rx_dropped");
+        n.trim().parse::<u64>().expect("a count")
+    };
+    let (ip_in_before, rx_dropped_before) = (ip_in(), rx_dropped());
     let rx = Mcrgen::streams("239.10.1.1+2:6001+", Chain::SINK_IF)
         .expect(20_000)
         .via("ring")
@@ -104,6 +109,8 @@ fn the_ebpf_datapath_carries_spaced_and_burst_streams_and_the_workers_see_none_o
         ip_in_grew < 100,
         "the relay's IP stack received {ip_in_grew} datagrams while 40,000 were forwarded"
     );
+    // ... and the input interface counts none of them as dropped.
+    assert_eq!(rx_dropped(), rx_dropped_before, "the input's rx_dropped");
 }
 
 #[test]

@@ -554,6 +554,102 @@ mod tests {
     }
 
     #[test]
+    fn rules_with_several_inputs_spread_over_the_workers_and_shared_destinations_stay_together() {
+        let merged = |name: &str, a: &str, b: &str, out: &str| {
+            let mut r = Rule::new(name, a.parse().expect("input"), vec![out.parse().expect("output")]);
+            r.redundancy = Some(crate::rule::Redundancy {
+                mode: crate::rule::Mode::MERGE,
+                inputs: vec![b.parse().expect("input")],
+            });
+            r
+        };
+        let mut rules: Vec<Rule> = (1..=8)
+            .map(|i| {
+                merged(
+                    &format!("m{i}"),
+                    &format!("veth1:239.1.1.{i}:5001"),
+                    &format!("veth1:239.2.1.{i}:5001"),
+                    &format!("veth2:239.10.1.{i}:6001"),
+                )
+            })
+            .collect();
+        // Two merges that share a destination (other sources), and a plain
+        // rule on it too.
+        rules.push(merged(
+            "s1",
+            "veth1:239.3.1.1:5001,source=10.0.0.1",
+            "veth1:239.4.1.1:5001",
+            "veth2:239.11.1.1:6001",
+        ));
+        rules.push(merged(
+            "s2",
+            "veth1:239.3.1.1:5001,source=10.0.0.9",
+            "veth1:239.5.1.1:5001",
+            "veth2:239.11.1.2:6001",
+        ));
+        rules.push(Rule::new(
+            "plain",
+            "veth1:239.6.1.1:5001".parse().expect("input"),
+            vec!["veth2:239.12.1.1:6001".parse().expect("output")],
+        ));
+        let mut s = snap(&[]);
+        s.rules = rules
+            .into_iter()
+            .enumerate()
+            .map(|(i, rule)| {
+                let i = i as u32;
+                let inputs = if rule.redundancy.is_some() { 2 } else { 0 };
+                SlottedRule {
+                    rule,
+                    slot: 10 + i,
+                    output_slots: vec![1000 + 10 * i],
+                    input_slots: (0..inputs).map(|k| 1001 + 10 * i + k).collect(),
+                    forced_input: None,
+                }
+            })
+            .collect();
+        let t = compiled(&s);
+        let workers = t.pinned_workers(2);
+        let of = |name: &str| {
+            let i = t.rules().iter().position(|r| r.name == name).expect("rule");
+            workers[i]
+        };
+        let spread: Vec<usize> = (1..=8).map(|i| of(&format!("m{i}")).expect("pinned")).collect();
+        assert!(spread.contains(&0) && spread.contains(&1), "{spread:?}");
+        assert_eq!((of("s1"), of("s2"), of("plain")), (Some(0), Some(0), None));
+        // Every input of a rule is pinned to its worker's member, and a
+        // destination is pinned once.
+        let pins = t.pinned_inputs(2);
+        let member_of = |group: &str| {
+            let dst: IpAddr = group.parse().expect("literal");
+            let found: Vec<u32> = pins.iter().filter(|p| p.dst == dst).map(|p| p.member).collect();
+            assert_eq!(found.len(), 1, "{group}: {pins:?}");
+            found[0] as usize % 2
+        };
+        for i in 1..=8 {
+            let w = of(&format!("m{i}"));
+            assert_eq!(Some(member_of(&format!("239.1.1.{i}"))), w);
+            assert_eq!(Some(member_of(&format!("239.2.1.{i}"))), w);
+        }
+        for g in ["239.3.1.1", "239.4.1.1", "239.5.1.1"] {
+            assert_eq!(member_of(g), 0);
+        }
+        assert!(
+            !pins
+                .iter()
+                .any(|p| p.dst == "239.6.1.1".parse::<IpAddr>().expect("literal"))
+        );
+        // A rule keeps its worker when others come and go.
+        let mut fewer = s.clone();
+        fewer.rules.retain(|r| r.rule.name != "m1" && r.rule.name != "m5");
+        let t2 = compiled(&fewer);
+        let w2 = t2.pinned_workers(2);
+        for (r, w) in t2.rules().iter().zip(&w2) {
+            assert_eq!(*w, of(&r.name), "{}", r.name);
+        }
+    }
+
+    #[test]
     fn source_specific_wins_over_any_source() {
         let t = compiled(&snap(&[
             ("any", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"]),

@@ -50,6 +50,16 @@ fn every_scenario_runs_against_every_relay_and_the_report_is_complete() {
                 "{sc} {relay} delivered nothing: {r}"
             );
             assert_eq!(r["duplicated"].as_u64(), Some(0), "{sc} {relay}: {r}");
+            // Both cores' time includes the relay core's.
+            let (core, machine) = (
+                r["relay_core_busy_s"].as_f64().expect("relay core"),
+                r["load_core_busy_s"].as_f64().expect("load core"),
+            );
+            assert!(core >= 0.0 && machine >= 0.0, "{r}");
+            assert!(
+                r["machine_us_per_pkt"].as_f64() >= r["relay_core_us_per_pkt"].as_f64(),
+                "{r}"
+            );
         }
         // The kernel cannot rewrite; the report says so.
         assert_eq!(o["rewrote"].as_bool(), Some(relay != "kernel"));
@@ -85,6 +95,9 @@ fn every_scenario_runs_against_every_relay_and_the_report_is_complete() {
         "## pipeline",
         "## Without traffic",
         "## Fan-out: the cost of each extra copy",
+        // Every relay against the kernel at its best, by default.
+        "## Against `kernel`",
+        "| mcr | spaced | ",
     ] {
         assert!(report.contains(sc), "{report}");
     }
@@ -93,6 +106,7 @@ fn every_scenario_runs_against_every_relay_and_the_report_is_complete() {
         "{report}"
     );
     assert!(dir.join("chain-rate-delivered.svg").exists());
+    assert!(dir.join("chain-rate-machine.svg").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -88,6 +88,11 @@ pub struct Args {
     /// share of the relay CPU) is measured, once per scenario; 0 skips it.
     #[arg(long)]
     idle_seconds: Option<u64>,
+    /// The relay the others are compared with, as ratios of relay core and
+    /// whole machine µs per packet at each point [default: the first of
+    /// kind `kernel`].
+    #[arg(long)]
+    reference: Option<String>,
     /// Every scenario at a small scale, one counted run each: for CI.
     /// Checks only that each relay delivered and the report is complete.
     #[arg(long)]
@@ -351,12 +356,16 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    let reference = a
+        .reference
+        .clone()
+        .or_else(|| all.iter().find(|o| o.kind == "kernel").map(|o| o.relay.clone()));
     if let Some(dir) = &a.report {
         let command: Vec<String> = std::env::args().map(|a| shell_word(&a)).collect();
-        report::write(dir, &all, &idles, &command.join(" "))?;
+        report::write(dir, &all, &idles, reference.as_deref(), &command.join(" "))?;
         eprintln!("mcrbench: report written to {}", dir.display());
     }
-    out.summary(&all, &idles);
+    out.summary(&all, &idles, reference.as_deref());
     if interrupted() {
         eprintln!("mcrbench: interrupted; the results above are all that was measured");
         return Ok(ExitCode::from(130));

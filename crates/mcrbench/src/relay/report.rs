@@ -127,9 +127,26 @@ impl Printer {
         Ok(())
     }
 
-    /// What is derived from several points: the cost of each extra copy of
-    /// a fan-out.
-    pub fn summary(&mut self, all: &[Outcome], _idles: &[Idle]) {
+    /// What is derived from several points: each relay against the
+    /// reference, and the cost of each extra copy of a fan-out.
+    pub fn summary(&mut self, all: &[Outcome], _idles: &[Idle], reference: Option<&str>) {
+        let ratios = reference.map(|r| against(all, r)).unwrap_or_default();
+        if !self.json && !ratios.is_empty() {
+            println!(
+                "\n== against `{}`: µs per delivered packet as a ratio (medians of the runs)",
+                reference.unwrap_or_default()
+            );
+            for r in &ratios {
+                println!(
+                    "{:<14} {:<8} {:<22} relay core {}   whole machine {}",
+                    r.relay,
+                    r.arrivals,
+                    r.point,
+                    ratio(r.core),
+                    ratio(r.machine)
+                );
+            }
+        }
         let copies = extra_copies(all);
         if self.json || copies.is_empty() {
             return;
@@ -142,6 +159,48 @@ impl Printer {
             );
         }
     }
+}
+
+/// One relay's cost at one point as a ratio to the reference relay's.
+pub struct Against {
+    pub relay: String,
+    pub arrivals: &'static str,
+    pub point: String,
+    /// Relay core and whole machine µs per delivered packet, ÷ the
+    /// reference's (medians).
+    pub core: Option<f64>,
+    pub machine: Option<f64>,
+}
+
+fn ratio(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".into(), |v| format!("{v:.2}"))
+}
+
+/// Every relay but `reference` against it, at each point both ran.
+pub fn against(all: &[Outcome], reference: &str) -> Vec<Against> {
+    let div = |a: Option<crate::stats::Spread>, b: Option<crate::stats::Spread>| {
+        let (a, b) = (a?.median, b?.median);
+        (a.is_finite() && b.is_finite() && b > 0.0).then(|| a / b)
+    };
+    all.iter()
+        .filter(|o| o.relay != reference && o.status == "ok")
+        .filter_map(|o| {
+            let r = all.iter().find(|r| {
+                r.relay == reference
+                    && r.status == "ok"
+                    && r.scenario == o.scenario
+                    && r.point == o.point
+                    && r.arrivals == o.arrivals
+            })?;
+            Some(Against {
+                relay: o.relay.clone(),
+                arrivals: o.arrivals.name(),
+                point: o.point.clone(),
+                core: div(o.relay_core_us_per_pkt, r.relay_core_us_per_pkt),
+                machine: div(o.machine_us_per_pkt, r.machine_us_per_pkt),
+            })
+        })
+        .collect()
 }
 
 /// The cost of one more copy of a fan-out.
@@ -221,7 +280,13 @@ fn machine() -> String {
 }
 
 /// Writes `report.md`, `results.jsonl` and one SVG per plot into `dir`.
-pub fn write(dir: &Path, all: &[Outcome], idles: &[Idle], command: &str) -> anyhow::Result<()> {
+pub fn write(
+    dir: &Path,
+    all: &[Outcome],
+    idles: &[Idle],
+    reference: Option<&str>,
+    command: &str,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut jsonl = String::new();
     for o in all {
@@ -294,6 +359,29 @@ pub fn write(dir: &Path, all: &[Outcome], idles: &[Idle], command: &str) -> anyh
                 md,
                 "| {} | {} | {} | {:.0} | {:.2} |",
                 i.relay, i.scenario, i.topology, i.seconds, i.busy_pct
+            );
+        }
+        md.push('\n');
+    }
+    let ratios = reference.map(|r| against(all, r)).unwrap_or_default();
+    if let (Some(r), false) = (reference, ratios.is_empty()) {
+        let _ = writeln!(md, "## Against `{r}`\n");
+        let _ = writeln!(
+            md,
+            "Relay core and whole machine µs per delivered packet, each as a ratio to `{r}`'s at the same \
+             point and arrivals (medians of the runs).\n"
+        );
+        let _ = writeln!(md, "| relay | arrivals | point | relay core | whole machine |");
+        let _ = writeln!(md, "|---|---|---|---|---|");
+        for x in &ratios {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} |",
+                x.relay,
+                x.arrivals,
+                x.point,
+                ratio(x.core),
+                ratio(x.machine)
             );
         }
         md.push('\n');

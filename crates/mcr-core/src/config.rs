@@ -537,6 +537,9 @@ struct SavedRule {
 #[derive(Debug, Serialize)]
 struct SavedFile<'a> {
     daemon: &'a Settings,
+    // No rules is no `rule` key: TOML would write `rule = []`, above
+    // `[daemon]`, where a reader looks for the first `[[rule]]`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     rule: Vec<SavedRule>,
 }
 
@@ -1141,5 +1144,13 @@ outputs = ["eth1:239.10.1.1:6001,vlan=200,ttl=4,dscp=ef", "eth1:[ff3e::10]:6001,
         let empty = Config::render(&Settings::default(), &[]).expect("renders");
         let back = Config::parse(&empty).expect("parses back");
         assert_eq!((back.settings, back.rules.len()), (Settings::default(), 0));
+        // Settings and no rules (every rule from etcd): no `rule` key at all.
+        let none = Config::render(&c.settings, &[]).expect("renders");
+        assert!(
+            !none.lines().any(|l| l.trim_start().starts_with("rule")),
+            "no rule key: {none}"
+        );
+        let back = Config::parse(&none).expect("parses back");
+        assert_eq!((back.settings, back.rules.len()), (c.settings, 0));
     }
 }

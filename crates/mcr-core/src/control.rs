@@ -412,8 +412,10 @@ pub struct SrtStatus {
     /// (`not_found`: a stream ID no output on the port serves, `overload`:
     /// more callers than max-callers, `handshake`: taken by stream ID but
     /// never connected, a wrong passphrase or a caller that gave up).
-    /// Counted for the listener's port, so outputs that share the port
-    /// show the same.
+    /// Each refusal is counted once on the port: under the endpoint whose
+    /// stream ID the caller asked for, and `not_found` (no endpoint's)
+    /// under the port's first endpoint (the oldest), the only one that has
+    /// the key.
     #[serde(default)]
     pub refused: BTreeMap<String, u64>,
     /// The last caller the hook refused, and why (a caller whose handshake

@@ -121,7 +121,7 @@ fn render_links(out: &mut String, names: &Names, ends: &[(&str, &str, &str, &Srt
         names.refused,
         "counter",
         &format!(
-            "Peers the {p} endpoint's listener refused since its worker started, by reason (SRT: not_found, overload, handshake; RIST: full)."
+            "Peers the {p} endpoint's listener refused since its worker started, by reason (SRT: not_found, overload, handshake; RIST: full); each refusal counted once (SRT's not_found under the port's first endpoint)."
         ),
     );
     for (rule, side, end, s) in srt() {

@@ -475,14 +475,15 @@ impl Srt {
                 (None, Some(c)) => ("calling", c.last_error.clone()),
             };
             let input = matches!(target, Target::Input(..));
+            let (refused, last_refusal) = listener.map(|l| l.routes.refusals(*target)).unwrap_or_default();
             v.push((
                 *target,
                 SrtStatus {
                     state: state.into(),
                     error,
                     worker: self.worker,
-                    refused: listener.map(|l| l.routes.refusals()).unwrap_or_default(),
-                    last_refusal: listener.and_then(|l| l.routes.last_refusal.lock().ok()?.clone()),
+                    refused,
+                    last_refusal,
                     connections: end.conns.iter().map(|c| connection(c, now, input)).collect(),
                 },
             ));

@@ -902,9 +902,11 @@ impl Supervisor {
             Request::Role { set } => self.role(set),
             Request::Restart { binary } => self.ask_restart(binary),
             Request::Nmos {} => match &mut self.nmos {
-                Some(node) => Reply::Nmos(Box::new(
-                    node.view(self.plane.rules().iter().map(|r| &r.rule), &interfaces()),
-                )),
+                Some(node) => Reply::Nmos(Box::new(node.view_to_read(
+                    self.plane.rules().iter().map(|r| &r.rule),
+                    self.plane.version(),
+                    &interfaces(),
+                ))),
                 None => no_node(),
             },
             Request::NmosGlance {} => match &self.nmos {

@@ -218,6 +218,15 @@ impl Network {
         let shift = width - u32::from(self.prefix);
         shift >= width || (net >> shift) == (host >> shift)
     }
+
+    /// Whether every address in it is a loopback one (`127.0.0.0/8` or
+    /// within it, `::1`): a client there reaches a server on loopback.
+    pub fn within_loopback(&self) -> bool {
+        match self.address.to_canonical() {
+            std::net::IpAddr::V4(v) => v.is_loopback() && self.prefix >= 8,
+            std::net::IpAddr::V6(v) => v.is_loopback() && self.prefix == 128,
+        }
+    }
 }
 
 impl NmosSettings {
@@ -537,6 +546,9 @@ struct SavedRule {
 #[derive(Debug, Serialize)]
 struct SavedFile<'a> {
     daemon: &'a Settings,
+    // No rules is no `rule` key: TOML would write `rule = []`, above
+    // `[daemon]`, where a reader looks for the first `[[rule]]`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     rule: Vec<SavedRule>,
 }
 
@@ -829,6 +841,17 @@ mod tests {
         assert!(host.contains("192.0.2.7".parse().expect("ip")) && !host.contains("192.0.2.8".parse().expect("ip")));
         let all: Network = "::/0".parse().expect("all");
         assert!(all.contains("fd00::1".parse().expect("ip")));
+        for (net, within) in [
+            ("127.0.0.0/8", true),
+            ("127.0.0.1", true),
+            ("::1", true),
+            ("127.0.0.0/7", false),
+            ("10.10.0.0/16", false),
+            ("::/0", false),
+        ] {
+            let n: Network = net.parse().expect("net");
+            assert_eq!(n.within_loopback(), within, "{net}");
+        }
         for (bad, says) in [("10.0.0.0/33", "0 to 32"), ("ten/8", "no address")] {
             let e = bad.parse::<Network>().expect_err(bad);
             assert!(e.contains(says), "{bad}: {e}");
@@ -1141,5 +1164,13 @@ outputs = ["eth1:239.10.1.1:6001,vlan=200,ttl=4,dscp=ef", "eth1:[ff3e::10]:6001,
         let empty = Config::render(&Settings::default(), &[]).expect("renders");
         let back = Config::parse(&empty).expect("parses back");
         assert_eq!((back.settings, back.rules.len()), (Settings::default(), 0));
+        // Settings and no rules (every rule from etcd): no `rule` key at all.
+        let none = Config::render(&c.settings, &[]).expect("renders");
+        assert!(
+            !none.lines().any(|l| l.trim_start().starts_with("rule")),
+            "no rule key: {none}"
+        );
+        let back = Config::parse(&none).expect("parses back");
+        assert_eq!((back.settings, back.rules.len()), (c.settings, 0));
     }
 }

@@ -412,8 +412,10 @@ pub struct SrtStatus {
     /// (`not_found`: a stream ID no output on the port serves, `overload`:
     /// more callers than max-callers, `handshake`: taken by stream ID but
     /// never connected, a wrong passphrase or a caller that gave up).
-    /// Counted for the listener's port, so outputs that share the port
-    /// show the same.
+    /// Each refusal is counted once on the port: under the endpoint whose
+    /// stream ID the caller asked for, and `not_found` (no endpoint's)
+    /// under the port's first endpoint (the oldest), the only one that has
+    /// the key.
     #[serde(default)]
     pub refused: BTreeMap<String, u64>,
     /// The last caller the hook refused, and why (a caller whose handshake
@@ -444,10 +446,17 @@ pub struct SrtConnection {
     pub recv_mbps: f64,
     /// Packets it sent (unique, without retransmissions).
     pub packets: u64,
-    /// Packets retransmitted.
+    /// Packets retransmitted (sending), or received again (receiving).
     pub retransmitted: u64,
-    /// Packets the peer reported lost (each loss may be recovered by a
-    /// retransmission).
+    /// Packets reported missing, and so retransmitted unless too late:
+    /// sending, the peer's loss reports (libsrt's `pktSndLossTotal`: a
+    /// packet reported twice counts twice); receiving, the gaps found
+    /// (`pktRcvLossTotal`). Not a loss by itself.
+    #[serde(default)]
+    pub reported_missing: u64,
+    /// Packets lost for good: SRT gives a packet up only when it is too
+    /// late to deliver (`pktSndDropTotal` sending, `pktRcvDropTotal`
+    /// receiving), so on SRT this is `dropped_too_late`; RIST's own count.
     pub lost: u64,
     /// Packets dropped because they were too late to be of use.
     pub dropped_too_late: u64,

@@ -107,10 +107,11 @@ pub struct McrCounts {
     /// Worker 0's ring drops.
     pub ring_drops: u64,
     /// libsrt's counts, all connections: sent, retransmitted, reported
-    /// lost by the callers, dropped as too late.
+    /// missing by the callers (their loss reports), dropped as too late
+    /// (lost for good).
     pub srt_sent: u64,
     pub srt_retransmitted: u64,
-    pub srt_lost: u64,
+    pub srt_reported_missing: u64,
     pub srt_dropped_too_late: u64,
 }
 
@@ -128,7 +129,7 @@ fn mcr_counts(relay: &Relay) -> anyhow::Result<McrCounts> {
             for c in o.srt.iter().flat_map(|s| &s.connections) {
                 m.srt_sent += c.packets;
                 m.srt_retransmitted += c.retransmitted;
-                m.srt_lost += c.lost;
+                m.srt_reported_missing += c.reported_missing;
                 m.srt_dropped_too_late += c.dropped_too_late;
             }
         }
@@ -459,7 +460,7 @@ fn print_table(r: &Report) {
         }
         if let Some(m) = &s.mcr {
             println!(
-                "{:<18} rule took {}, output sent {}, drops {:?}, ring drops {}; libsrt: sent {}, retransmitted {}, lost {}, dropped too late {}",
+                "{:<18} rule took {}, output sent {}, drops {:?}, ring drops {}; libsrt: sent {}, retransmitted {}, reported missing {}, lost (dropped too late) {}",
                 "",
                 m.rule_packets,
                 m.output_packets,
@@ -467,7 +468,7 @@ fn print_table(r: &Report) {
                 m.ring_drops,
                 m.srt_sent,
                 m.srt_retransmitted,
-                m.srt_lost,
+                m.srt_reported_missing,
                 m.srt_dropped_too_late
             );
         }

@@ -810,7 +810,7 @@ fn srt_lines(o: &mut String, protocol: &str, s: &mcr_core::control::SrtStatus) {
         };
         let _ = writeln!(
             o,
-            "     {} {}{id} {} {} s: rtt {:.1} ms, {:.2} Mb/s, sent {}, retransmitted {}, lost {}, too late {}, queue full {}, buffer {} ms, latency {} ms",
+            "     {} {}{id} {} {} s: rtt {:.1} ms, {:.2} Mb/s, sent {}, retransmitted {}, reported missing {}, lost {}, too late {}, queue full {}, buffer {} ms, latency {} ms",
             if protocol == "srt" { "caller" } else { "peer" },
             c.peer,
             c.state,
@@ -819,6 +819,7 @@ fn srt_lines(o: &mut String, protocol: &str, s: &mcr_core::control::SrtStatus) {
             c.send_mbps,
             c.packets,
             c.retransmitted,
+            c.reported_missing,
             c.lost,
             c.dropped_too_late,
             c.queue_full,

@@ -440,8 +440,10 @@ function linkLines(protocol, s) {
   const lines = [itemList(head)];
   for (const c of s.connections) {
     const items = [[c.stream_id ? `${c.peer} ${c.stream_id}` : c.peer], [`rtt ${c.rtt_ms.toFixed(1)} ms`]];
-    items.push([`retransmitted ${fmtCount(c.retransmitted)}`], [`lost ${fmtCount(c.lost)}`]);
-    if (c.dropped_too_late > 0) items.push([`too late ${fmtCount(c.dropped_too_late)}`, "bad"]);
+    items.push([`retransmitted ${fmtCount(c.retransmitted)}`]);
+    if (protocol === "srt") items.push([`reported missing ${fmtCount(c.reported_missing)}`]);
+    items.push(c.lost > 0 ? [`lost ${fmtCount(c.lost)}`, "bad"] : ["lost 0"]);
+    if (c.dropped_too_late > c.lost) items.push([`too late ${fmtCount(c.dropped_too_late)}`, "bad"]);
     if (c.queue_full > 0) items.push([`queue full ${fmtCount(c.queue_full)}`, "bad"]);
     items.push([`latency ${c.latency_ms} ms`]);
     const line = itemList(items);

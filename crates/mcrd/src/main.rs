@@ -192,6 +192,11 @@ fn raise_fd_limit() {
 fn check_config(path: &Path, a: &RunArgs) -> ExitCode {
     match supervisor::load_config(path) {
         Ok(c) => match supervisor::check_http(&http_options(a, &c.settings))
+            .map(|unheeded| {
+                for said in unheeded {
+                    eprintln!("mcrd: {}: warning: {said}", path.display());
+                }
+            })
             .and_then(|()| match &c.settings.etcd {
                 Some(e) => supervisor::etcd::store_settings(e)
                     .and_then(|s| s.check())

@@ -26,6 +26,7 @@ const OUT: &str = "out0:239.10.1.1:6001";
 const SEED: u64 = 11;
 /// Packets a second on each line.
 const RATE: &str = "2000";
+const RATE_PPS: u64 = 2000;
 
 /// One run of a framing: its `--wrap`, what else mcrgen sends it with,
 /// each line's loss band (fractions) and line b's lag.
@@ -137,6 +138,11 @@ fn run(p: &TwoPaths, relay: &Relay, c: &Case, count: u64, extra: &[&str], pcap: 
     );
     eprintln!("{shown}");
     relay.ctl_ok(&["remove", "md"]).expect("rule removed");
+    // Time for the workers to take the table without it, so that the next
+    // case's rule, added at once, takes its slot (and, on the eBPF path,
+    // its arbitration entry) again, well within the second between two
+    // samples of the line race.
+    std::thread::sleep(Duration::from_millis(200));
     Run { got, paths, rule, red }
 }
 
@@ -216,7 +222,22 @@ fn check_run(r: &Run, c: &Case, count: u64) {
     let forwarded: u64 = r.red.inputs.iter().map(|i| i.forwarded).sum();
     assert_eq!(forwarded, s.unique, "{}", c.wrap);
     assert_eq!((r.rule.packets, r.rule.outputs[0].packets), (forwarded, forwarded));
-    // Line b's copies of what line a brought first were measured.
+    // Each line's copies of what the other brought first were measured,
+    // this rule's own (a rule added just after another was removed starts
+    // its race afresh): in a run shorter than the race's span (10 s), each
+    // copy but a few at its edges (2 %) is a sample.
+    let short = count < 9 * RATE_PPS;
+    for i in r.red.inputs.iter().filter(|_| short) {
+        let samples = line(i).lag_samples;
+        assert!(
+            samples <= i.duplicates && samples * 50 >= i.duplicates * 49,
+            "{}: {} samples of {} copies behind the first: {:?}",
+            c.wrap,
+            samples,
+            i.duplicates,
+            r.red
+        );
+    }
     assert!(line(&r.red.inputs[1]).lag_samples > 0, "{}: {:?}", c.wrap, r.red);
 }
 
@@ -228,6 +249,20 @@ fn every_sequence_number_one_line_brought_goes_out_once_for_each_framing_on_the_
 #[test]
 fn every_sequence_number_one_line_brought_goes_out_once_for_each_framing_on_the_workers() {
     every_framing_on("packet");
+}
+
+/// Says what a run brought and how far line b was behind.
+fn race_line(datapath: &str, c: &Case, r: &Run) {
+    eprintln!(
+        "{datapath} {}: {} unique, {} lost by both lines, line b behind by median {:.0} µs, p99 {:.0} µs \
+         ({} samples)",
+        c.wrap,
+        r.got.report.streams[0].unique,
+        r.red.lost / c.messages,
+        line(&r.red.inputs[1]).lag_p50_us,
+        line(&r.red.inputs[1]).lag_p99_us,
+        line(&r.red.inputs[1]).lag_samples
+    );
 }
 
 /// Each framing through the relay forwarding on `datapath`.
@@ -242,14 +277,17 @@ fn every_framing_on(datapath: &str) {
         let r = run(&p, &relay, c, count, &[], keep);
         assert_eq!(r.rule.datapath, datapath, "{}: {:?}", c.wrap, r.rule.datapath_reason);
         check_run(&r, c, count);
-        eprintln!(
-            "{datapath} {}: {} unique, {} lost by both lines, line b behind by median {:.0} µs, p99 {:.0} µs",
-            c.wrap,
-            r.got.report.streams[0].unique,
-            r.red.lost / c.messages,
-            line(&r.red.inputs[1]).lag_p50_us,
-            line(&r.red.inputs[1]).lag_p99_us
-        );
+        race_line(datapath, c, &r);
+    }
+    // A rule that held its slot and arbitration entry for longer than the
+    // race's span, removed, and one with the same framing added at once in
+    // them: the new rule's race is its own (its baseline is not the old
+    // rule's last samples, which would hide most of its copies).
+    for count in [11 * RATE_PPS, count] {
+        let c = &CASES[0];
+        let r = run(&p, &relay, c, count, &[], None);
+        check_run(&r, c, count);
+        race_line(datapath, c, &r);
     }
     // Wireshark's MoldUDP64 dissector reads the output: every packet whole,
     // each sequence number once, exactly those one line brought.

@@ -1085,4 +1085,29 @@ fn check_config_checks_the_http_settings_as_a_start_would() {
         assert_eq!(code, Some(1), "{settings}: {said}");
         assert!(said.contains(says) && said.contains("mcrd.toml"), "{settings}: {said}");
     }
+    // NMOS control networks that cannot reach the server: valid, and said.
+    let nmos = "[daemon.nmos]\ncontrol_networks = [\"10.10.0.0/16\"]";
+    for (settings, warned) in [
+        (nmos.to_string(), Some("HTTP listens on 127.0.0.1:9808, loopback only")),
+        (
+            format!("http_listen = \"[::1]:9808\"\n{nmos}"),
+            Some("HTTP listens on [::1]:9808, loopback only"),
+        ),
+        (format!("http_listen = \"none\"\n{nmos}"), Some("HTTP is off")),
+        (
+            format!("http_listen = \"0.0.0.0:9808\"\nhttp_insecure = true\n{nmos}"),
+            None,
+        ),
+        ("[daemon.nmos]\ncontrol_networks = [\"127.0.0.0/8\"]".to_string(), None),
+    ] {
+        let (code, said) = check(&settings);
+        assert_eq!(code, Some(0), "{settings}: {said}");
+        match warned {
+            Some(w) => assert!(
+                said.contains("warning: [daemon.nmos] control_networks") && said.contains(w),
+                "{settings}: {said}"
+            ),
+            None => assert!(!said.contains("warning"), "{settings}: {said}"),
+        }
+    }
 }

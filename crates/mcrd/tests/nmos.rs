@@ -738,6 +738,142 @@ outputs = ["veth2:239.10.1.1:6001", "veth2:239.10.1.2:6002"]
     }
 }
 
+/// 100 scheduled activations (relative, 50 ms, a sender turned off and on
+/// in turn), each carried out: how late each came after its time is
+/// printed as a distribution (AMWA's IS-05-01 test_27 and test_28 warn
+/// past a few ms), never asserted.
+#[test]
+fn a_hundred_scheduled_activations_are_each_carried_out_and_their_lateness_printed() {
+    let c = Chain::new("nmos-late").expect("chain");
+    let dir = TempDir::new("nmos-late").expect("dir");
+    let _relay = start_with_token(
+        &c.relay,
+        &dir,
+        r#"[[rule]]
+name = "fan"
+input = "veth1:239.1.1.1:5001"
+outputs = ["veth2:239.10.1.1:6001", "veth2:239.10.1.2:6002"]
+"#,
+    );
+    let ns = c.relay.name();
+    let (_, _, staged, active) = labelled(ns, "senders", "fan to 239.10.1.1:6001");
+    let ns_of = |t: &str| {
+        let (s, n) = t.split_once(':').expect("s:ns");
+        s.parse::<i128>().expect("s") * 1_000_000_000 + n.parse::<i128>().expect("ns")
+    };
+    let mut late_us = Vec::new();
+    for k in 0..100 {
+        let on = k % 2 == 1;
+        let a = patch(
+            ns,
+            &staged,
+            &json!({"master_enable": on,
+                    "activation": {"mode": "activate_scheduled_relative", "requested_time": "0:50000000"}}),
+        );
+        assert_eq!(a.status, 202, "{}", a.text());
+        let due = ns_of(a.json()["activation"]["activation_time"].as_str().expect("when"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let done = loop {
+            // (One path form: the other may be asked after the change.)
+            let a = request(ns, API, "GET", &active, &[], b"").json();
+            if a["master_enable"] == on && a["activation"]["mode"] == "activate_scheduled_relative" {
+                let at = ns_of(a["activation"]["activation_time"].as_str().expect("time"));
+                if at >= due - 1_000_000_000 {
+                    break at;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "activation {k} not carried out: {a}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        late_us.push((done - due) as f64 / 1e3);
+    }
+    late_us.sort_by(f64::total_cmp);
+    let at = |q: f64| late_us[((late_us.len() - 1) as f64 * q).round() as usize];
+    eprintln!(
+        "100 scheduled activations, µs after their time: min {:.0}, median {:.0}, p90 {:.0}, p99 {:.0}, max {:.0}",
+        at(0.0),
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        at(1.0)
+    );
+}
+
+/// An IPv6 rule's sender moved to an IPv4 group by IS-05 (as AMWA's
+/// IS-05-02 test_09 to test_11 do): the PATCH and its activation are
+/// taken, the output sends from the interface's IPv4 address, and every
+/// packet of the IPv6 input reaches the IPv4 group; its receiver given an
+/// IPv4 group with an IPv6 interface address is refused with nothing
+/// staged.
+#[test]
+fn an_ipv6_sender_moved_to_an_ipv4_group_sends_every_packet_there() {
+    let _lock = mcr_testbed::traffic_lock().expect("lock");
+    let schemas = Schemas::find();
+    let c = Chain::new("nmos-v6").expect("chain");
+    c.add_ipv6().expect("IPv6 addresses");
+    let dir = TempDir::new("nmos-v6").expect("dir");
+    let _relay = start_with_token(
+        &c.relay,
+        &dir,
+        r#"[[rule]]
+name = "v6"
+input = "veth1:[ff3e::1]:5001"
+outputs = ["veth2:[ff3e::10]:6001"]
+"#,
+    );
+    let ns = c.relay.name();
+    let (_, _, staged, active) = labelled(ns, "senders", "v6 to [ff3e::10]:6001");
+    let constraints = get(ns, &staged.replace("/staged", "/constraints")).json();
+    assert_eq!(
+        constraints[0]["source_ip"]["enum"]
+            .as_array()
+            .map(|a| a.iter().any(|x| *x == Chain::RELAY_OUT_ADDR.to_string())),
+        Some(true),
+        "the interface's IPv4 address is a source it can take: {constraints}"
+    );
+    let moved = patch(
+        ns,
+        &staged,
+        &json!({"transport_params": [{"destination_ip": "239.99.0.1"}], "activation": {"mode": "activate_immediate"}}),
+    );
+    assert_eq!(moved.status, 200, "{}", moved.text());
+    let now = get_valid(ns, &schemas, &active, "is-05/v1.1/sender-response-schema.json");
+    let leg = &now["transport_params"][0];
+    assert_eq!(
+        (leg["destination_ip"].as_str(), leg["source_ip"].as_str()),
+        (Some("239.99.0.1"), Some(Chain::RELAY_OUT_ADDR.to_string().as_str())),
+        "{now}"
+    );
+
+    let (_, _, r_staged, _) = labelled(ns, "receivers", "v6 input");
+    let before = get(ns, &r_staged).json();
+    let mixed = patch(
+        ns,
+        &r_staged,
+        &json!({"transport_params": [{"multicast_ip": "239.1.1.9", "interface_ip": Chain::RELAY_IN_ADDR6.to_string()}]}),
+    );
+    assert_eq!(mixed.status, 400, "{}", mixed.text());
+    assert!(
+        mixed.text().contains("is IPv6 but multicast_ip 239.1.1.9 is IPv4"),
+        "{}",
+        mixed.text()
+    );
+    assert_eq!(get(ns, &r_staged).json(), before, "nothing staged");
+
+    const N: u64 = 2000;
+    let rx = c
+        .expect_at_sink("239.99.0.1:6001", N, &["--idle-timeout", "3s", "--ids", "0"])
+        .expect("recv");
+    let sent = c.send_from_generator_meanwhile("[ff3e::1]:5001", N, "1000", MINUTES);
+    assert_eq!(sent.join().expect("sender").expect("send").packets, N);
+    let got = rx.finish(MINUTES).expect("recv done");
+    assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
+    assert_eq!(got.report.total.received, N);
+}
+
 /// A two-leg receiver (a merge) given an SDP of two legs (RFC 7104's DUP,
 /// RFC 4570 source filters) by a controller: its rule takes the file's
 /// groups from their sources and merges them (ST 2022-7), each path losing

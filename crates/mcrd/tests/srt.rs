@@ -166,15 +166,15 @@ fn srt_outputs_serve_their_callers_and_call_out_with_every_packet_and_refuse_the
 
     // Refused: a stream ID nothing serves, a third caller of feed-a
     // (max-callers is 2), a wrong passphrase (for feed-b: the hook lets
-    // it in, and libsrt's key exchange refuses it). Each is counted by
-    // reason for the port, and the callers that are in lose nothing.
+    // it in, and libsrt's key exchange refuses it). Each is counted once,
+    // by reason, under the endpoint it asked for (`not_found` under the
+    // port's first, feed-a), and the callers that are in lose nothing.
     let mut unknown = caller("feed-z", PASSPHRASE, "239.9.9.7");
     let mut third = caller("feed-a", PASSPHRASE, "239.9.9.8");
     let mut wrong = caller("feed-b", "not the passphrase", "239.9.9.9");
-    let refused = wait_for(&relay, "feed", "every refusal", |s| {
-        ["not_found", "overload", "handshake"]
-            .iter()
-            .all(|k| s.refused.get(*k).copied().unwrap_or(0) > 0)
+    let n = |s: &SrtStatus, k: &str| s.refused.get(k).copied();
+    let refused = wait_for(&relay, "feed", "feed-a's refusals", |s| {
+        n(s, "not_found") > Some(0) && n(s, "overload") > Some(0)
     });
     assert_eq!(refused.connections.len(), 2, "{refused:?}");
     unknown
@@ -186,8 +186,25 @@ fn srt_outputs_serve_their_callers_and_call_out_with_every_packet_and_refuse_the
     wrong
         .wait_for("REJECT", Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("{e}\n{}", wrong.log()));
-    let b = srt_of(&relay.stats().expect("stats"), "feed-b", 0);
-    assert_eq!((b.refused, b.connections.len()), (refused.refused.clone(), 0));
+    let b = wait_for(&relay, "feed-b", "feed-b's refusal", |s| n(s, "handshake") > Some(0));
+    assert_eq!(b.connections.len(), 0, "{b:?}");
+    assert_eq!(n(&b, "not_found"), None, "not_found is the port's, under feed-a: {b:?}");
+    let a = srt_of(&relay.stats().expect("stats"), "feed", 0);
+    assert_eq!(
+        n(&a, "handshake"),
+        Some(0),
+        "feed-a's callers all had its passphrase: {a:?}"
+    );
+    assert!(
+        b.last_refusal.is_none() || b.last_refusal.as_deref().is_some_and(|l| l.contains("`feed-b`")),
+        "{b:?}"
+    );
+    let metrics = mcr_testbed::metrics::scrape(c.relay.name(), "127.0.0.1:9808");
+    let not_found: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("mcr_srt_refused_total{") && l.contains("reason=\"not_found\""))
+        .collect();
+    assert_eq!(not_found.len(), 1, "one not_found series for the port: {not_found:?}");
 
     // The call is made (srt-live-transmit says whom it accepted).
     let called = wait_for_output(&relay, "feed", 1, "the call", |s| s.state == "connected");
@@ -782,15 +799,22 @@ fn a_flood_of_refused_callers_is_counted_and_bounded_while_two_callers_lose_noth
     assert_eq!(s.connections.len(), 2, "{s:?}");
     assert!(s.connections.iter().all(|c| c.stream_id == "feed"), "{s:?}");
     // Every kind was refused, each flooder many times over (they call
-    // again at once), and counted.
-    let refused = |k: &str| s.refused.get(k).copied().unwrap_or(0);
+    // again at once), and counted once, under the endpoint asked for
+    // (`not_found` under the port's first, feed).
+    let b = srt_of(&relay.stats().expect("stats"), "feed-b", 0);
+    let refused = |s: &SrtStatus, k: &str| s.refused.get(k).copied().unwrap_or(0);
     assert!(
-        refused("not_found") >= FLOODERS_PER_KIND as u64 && refused("overload") >= FLOODERS_PER_KIND as u64,
+        refused(&s, "not_found") >= FLOODERS_PER_KIND as u64 && refused(&s, "overload") >= FLOODERS_PER_KIND as u64,
         "{s:?}"
     );
-    // Each wrong passphrase's call is counted as a failed handshake.
-    assert!(refused("handshake") >= FLOODERS_PER_KIND as u64, "{s:?}");
-    let b = srt_of(&relay.stats().expect("stats"), "feed-b", 0);
+    // Each wrong passphrase's call is counted as a failed handshake of
+    // feed-b, the endpoint it asked for.
+    assert!(refused(&b, "handshake") >= FLOODERS_PER_KIND as u64, "{b:?}");
+    assert_eq!(
+        (refused(&s, "handshake"), refused(&b, "not_found")),
+        (0, 0),
+        "{s:?} {b:?}"
+    );
     assert_eq!(b.connections.len(), 1, "only the right passphrase got in: {b:?}");
     drop(right);
     // Nothing in the worker grows with the flood: no thread or descriptor
@@ -801,10 +825,11 @@ fn a_flood_of_refused_callers_is_counted_and_bounded_while_two_callers_lose_noth
     let first_half = samples[..half].iter().map(|h| h.rss_kib).max().unwrap_or(0);
     let second_half = samples[half..].iter().map(|h| h.rss_kib).max().unwrap_or(0);
     eprintln!(
-        "flood of {} callers for {} s: refused {:?}; worker 0 before {before:?}, after {after:?}, resident memory at most {first_half} KiB in the first half and {second_half} KiB in the second",
+        "flood of {} callers for {} s: refused {:?} (feed), {:?} (feed-b); worker 0 before {before:?}, after {after:?}, resident memory at most {first_half} KiB in the first half and {second_half} KiB in the second",
         flood.len(),
         samples.len() / 2,
-        s.refused
+        s.refused,
+        b.refused
     );
     assert!(
         samples.iter().chain([&after]).all(|h| h.threads == before.threads),

@@ -14,7 +14,7 @@ struct Names {
     up: &'static str,
     peers: &'static str,
     refused: &'static str,
-    per_conn: [&'static str; 8],
+    per_conn: [&'static str; 9],
 }
 
 const SRT: Names = Names {
@@ -27,6 +27,7 @@ const SRT: Names = Names {
         "mcr_srt_connection_send_mbps",
         "mcr_srt_connection_packets_total",
         "mcr_srt_connection_retransmitted_total",
+        "mcr_srt_connection_reported_missing_total",
         "mcr_srt_connection_lost_total",
         "mcr_srt_connection_dropped_too_late_total",
         "mcr_srt_connection_queue_full_total",
@@ -44,6 +45,7 @@ const RIST: Names = Names {
         "mcr_rist_connection_send_mbps",
         "mcr_rist_connection_packets_total",
         "mcr_rist_connection_retransmitted_total",
+        "mcr_rist_connection_reported_missing_total",
         "mcr_rist_connection_lost_total",
         "mcr_rist_connection_dropped_too_late_total",
         "mcr_rist_connection_queue_full_total",
@@ -121,7 +123,7 @@ fn render_links(out: &mut String, names: &Names, ends: &[(&str, &str, &str, &Srt
         names.refused,
         "counter",
         &format!(
-            "Peers the {p} endpoint's listener refused since its worker started, by reason (SRT: not_found, overload, handshake; RIST: full)."
+            "Peers the {p} endpoint's listener refused since its worker started, by reason (SRT: not_found, overload, handshake; RIST: full); each refusal counted once (SRT's not_found under the port's first endpoint)."
         ),
     );
     for (rule, side, end, s) in srt() {
@@ -133,7 +135,7 @@ fn render_links(out: &mut String, names: &Names, ends: &[(&str, &str, &str, &Srt
         }
     }
     type Get = fn(&SrtConnection) -> String;
-    let per_conn: [(&str, &str, Get); 8] = [
+    let per_conn: [(&str, &str, Get); 9] = [
         ("gauge", "The connection's smoothed round-trip time, in ms.", |c| {
             float(c.rtt_ms)
         }),
@@ -154,7 +156,12 @@ fn render_links(out: &mut String, names: &Names, ends: &[(&str, &str, &str, &Srt
         ),
         (
             "counter",
-            "Packets lost on the way (a retransmission may recover each).",
+            "Packets reported missing, and so retransmitted unless too late (an output: the peer's loss reports, a packet reported twice counted twice; an input: the gaps it found); RIST: 0.",
+            |c| c.reported_missing.to_string(),
+        ),
+        (
+            "counter",
+            "Packets lost for good (SRT: those given up as too late; RIST: librist's lost).",
             |c| c.lost.to_string(),
         ),
         ("counter", "Packets dropped as too late to be of use.", |c| {

@@ -394,18 +394,11 @@ fn constraints_of(params: &Value, addresses: &[IpAddr], address_key: &str) -> Va
     Value::Object(c)
 }
 
-/// The addresses of interface `name` of the family of `like`.
-fn addresses_of(interfaces: &Interfaces, name: &str, like: IpAddr) -> Vec<IpAddr> {
-    interfaces
-        .get(name)
-        .map(|i| {
-            i.addresses
-                .iter()
-                .copied()
-                .filter(|a| a.is_ipv4() == like.is_ipv4())
-                .collect()
-        })
-        .unwrap_or_default()
+/// The addresses of interface `name`, of both families: a sender or
+/// receiver may be moved to a destination or group of the other family
+/// (the activation takes the interface's address of the right one).
+fn addresses_of(interfaces: &Interfaces, name: &str) -> Vec<IpAddr> {
+    interfaces.get(name).map(|i| i.addresses.clone()).unwrap_or_default()
 }
 
 /// What the node knows beside the rules.
@@ -501,13 +494,7 @@ pub fn build(
                 let constraints: Vec<Value> = legs
                     .iter()
                     .zip(&params)
-                    .map(|(l, p)| {
-                        constraints_of(
-                            p,
-                            &addresses_of(interfaces, &l.interface, l.destination.ip()),
-                            "interface_ip",
-                        )
-                    })
+                    .map(|(l, p)| constraints_of(p, &addresses_of(interfaces, &l.interface), "interface_ip"))
                     .collect();
                 let state = json!({
                     "sender_id": peer(&id),
@@ -612,11 +599,7 @@ pub fn build(
                 now,
             );
             let params = sender_params(o, source);
-            let constraints = constraints_of(
-                &params,
-                &addresses_of(interfaces, &o.interface, o.destination.ip()),
-                "source_ip",
-            );
+            let constraints = constraints_of(&params, &addresses_of(interfaces, &o.interface), "source_ip");
             let state = json!({
                 "receiver_id": peer(&id),
                 "master_enable": o.enabled,

@@ -290,10 +290,51 @@ pub fn patch(side: Side, staged: &Value, constraints: &Value, body: &Value) -> R
         }
         out.insert(k.clone(), v.clone());
     }
+    if side == Side::Receiver {
+        let given = |i: usize| {
+            b.get("transport_params")
+                .and_then(|t| t.get(i))
+                .is_some_and(|l| l.get("interface_ip").is_some())
+        };
+        if let Some(Value::Array(staged_legs)) = out.get_mut("transport_params") {
+            for (i, leg) in staged_legs.iter_mut().enumerate() {
+                one_family(leg, i, given(i))?;
+            }
+        }
+    }
     Ok(Staged {
         staged: Value::Object(out),
         activation,
     })
+}
+
+/// A receiver's leg takes its group on an interface address of the same
+/// family: an `interface_ip` the PATCH gave of the other family than its
+/// `multicast_ip` is refused; one staged before (the group changed
+/// family) becomes `auto`, the interface's own address of the group's
+/// family.
+fn one_family(leg: &mut Value, i: usize, given: bool) -> Result<(), String> {
+    let addr = |k: &str| {
+        leg.get(k)
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse::<IpAddr>().ok())
+    };
+    let (Some(group), Some(at)) = (addr("multicast_ip"), addr("interface_ip")) else {
+        return Ok(());
+    };
+    if group.is_ipv4() == at.is_ipv4() {
+        return Ok(());
+    }
+    if given {
+        return Err(format!(
+            "transport_params[{i}]: interface_ip {at} is {} but multicast_ip {group} is {}: give the interface's \
+             address of the group's family, or \"auto\"",
+            family(at),
+            family(group)
+        ));
+    }
+    leg["interface_ip"] = Value::from("auto");
+    Ok(())
 }
 
 /// The time a staged activation is due: now for an immediate one, `now +
@@ -384,6 +425,15 @@ pub fn receiver_rule(rule: &Rule, staged: &Value, interfaces: &Interfaces) -> Re
         };
         if let Some(a) = address(leg, "interface_ip", k)? {
             u.interface = interface_with(interfaces, a, k)?;
+            if let Some(g) = address(leg, "multicast_ip", k)?
+                && g.is_ipv4() != a.is_ipv4()
+            {
+                return Err(Refused::Invalid(format!(
+                    "transport_params[{k}]: interface_ip {a} is {} but multicast_ip {g} is {}",
+                    family(a),
+                    family(g)
+                )));
+            }
         }
         let to = match address(leg, "multicast_ip", k)? {
             Some(g) => g,
@@ -429,13 +479,40 @@ pub fn sender_rule(rule: &Rule, k: usize, staged: &Value, interfaces: &Interface
     };
     let to = address(leg, "destination_ip", 0)?.unwrap_or(o.destination.ip());
     o.destination = SocketAddr::new(to, port(leg, "destination_port").unwrap_or(o.destination.port()));
-    if let Some(s) = address(leg, "source_ip", 0)? {
-        let own = interfaces.get(&o.interface).and_then(|i| i.address_like(to));
-        o.source = if own == Some(s) {
-            SourcePolicy::Interface
-        } else {
-            SourcePolicy::Address(s)
-        };
+    let interface = interfaces.get(&o.interface);
+    let same_family = |a: IpAddr| a.is_ipv4() == to.is_ipv4();
+    match address(leg, "source_ip", 0)? {
+        Some(s) if same_family(s) => {
+            let own = interface.and_then(|i| i.address_like(to));
+            o.source = if own == Some(s) {
+                SourcePolicy::Interface
+            } else {
+                SourcePolicy::Address(s)
+            };
+        }
+        // The interface's address of the other family (the one staged
+        // before the destination changed family, say): the interface's
+        // own of the destination's.
+        Some(s) if interface.is_some_and(|i| i.addresses.contains(&s)) => o.source = SourcePolicy::Interface,
+        Some(s) => {
+            return Err(Refused::Invalid(format!(
+                "transport_params[0].source_ip {s} is {} but destination_ip {to} is {}: give a source of the \
+                 destination's family, one of the interface's addresses, or \"auto\"",
+                family(s),
+                family(to)
+            )));
+        }
+        // No source given: an address the rule set of the other family
+        // gives way to the interface's own.
+        None => {
+            if matches!(o.source, SourcePolicy::Address(a) if !same_family(a)) {
+                o.source = SourcePolicy::Interface;
+            }
+        }
     }
     Ok(out)
+}
+
+fn family(a: IpAddr) -> &'static str {
+    if a.is_ipv4() { "IPv4" } else { "IPv6" }
 }

@@ -69,6 +69,27 @@ fn ids_are_uuids_of_the_seed_and_the_names_and_differ_between_nodes() {
 }
 
 #[test]
+fn an_ipv6_senders_and_receivers_constraints_offer_every_address_of_its_interface() {
+    let rules = vec![rule("v6", "eth1:[ff3e::1]:5001", &["eth1:[ff3e::10]:6001"])];
+    let v = build(
+        &info(),
+        &Ids::new("seed"),
+        &rules,
+        &interfaces(),
+        &mut Versions::default(),
+        &Known::default(),
+    );
+    let both = json!({"enum": ["10.0.1.2", "fd00::2"]});
+    assert_eq!(v.connection_senders[0].constraints[0]["source_ip"], both);
+    assert_eq!(v.connection_senders[0].constraints[0]["destination_ip"], json!({}));
+    assert_eq!(v.connection_receivers[0].constraints[0]["interface_ip"], both);
+    assert_eq!(
+        v.connection_senders[0].active["transport_params"][0]["source_ip"],
+        "fd00::2"
+    );
+}
+
+#[test]
 fn each_rule_is_a_source_and_flow_its_udp_outputs_senders_and_its_inputs_a_receiver() {
     let rules = vec![
         rule(
@@ -217,6 +238,42 @@ mod staging {
     }
 
     #[test]
+    fn a_receivers_interface_address_keeps_the_family_of_its_group() {
+        let leg = json!({"source_ip": null, "multicast_ip": "ff3e::1", "interface_ip": "fd00::2", "destination_port": 5001, "rtp_enabled": true});
+        let staged = json!({"sender_id": null, "master_enable": true, "transport_params": [leg]});
+        let c = json!([{"source_ip": {}, "multicast_ip": {}, "interface_ip": {"enum": ["10.0.1.2", "fd00::2"]}, "destination_port": {}, "rtp_enabled": {}}]);
+        // Asked for both, of two families: refused, nothing staged.
+        let e = patch(
+            Side::Receiver,
+            &staged,
+            &c,
+            &json!({"transport_params": [{"multicast_ip": "239.1.1.9", "interface_ip": "fd00::2"}]}),
+        )
+        .expect_err("two families");
+        assert!(
+            e.contains("interface_ip fd00::2 is IPv6 but multicast_ip 239.1.1.9 is IPv4"),
+            "{e}"
+        );
+        // The group alone: the interface's address of its family, auto.
+        let s = patch(
+            Side::Receiver,
+            &staged,
+            &c,
+            &json!({"transport_params": [{"multicast_ip": "239.1.1.9"}]}),
+        )
+        .expect("a group of the other family");
+        assert_eq!(s.staged["transport_params"][0]["interface_ip"], "auto");
+        let s = patch(
+            Side::Receiver,
+            &staged,
+            &c,
+            &json!({"transport_params": [{"multicast_ip": "239.1.1.9", "interface_ip": "10.0.1.2"}]}),
+        )
+        .expect("both IPv4");
+        assert_eq!(s.staged["transport_params"][0]["interface_ip"], "10.0.1.2");
+    }
+
+    #[test]
     fn each_mistake_is_refused_with_what_is_wrong() {
         let (staged, c) = receiver();
         for (body, says) in [
@@ -353,6 +410,39 @@ mod activating {
         let o = out.outputs[0].as_udp().expect("udp");
         assert_eq!(o.destination.to_string(), "239.10.1.1:6001", "auto keeps it");
         assert_eq!(o.source, SourcePolicy::Address("10.0.1.99".parse().expect("ip")));
+        // An IPv6 output moved to an IPv4 destination: the interface's
+        // IPv6 address staged as its source becomes its IPv4 one.
+        let v6 = rule("v6", "eth1:[ff3e::1]:5001", &["eth1:[ff3e::10]:6001"]);
+        let to_v4 = json!({"master_enable": true, "transport_params": [{"destination_ip": "239.99.0.1", "source_ip": "fd00::2"}]});
+        let out = sender_rule(&v6, 0, &to_v4, &interfaces()).expect("a rule");
+        let o = out.outputs[0].as_udp().expect("udp");
+        assert_eq!(
+            (o.destination.to_string(), &o.source),
+            ("239.99.0.1:6001".to_string(), &SourcePolicy::Interface)
+        );
+        let auto =
+            json!({"master_enable": true, "transport_params": [{"destination_ip": "239.99.0.1", "source_ip": "auto"}]});
+        let pinned = rule("p", "eth1:[ff3e::1]:5001", &["eth1:[ff3e::10]:6001,source=fd00::2"]);
+        let out = sender_rule(&pinned, 0, &auto, &interfaces()).expect("a rule");
+        assert_eq!(out.outputs[0].as_udp().expect("udp").source, SourcePolicy::Interface);
+        // A source that is no address of the interface, of the other
+        // family: refused, saying what to give.
+        let foreign = json!({"master_enable": true, "transport_params": [{"destination_ip": "239.99.0.1", "source_ip": "fd00::99"}]});
+        assert!(matches!(
+            sender_rule(&v6, 0, &foreign, &interfaces()),
+            Err(Refused::Invalid(e)) if e.contains("fd00::99 is IPv6 but destination_ip 239.99.0.1 is IPv4")
+        ));
+        // A receiver's interface address and group of two families.
+        let v6in = rule("v6in", "eth1:[ff3e::1]:5001", &["eth0:239.10.1.1:6001"]);
+        let mixed = json!({"master_enable": true, "transport_params": [{"multicast_ip": "239.1.1.9", "interface_ip": "fd00::2"}]});
+        assert!(matches!(
+            receiver_rule(&v6in, &mixed, &interfaces()),
+            Err(Refused::Invalid(e)) if e.contains("is IPv6 but multicast_ip 239.1.1.9 is IPv4")
+        ));
+        let auto_in =
+            json!({"master_enable": true, "transport_params": [{"multicast_ip": "239.1.1.9", "interface_ip": "auto"}]});
+        let out = receiver_rule(&v6in, &auto_in, &interfaces()).expect("a rule");
+        assert_eq!(out.input.to_string(), "eth1:239.1.1.9:5001");
         for off in [
             json!({"master_enable": false, "transport_params": [{}]}),
             json!({"master_enable": true, "transport_params": [{"rtp_enabled": false}]}),

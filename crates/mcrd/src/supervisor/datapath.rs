@@ -40,7 +40,8 @@ pub struct Datapath {
     /// Interfaces the program could not be attached to, and why.
     refused: BTreeMap<u32, String>,
     /// Each arbitrated rule's line race (by rule slot): its entry, and its
-    /// lag histograms sampled once a second over the last 10 s.
+    /// lag histograms sampled once a second over the last 10 s, since the
+    /// entry was last written afresh.
     race: BTreeMap<u32, (u32, RaceSamples)>,
 }
 
@@ -156,7 +157,15 @@ impl Datapath {
         match self.maps.plan(&next) {
             Ok(plan) => {
                 match self.loaded.write(&plan) {
-                    Ok(()) => self.take_over(&wanted, ifs, &mut problems),
+                    Ok(()) => {
+                        // An entry written afresh (a new arbitrated rule, or
+                        // a new framing) has its histograms zeroed: its race
+                        // starts from zero, not from samples of the rule
+                        // that had the same slot and entry before.
+                        self.race
+                            .retain(|_, (i, _)| !plan.arbs.iter().any(|(fresh, _)| fresh == i));
+                        self.take_over(&wanted, ifs, &mut problems);
+                    }
                     Err(e) => {
                         let why = format!("kernel data path: writing its maps: {e}");
                         tracing::error!("{why}");

@@ -427,14 +427,12 @@ impl Supervisor {
                 let _ = reply_to.send(answer(status, body).into());
             }
             nmos::Outcome::Schedule { body, due, generation } => {
-                let wait = Duration::from_nanos(
-                    u64::try_from(due.as_ns().saturating_sub(mcr_core::nmos::tai_now().as_ns())).unwrap_or(u64::MAX),
-                );
+                let wait_ns =
+                    u64::try_from(due.as_ns().saturating_sub(mcr_core::nmos::tai_now().as_ns())).unwrap_or(u64::MAX);
                 let (tx, id) = (self.nmos_due.clone(), id.to_string());
-                tokio::spawn(async move {
-                    tokio::time::sleep(wait).await;
+                tokio::spawn(nmos::at_its_time(wait_ns, move || {
                     let _ = tx.send((id, generation));
-                });
+                }));
                 let _ = reply_to.send(answer(202, body).into());
             }
             nmos::Outcome::Apply { rule, body } => {
@@ -463,10 +461,13 @@ impl Supervisor {
     /// A scheduled IS-05 activation is due: the rule changes, if it still
     /// stands.
     fn nmos_activate(&mut self, id: &str, generation: u64) {
+        // The activation's time: when it was taken up, before the
+        // interfaces are read and the rule made.
+        let at = mcr_core::nmos::tai_now();
         let Some(node) = &mut self.nmos else { return };
         let interfaces = interfaces();
         let rules = self.plane.rules().iter().map(|r| &r.rule);
-        match node.due(id, generation, rules, &interfaces) {
+        match node.due(id, generation, at, rules, &interfaces) {
             None => {}
             Some(Ok(rule)) => {
                 tracing::info!("NMOS: {id}'s scheduled activation: rule {} changes", rule.name);
@@ -901,9 +902,11 @@ impl Supervisor {
             Request::Role { set } => self.role(set),
             Request::Restart { binary } => self.ask_restart(binary),
             Request::Nmos {} => match &mut self.nmos {
-                Some(node) => Reply::Nmos(Box::new(
-                    node.view(self.plane.rules().iter().map(|r| &r.rule), &interfaces()),
-                )),
+                Some(node) => Reply::Nmos(Box::new(node.view_to_read(
+                    self.plane.rules().iter().map(|r| &r.rule),
+                    self.plane.version(),
+                    &interfaces(),
+                ))),
                 None => no_node(),
             },
             Request::NmosGlance {} => match &self.nmos {

@@ -43,6 +43,11 @@ pub struct Node {
     /// Counts the changes of the node's own state (what is staged,
     /// activated, measured), for [`Node::glance`]'s stamp.
     changes: u64,
+    /// The view last built for the APIs' reads, and the stamp it was
+    /// built at: served again until the stamp moves.
+    served: Option<(u64, NmosView)>,
+    /// How many times a view was built (for the tests).
+    builds: u64,
     /// How it registers and advertises itself.
     registration: super::registration::Settings,
     /// Where it is registered (the registration task writes it).
@@ -222,6 +227,8 @@ impl Node {
             generation: 0,
             bit_rates: HashMap::new(),
             changes: 0,
+            served: None,
+            builds: 0,
             registration,
             registered: Arc::new(Mutex::new(Registration::default())),
         }))
@@ -245,6 +252,7 @@ impl Node {
             files,
             bit_rates: self.bit_rates.clone(),
         };
+        self.builds += 1;
         let mut view = mcr_core::nmos::build(&self.info, &self.ids, &rules, interfaces, &mut self.versions, &known);
         let overlay = |id: &str, staged: &mut Value, active: &mut Value| {
             if let Some(e) = self.enables.get(id) {
@@ -284,6 +292,35 @@ impl Node {
         }
     }
 
+    /// What the APIs read (every GET of the Node and Connection APIs, the
+    /// registration's resources), for `rules` at table version `version`:
+    /// the view built last, as long as nothing it shows moved (its stamp,
+    /// [`Node::glance`]'s), with where the node is registered now. Building
+    /// 10,000 rules' resources takes a quarter of a second.
+    pub fn view_to_read<'a>(
+        &mut self,
+        rules: impl Iterator<Item = &'a Rule> + Clone,
+        version: u64,
+        interfaces: &Interfaces,
+    ) -> NmosView {
+        let stamp = self.stamp(version, interfaces);
+        let mut view = match self.served.take() {
+            Some((s, v)) if s == stamp => v,
+            _ => self.view(rules, interfaces),
+        };
+        view.registration = self.registered.lock().ok().map(|r| r.clone());
+        self.served = Some((stamp, view.clone()));
+        view
+    }
+
+    /// What moves whenever anything a view shows does: the rule table's
+    /// version, the node's own changes and the interfaces.
+    fn stamp(&self, version: u64, interfaces: &Interfaces) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&(version, self.changes, format!("{interfaces:?}")), &mut h);
+        std::hash::Hasher::finish(&h)
+    }
+
     /// The node at a glance, with `rules` at table version `version` on
     /// `interfaces`: counted, not built (the page asks every second, the
     /// registration twice a second; building 10,000 rules' resources
@@ -296,14 +333,12 @@ impl Node {
     ) -> mcr_core::nmos::NmosGlance {
         let rules: Vec<&Rule> = rules.collect();
         let (senders, receivers) = mcr_core::nmos::count(&rules);
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        std::hash::Hash::hash(&(version, self.changes, format!("{interfaces:?}")), &mut h);
         mcr_core::nmos::NmosGlance {
             node_id: self.ids.node().to_string(),
             senders,
             receivers,
             registration: self.registered.lock().map(|r| r.clone()).unwrap_or_default(),
-            stamp: std::hash::Hasher::finish(&h),
+            stamp: self.stamp(version, interfaces),
         }
     }
 
@@ -463,12 +498,14 @@ impl Node {
         }
     }
 
-    /// The scheduled activation `generation` of `id` is due: the rule it
-    /// makes, if it still stands (none if it was cancelled or replaced).
+    /// The scheduled activation `generation` of `id` is due, and was taken
+    /// up `at`: the rule it makes, if it still stands (none if it was
+    /// cancelled or replaced).
     pub fn due<'a>(
         &mut self,
         id: &str,
         generation: u64,
+        at: Tai,
         rules: impl Iterator<Item = &'a Rule> + Clone,
         interfaces: &Interfaces,
     ) -> Option<Result<Rule, String>> {
@@ -487,14 +524,78 @@ impl Node {
         let rule = rules.clone().find(|r| r.name == rule_name)?;
         let made = self.rule_for(rule, output, &p.staged, interfaces);
         let mut record = p.staged["activation"].clone();
-        record["activation_time"] = Value::String(tai_now().to_string());
+        record["activation_time"] = Value::String(at.to_string());
         self.activated(id, &p.staged, record);
         Some(made.map_err(|(_, e)| e["error"].as_str().unwrap_or("refused").to_string()))
     }
 }
 
+/// How early tokio's timer wakes a scheduled activation: its wheel has
+/// about 1 ms steps (and rounds up), so the wait ends with a precise sleep.
+const TIMER_MARGIN_NS: u64 = 2_000_000;
+
+/// Runs `then` `wait_ns` from now, to within tens of microseconds: tokio's
+/// timer until [`TIMER_MARGIN_NS`] before, then a sleep on the monotonic
+/// clock on a blocking thread (IS-05 asks for an activation at its time;
+/// tokio's alone came 1 to 3.5 ms late).
+pub async fn at_its_time(wait_ns: u64, then: impl FnOnce() + Send + 'static) {
+    let deadline_ns = mcr_sys::clock::monotonic_ns().saturating_add(wait_ns);
+    if let Some(early) = wait_ns.checked_sub(TIMER_MARGIN_NS) {
+        tokio::time::sleep(std::time::Duration::from_nanos(early)).await;
+    }
+    let waited = tokio::task::spawn_blocking(move || {
+        // The default slack (50 µs) would let the kernel wake it later;
+        // this thread of the blocking pool only sleeps and reads files.
+        let _ = mcr_sys::clock::set_timer_slack_ns(1_000);
+        mcr_sys::clock::sleep_until_ns(deadline_ns);
+        then();
+    })
+    .await;
+    if let Err(e) = waited {
+        tracing::warn!("NMOS: a scheduled activation's timer failed: {e}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_are_served_from_the_view_built_last_until_something_moves() {
+        let settings = NmosSettings {
+            id_seed: Some("seed".into()),
+            ..NmosSettings::default()
+        };
+        let mut node = Node::new(Some(&settings), &HttpOptions::default())
+            .expect("settings")
+            .expect("a node");
+        let rules: Vec<Rule> = (0..3)
+            .map(|k| {
+                Rule::new(
+                    format!("r{k}"),
+                    format!("lo:239.1.1.{k}:5001").parse().expect("input"),
+                    vec![format!("lo:239.10.1.{k}:6001").parse().expect("output")],
+                )
+            })
+            .collect();
+        let ifs = Interfaces::default();
+        let first = node.view_to_read(rules.iter(), 7, &ifs);
+        let again = node.view_to_read(rules.iter(), 7, &ifs);
+        assert_eq!(node.builds, 1, "the second read is served from the first");
+        assert_eq!(
+            serde_json::to_value(&first).expect("json"),
+            serde_json::to_value(&again).expect("json")
+        );
+        // A new table, the node's own change (a bit rate measured): built
+        // again, once each.
+        node.view_to_read(rules[..2].iter(), 8, &ifs);
+        node.measured([("r0", 5_000_000.0)].into_iter());
+        let measured = node.view_to_read(rules[..2].iter(), 8, &ifs);
+        node.view_to_read(rules[..2].iter(), 8, &ifs);
+        assert_eq!(node.builds, 3);
+        assert_eq!(measured.senders.len(), 2);
+    }
+
     #[test]
     fn a_bit_rate_is_rounded_up_to_a_step() {
         for (kbps, step) in [

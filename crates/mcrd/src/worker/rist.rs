@@ -286,6 +286,9 @@ impl Rist {
                     recv_mbps: if input { mbps } else { 0.0 },
                     packets: s.packets,
                     retransmitted: if input { s.recovered } else { s.retransmitted },
+                    // (librist's statistics say what was lost, not what
+                    // was reported missing.)
+                    reported_missing: 0,
                     lost: s.lost,
                     dropped_too_late: 0,
                     queue_full: end.queue_full,

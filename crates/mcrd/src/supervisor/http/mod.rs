@@ -106,14 +106,9 @@ struct Plan {
 /// checks, and the first half of [`open`].
 fn plan(opts: &Options) -> anyhow::Result<Option<Plan>> {
     let (addr, explicit) = match opts.listen {
-        Some(HttpListen::Off) => {
-            if opts.token_file.is_some() || opts.tls_cert.is_some() || opts.tls_key.is_some() || opts.insecure {
-                tracing::warn!("HTTP is off (http_listen none): its other settings are not used");
-            }
-            return Ok(None);
-        }
+        Some(HttpListen::Off) => return Ok(None),
         Some(HttpListen::At(a)) => (a, true),
-        None => (DEFAULT_LISTEN.parse().expect("a socket address"), false),
+        None => (default_listen(), false),
     };
     let tls = match (&opts.tls_cert, &opts.tls_key) {
         (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
@@ -144,21 +139,64 @@ fn plan(opts: &Options) -> anyhow::Result<Option<Plan>> {
     }))
 }
 
+/// [`DEFAULT_LISTEN`] as an address.
+fn default_listen() -> SocketAddr {
+    // A constant that parses (the unit test below holds it).
+    DEFAULT_LISTEN.parse().expect("a socket address")
+}
+
+/// Settings that are valid but can do nothing as the others stand: what
+/// to change, one line each, logged at the start and printed by
+/// `--check-config`.
+pub fn unheeded(opts: &Options) -> Vec<String> {
+    let mut said = Vec::new();
+    let addr = match opts.listen {
+        Some(HttpListen::Off) => {
+            if opts.token_file.is_some() || opts.tls_cert.is_some() || opts.tls_key.is_some() || opts.insecure {
+                said.push("HTTP is off (http_listen none): its other settings are not used".to_string());
+            }
+            if !opts.nmos_networks.is_empty() {
+                said.push(
+                    "[daemon.nmos] control_networks: HTTP is off (http_listen none), so no NMOS API is served to \
+                     them; give http_listen an address they reach"
+                        .to_string(),
+                );
+            }
+            return said;
+        }
+        Some(HttpListen::At(a)) => a,
+        None => default_listen(),
+    };
+    let beyond = opts.nmos_networks.iter().any(|n| !n.within_loopback());
+    if addr.ip().is_loopback() && beyond {
+        said.push(format!(
+            "[daemon.nmos] control_networks: HTTP listens on {addr}, loopback only, so no client of those \
+             networks can reach the NMOS APIs; give http_listen an address they reach (with TLS, or \
+             http_insecure)"
+        ));
+    }
+    said
+}
+
 /// Checks the settings as a start would (`--check-config`), listening
-/// nowhere.
-pub fn check(opts: &Options) -> anyhow::Result<()> {
-    plan(opts).map(drop)
+/// nowhere: what [`unheeded`] says.
+pub fn check(opts: &Options) -> anyhow::Result<Vec<String>> {
+    plan(opts).map(|_| unheeded(opts))
 }
 
 /// Opens the server as `opts` say: `None` when HTTP is off, or when the
 /// default address is in use (logged).
 pub async fn open(opts: &Options) -> anyhow::Result<Option<Server>> {
+    let plan = plan(opts)?;
+    for said in unheeded(opts) {
+        tracing::warn!("{said}");
+    }
     let Some(Plan {
         addr,
         explicit,
         tls,
         token,
-    }) = plan(opts)?
+    }) = plan
     else {
         return Ok(None);
     };

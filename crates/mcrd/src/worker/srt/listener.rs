@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mcr_core::srt::{MAX_PAYLOAD_BYTES, SrtEndpoint};
@@ -36,11 +36,6 @@ pub(super) struct Listener {
 #[derive(Default)]
 pub(super) struct Routes {
     table: Mutex<RouteTable>,
-    pub not_found: AtomicU64,
-    pub overload: AtomicU64,
-    pub handshake: AtomicU64,
-    /// The last refusal: who, and why.
-    pub last_refusal: Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -51,6 +46,28 @@ struct RouteTable {
     pending: HashMap<i32, (Target, u64)>,
     /// When a handshake for each endpoint last failed.
     failed_at: HashMap<Target, u64>,
+    /// Each endpoint's refusals: callers whose stream ID it serves.
+    refused: HashMap<Target, Refused>,
+    /// The port's: callers whose stream ID no endpoint serves
+    /// (`not_found`), shown under its first endpoint.
+    port: Refused,
+}
+
+/// Refusals counted once each, by reason, and the last.
+#[derive(Default, Clone)]
+struct Refused {
+    by_reason: std::collections::BTreeMap<String, u64>,
+    /// When, who and why.
+    last: Option<(u64, String)>,
+}
+
+impl Refused {
+    fn count(&mut self, reason: &str, now: u64, last: Option<String>) {
+        *self.by_reason.entry(reason.to_string()).or_default() += 1;
+        if let Some(l) = last {
+            self.last = Some((now, l));
+        }
+    }
 }
 
 /// One endpoint a listener serves.
@@ -81,29 +98,31 @@ impl Routes {
         };
         let t = &mut *t;
         let Some(r) = t.routes.iter().find(|r| r.endpoint.serves(req.stream_id())) else {
-            self.not_found.fetch_add(1, Ordering::Relaxed);
-            self.refused(req, "nothing here serves that stream ID");
+            t.port
+                .count("not_found", now, refusal(req, "nothing here serves that stream ID"));
             return Err(RejectCode::NOT_FOUND);
         };
         if t.failed_at
             .get(&r.target)
             .is_some_and(|&at| now.saturating_sub(at) < AFTER_FAILURE_NS)
         {
-            self.overload.fetch_add(1, Ordering::Relaxed);
-            self.refused(
+            let why = refusal(
                 req,
                 "a caller's handshake for it failed just now (a wrong passphrase?); the next may call 100 ms later",
             );
+            t.refused.entry(r.target).or_default().count("overload", now, why);
             return Err(RejectCode::OVERLOAD);
         }
         let waiting = t.pending.values().filter(|(s, _)| *s == r.target).count();
         if r.connected.load(Ordering::Relaxed) + waiting >= r.max {
-            self.overload.fetch_add(1, Ordering::Relaxed);
             let why = match r.target {
                 Target::Output(_) => format!("its output has max-callers={} already", r.max),
                 Target::Input(..) => "its input has its sender already".to_string(),
             };
-            self.refused(req, &why);
+            t.refused
+                .entry(r.target)
+                .or_default()
+                .count("overload", now, refusal(req, &why));
             return Err(RejectCode::OVERLOAD);
         }
         let set = |req: &mut HookRequest<'_>| -> Result<(), sys::SrtError> {
@@ -129,18 +148,13 @@ impl Routes {
         Ok(())
     }
 
-    fn refused(&self, req: &HookRequest<'_>, why: &str) {
-        if let Ok(mut last) = self.last_refusal.lock() {
-            *last = Some(format!("{} with stream ID `{}`: {why}", req.peer(), req.stream_id()));
-        }
-    }
-
     /// Serves `routes` from now on; callers in their handshake for an
     /// endpoint no longer served are forgotten.
     pub fn set(&self, routes: Vec<Route>) {
         if let Ok(mut t) = self.table.lock() {
             t.pending.retain(|_, (s, _)| routes.iter().any(|r| r.target == *s));
             t.failed_at.retain(|s, _| routes.iter().any(|r| r.target == *s));
+            t.refused.retain(|s, _| routes.iter().any(|r| r.target == *s));
             t.routes = routes;
         }
     }
@@ -158,33 +172,52 @@ impl Routes {
     /// pending after [`HANDSHAKE_LIMIT_NS`].
     pub fn sweep(&self, now: u64) {
         if let Ok(mut t) = self.table.lock() {
-            let before = t.pending.len();
-            let RouteTable { pending, failed_at, .. } = &mut *t;
+            let RouteTable {
+                pending,
+                failed_at,
+                refused,
+                ..
+            } = &mut *t;
             pending.retain(|id, (target, since)| {
                 let keep = now.saturating_sub(*since) < HANDSHAKE_LIMIT_NS && !sys::SrtState::of(*id).is_over();
                 if !keep {
                     failed_at.insert(*target, now);
+                    // (The hook's last word on it was to let it in.)
+                    refused.entry(*target).or_default().count("handshake", now, None);
                 }
                 keep
             });
-            let gone = (before - t.pending.len()) as u64;
-            if gone > 0 {
-                self.handshake.fetch_add(gone, Ordering::Relaxed);
-            }
         }
     }
 
-    /// The refusals by reason.
-    pub fn refusals(&self) -> std::collections::BTreeMap<String, u64> {
-        [
-            ("not_found", &self.not_found),
-            ("overload", &self.overload),
-            ("handshake", &self.handshake),
-        ]
-        .into_iter()
-        .map(|(k, c)| (k.to_string(), c.load(Ordering::Relaxed)))
-        .collect()
+    /// The refusals of the endpoint `target` by reason, each counted once
+    /// on the port: those of callers whose stream ID it serves, and, for
+    /// the port's first endpoint, the port's own (`not_found`); and the
+    /// last of them, who and why.
+    pub fn refusals(&self, target: Target) -> (std::collections::BTreeMap<String, u64>, Option<String>) {
+        let Ok(t) = self.table.lock() else {
+            return Default::default();
+        };
+        let mut own = t.refused.get(&target).cloned().unwrap_or_default();
+        for reason in ["overload", "handshake"] {
+            own.by_reason.entry(reason.to_string()).or_default();
+        }
+        if t.routes.iter().map(|r| r.target).min() == Some(target) {
+            own.by_reason.entry("not_found".to_string()).or_default();
+            for (reason, n) in &t.port.by_reason {
+                *own.by_reason.entry(reason.clone()).or_default() += n;
+            }
+            if t.port.last.as_ref().map(|l| l.0) > own.last.as_ref().map(|l| l.0) {
+                own.last.clone_from(&t.port.last);
+            }
+        }
+        (own.by_reason, own.last.map(|(_, l)| l))
     }
+}
+
+/// What a refusal says: who, with which stream ID, and why.
+fn refusal(req: &HookRequest<'_>, why: &str) -> Option<String> {
+    Some(format!("{} with stream ID `{}`: {why}", req.peer(), req.stream_id()))
 }
 
 /// A listener on `addr`, its hook deciding by `routes` and `epoll`

@@ -475,14 +475,15 @@ impl Srt {
                 (None, Some(c)) => ("calling", c.last_error.clone()),
             };
             let input = matches!(target, Target::Input(..));
+            let (refused, last_refusal) = listener.map(|l| l.routes.refusals(*target)).unwrap_or_default();
             v.push((
                 *target,
                 SrtStatus {
                     state: state.into(),
                     error,
                     worker: self.worker,
-                    refused: listener.map(|l| l.routes.refusals()).unwrap_or_default(),
-                    last_refusal: listener.and_then(|l| l.routes.last_refusal.lock().ok()?.clone()),
+                    refused,
+                    last_refusal,
                     connections: end.conns.iter().map(|c| connection(c, now, input)).collect(),
                 },
             ));
@@ -529,14 +530,16 @@ fn connection(c: &Conn, now: u64, input: bool) -> SrtConnection {
         if input {
             s.packets = count(st.received_unique_packets);
             s.retransmitted = count(st.received_retransmitted_packets);
-            s.lost = count(st.receive_lost_packets);
+            s.reported_missing = count(st.receive_lost_packets);
+            s.lost = count(st.receive_dropped_packets);
             s.dropped_too_late = count(st.receive_dropped_packets);
             s.buffer_ms = u64::try_from(st.receive_buffer_ms).unwrap_or(0);
             s.latency_ms = u64::try_from(st.receive_tsbpd_delay_ms).unwrap_or(0);
         } else {
             s.packets = count(st.sent_unique_packets);
             s.retransmitted = count(st.retransmitted_packets);
-            s.lost = count(st.send_lost_packets);
+            s.reported_missing = count(st.send_lost_packets);
+            s.lost = count(st.send_dropped_packets);
             s.dropped_too_late = count(st.send_dropped_packets);
             s.buffer_ms = u64::try_from(st.send_buffer_ms).unwrap_or(0);
             s.latency_ms = u64::try_from(st.send_tsbpd_delay_ms).unwrap_or(0);

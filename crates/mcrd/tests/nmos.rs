@@ -455,6 +455,13 @@ fn patch(ns: &str, path: &str, body: &Value) -> Answer {
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
+/// One rule fanning a stream out to two outputs (so two senders).
+const FAN: &str = r#"[[rule]]
+name = "fan"
+input = "veth1:239.1.1.1:5001"
+outputs = ["veth2:239.10.1.1:6001", "veth2:239.10.1.2:6002"]
+"#;
+
 /// mcrd on the chain's relay with `rules` in its config file, its HTTP
 /// changes opened by [`TOKEN`].
 fn start_with_token(ns: &Ns, dir: &TempDir, rules: &str) -> Relay {
@@ -653,15 +660,7 @@ fn an_is05_sender_turned_off_stops_only_that_output() {
     let schemas = Schemas::find();
     let c = Chain::new("nmos-off").expect("chain");
     let dir = TempDir::new("nmos-off").expect("dir");
-    let relay = start_with_token(
-        &c.relay,
-        &dir,
-        r#"[[rule]]
-name = "fan"
-input = "veth1:239.1.1.1:5001"
-outputs = ["veth2:239.10.1.1:6001", "veth2:239.10.1.2:6002"]
-"#,
-    );
+    let relay = start_with_token(&c.relay, &dir, FAN);
     let ns = c.relay.name();
     let (sender, id, staged, active) = labelled(ns, "senders", "fan to 239.10.1.1:6001");
 
@@ -746,15 +745,7 @@ outputs = ["veth2:239.10.1.1:6001", "veth2:239.10.1.2:6002"]
 fn a_hundred_scheduled_activations_are_each_carried_out_and_their_lateness_printed() {
     let c = Chain::new("nmos-late").expect("chain");
     let dir = TempDir::new("nmos-late").expect("dir");
-    let _relay = start_with_token(
-        &c.relay,
-        &dir,
-        r#"[[rule]]
-name = "fan"
-input = "veth1:239.1.1.1:5001"
-outputs = ["veth2:239.10.1.1:6001", "veth2:239.10.1.2:6002"]
-"#,
-    );
+    let _relay = start_with_token(&c.relay, &dir, FAN);
     let ns = c.relay.name();
     let (_, _, staged, active) = labelled(ns, "senders", "fan to 239.10.1.1:6001");
     let ns_of = |t: &str| {

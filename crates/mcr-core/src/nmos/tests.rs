@@ -4,6 +4,19 @@ use super::*;
 use crate::interfaces::InterfaceInfo;
 use crate::rule::{Mode, Redundancy};
 
+/// The view of `rules` on [`interfaces`] as a node with no history builds
+/// it (seeded ids, first versions, nothing known of peers or files).
+fn fresh_view(rules: &[Rule]) -> NmosView {
+    build(
+        &info(),
+        &Ids::new("seed"),
+        rules,
+        &interfaces(),
+        &mut Versions::default(),
+        &Known::default(),
+    )
+}
+
 fn info() -> NodeInfo {
     NodeInfo {
         label: "relay-1".into(),
@@ -71,14 +84,7 @@ fn ids_are_uuids_of_the_seed_and_the_names_and_differ_between_nodes() {
 #[test]
 fn an_ipv6_senders_and_receivers_constraints_offer_every_address_of_its_interface() {
     let rules = vec![rule("v6", "eth1:[ff3e::1]:5001", &["eth1:[ff3e::10]:6001"])];
-    let v = build(
-        &info(),
-        &Ids::new("seed"),
-        &rules,
-        &interfaces(),
-        &mut Versions::default(),
-        &Known::default(),
-    );
+    let v = fresh_view(&rules);
     let both = json!({"enum": ["10.0.1.2", "fd00::2"]});
     assert_eq!(v.connection_senders[0].constraints[0]["source_ip"], both);
     assert_eq!(v.connection_senders[0].constraints[0]["destination_ip"], json!({}));
@@ -675,14 +681,7 @@ fn the_glance_counts_what_the_view_builds() {
             &["eth1:239.10.1.3:6001", "srt://0.0.0.0:9001"],
         ),
     ];
-    let v = build(
-        &info(),
-        &Ids::new("seed"),
-        &rules,
-        &interfaces(),
-        &mut Versions::default(),
-        &Known::default(),
-    );
+    let v = fresh_view(&rules);
     let refs: Vec<&Rule> = rules.iter().collect();
     assert_eq!(count(&refs), (v.senders.len(), v.receivers.len()));
     assert_eq!(count(&refs), (4, 2));

@@ -1,5 +1,6 @@
 //! Process helpers: signals by PID, death of a child with its parent, CPU
-//! pinning, the file-descriptor limit, and who we run as.
+//! pinning, a thread's scheduling class, the file-descriptor limit, and who
+//! we run as.
 
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -221,6 +222,61 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
         .collect())
 }
 
+/// The calling thread's id (`gettid`), for [`set_prompt`].
+pub fn thread_id() -> i32 {
+    // SAFETY: gettid cannot fail and touches no memory.
+    unsafe { libc::gettid() }
+}
+
+/// Puts thread `tid` (0: the calling thread) in the real-time class at
+/// the lowest priority (`SCHED_FIFO` 1), so that it runs as soon as it
+/// wakes, ahead of every ordinary thread, or (`prompt` false) back in the
+/// ordinary class. For short waits on a time only: a real-time thread that
+/// keeps the CPU holds ordinary threads off it. Needs `CAP_SYS_NICE` or an
+/// `RLIMIT_RTPRIO` of at least 1 ([`allow_prompt`]); going back always
+/// works.
+pub fn set_prompt(tid: i32, prompt: bool) -> io::Result<()> {
+    let (policy, priority) = if prompt {
+        (libc::SCHED_FIFO, 1)
+    } else {
+        (libc::SCHED_OTHER, 0)
+    };
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: `param` is a valid sched_param that the kernel only reads; a
+    // tid that names no thread of ours is an error, not undefined behaviour.
+    let rc = unsafe { libc::sched_setscheduler(tid, policy, &param) };
+    crate::check(rc).map(|_| ())
+}
+
+/// Whether thread `tid` (0: the calling thread) is in the real-time class
+/// [`set_prompt`] puts it in.
+pub fn is_prompt(tid: i32) -> io::Result<bool> {
+    // SAFETY: sched_getscheduler takes a tid by value and touches no memory.
+    let policy = crate::check(unsafe { libc::sched_getscheduler(tid) })?;
+    Ok(policy == libc::SCHED_FIFO)
+}
+
+/// Lets this process's threads take the lowest real-time priority without
+/// `CAP_SYS_NICE` ([`set_prompt`]), by raising `RLIMIT_RTPRIO` to 1 where
+/// it is below (while root: before privileges are dropped).
+pub fn allow_prompt() -> io::Result<()> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit.
+    crate::check(unsafe { libc::getrlimit(libc::RLIMIT_RTPRIO, &mut lim) })?;
+    if lim.rlim_cur >= 1 {
+        return Ok(());
+    }
+    lim.rlim_cur = 1;
+    lim.rlim_max = lim.rlim_max.max(1);
+    // SAFETY: `lim` is a valid rlimit that the kernel only reads.
+    crate::check(unsafe { libc::setrlimit(libc::RLIMIT_RTPRIO, &lim) }).map(|_| ())
+}
+
 /// Raises the soft limit on open file descriptors to the hard limit and
 /// returns the new soft limit.
 pub fn raise_fd_limit() -> io::Result<u64> {
@@ -271,6 +327,28 @@ pub fn cpu_seconds(pid: u32, children: bool) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One thread made prompt by another, and back (as root, with
+    /// `CAP_SYS_NICE`, as the tests run).
+    #[test]
+    fn a_thread_is_made_prompt_by_another_and_ordinary_again() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            tx.send(thread_id()).expect("send");
+            done_rx.recv().expect("done");
+            is_prompt(0).expect("policy")
+        });
+        let tid = rx.recv().expect("tid");
+        assert!(!is_prompt(tid).expect("policy"));
+        set_prompt(tid, true).expect("SCHED_FIFO");
+        assert!(is_prompt(tid).expect("policy"));
+        done_tx.send(()).expect("done");
+        assert!(other.join().expect("join"), "the thread sees itself prompt");
+        set_prompt(0, true).expect("SCHED_FIFO");
+        set_prompt(0, false).expect("SCHED_OTHER");
+        assert!(!is_prompt(0).expect("policy"));
+    }
 
     #[test]
     fn signals_reach_a_child_by_pid() {

@@ -738,9 +738,10 @@ fn an_is05_sender_turned_off_stops_only_that_output() {
 }
 
 /// 100 scheduled activations (relative, 50 ms, a sender turned off and on
-/// in turn), each carried out: how late each came after its time is
-/// printed as a distribution (AMWA's IS-05-01 test_27 and test_28 warn
-/// past a few ms), never asserted.
+/// in turn), each read back once, as AMWA's IS-05-01 test_27 does: the
+/// first GET of `/active` after the requested time (by this side's clock,
+/// counted from the 202) shows it made. How late each was made after its
+/// time is printed as a distribution, never asserted.
 #[test]
 fn a_hundred_scheduled_activations_are_each_carried_out_and_their_lateness_printed() {
     let c = Chain::new("nmos-late").expect("chain");
@@ -762,23 +763,14 @@ fn a_hundred_scheduled_activations_are_each_carried_out_and_their_lateness_print
                     "activation": {"mode": "activate_scheduled_relative", "requested_time": "0:50000000"}}),
         );
         assert_eq!(a.status, 202, "{}", a.text());
+        // The daemon counted the 50 ms from before it answered.
+        std::thread::sleep(Duration::from_millis(50));
         let due = ns_of(a.json()["activation"]["activation_time"].as_str().expect("when"));
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let done = loop {
-            // (One path form: the other may be asked after the change.)
-            let a = request(ns, API, "GET", &active, &[], b"").json();
-            if a["master_enable"] == on && a["activation"]["mode"] == "activate_scheduled_relative" {
-                let at = ns_of(a["activation"]["activation_time"].as_str().expect("time"));
-                if at >= due - 1_000_000_000 {
-                    break at;
-                }
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "activation {k} not carried out: {a}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let now = request(ns, API, "GET", &active, &[], b"").json();
+        assert_eq!(now["master_enable"], on, "activation {k} is made by its time: {now}");
+        assert_eq!(now["activation"]["mode"], "activate_scheduled_relative", "{now}");
+        let done = ns_of(now["activation"]["activation_time"].as_str().expect("time"));
+        assert!(done >= due, "activation {k} is not stamped before its time: {now}");
         late_us.push((done - due) as f64 / 1e3);
     }
     late_us.sort_by(f64::total_cmp);

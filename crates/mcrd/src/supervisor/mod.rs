@@ -294,6 +294,12 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
         None => None,
     };
     let http = http::open(&opts.http).await?;
+    if sup.nmos.is_some() {
+        // For scheduled activations once privileges are dropped (as root
+        // CAP_SYS_NICE does; where neither works, they wake at ordinary
+        // priority and nmos::at_its_time says so once).
+        let _ = mcr_sys::process::allow_prompt();
+    }
     let access = privilege::settle(
         &opts.control_socket,
         opts.user.as_deref(),
@@ -373,7 +379,12 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
                 }
             }
             Some(ev) = events_rx.recv() => sup.on_worker(ev),
-            Some((id, generation)) = due_rx.recv() => sup.nmos_activate(&id, generation),
+            Some((id, generation)) = due_rx.recv() => {
+                sup.nmos_activate(&id, generation);
+                // Its timer made this loop prompt to take it up: ordinary
+                // again (nmos::at_its_time).
+                let _ = mcr_sys::process::set_prompt(0, false);
+            }
             Some(()) = links_rx.recv() => sup.step(Event::Interfaces(interfaces())),
             _ = tick.tick() => {
                 if let Some((path, prefix)) = &cache {
@@ -427,10 +438,14 @@ impl Supervisor {
                 let _ = reply_to.send(answer(status, body).into());
             }
             nmos::Outcome::Schedule { body, due, generation } => {
+                // On the monotonic clock, read now: the task below may
+                // first run some time from now on a busy machine.
                 let wait_ns =
                     u64::try_from(due.as_ns().saturating_sub(mcr_core::nmos::tai_now().as_ns())).unwrap_or(u64::MAX);
+                let deadline_ns = mcr_sys::clock::monotonic_ns().saturating_add(wait_ns);
                 let (tx, id) = (self.nmos_due.clone(), id.to_string());
-                tokio::spawn(nmos::at_its_time(wait_ns, move || {
+                let this_loop = mcr_sys::process::thread_id();
+                tokio::spawn(nmos::at_its_time(deadline_ns, this_loop, move || {
                     let _ = tx.send((id, generation));
                 }));
                 let _ = reply_to.send(answer(202, body).into());
@@ -455,6 +470,18 @@ impl Supervisor {
                     let _ = reply_to.send(done.into());
                 });
             }
+        }
+    }
+
+    /// Makes every scheduled activation whose time has passed, before an
+    /// NMOS request is answered: IS-05 says a resource is active from its
+    /// activation time, and a GET can reach the loop before the timer's
+    /// call-back does (they race within a millisecond). The call-back then
+    /// finds nothing left to do.
+    fn nmos_catch_up(&mut self) {
+        let Some(node) = &self.nmos else { return };
+        for (id, generation) in node.overdue(mcr_core::nmos::tai_now()) {
+            self.nmos_activate(&id, generation);
         }
     }
 
@@ -847,6 +874,12 @@ impl Supervisor {
     }
 
     fn handle(&mut self, req: Request, reply_to: ReplyTo) {
+        if matches!(
+            req,
+            Request::Nmos {} | Request::NmosGlance {} | Request::NmosStage { .. }
+        ) {
+            self.nmos_catch_up();
+        }
         let reply = match req {
             Request::Version { protocol } => match protocol {
                 Some(p) if p != PROTOCOL => Reply::Error {

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+mod args;
 mod channel;
 mod logging;
 mod supervisor;
@@ -12,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
+use args::named_arg;
 use clap::{CommandFactory, Parser, Subcommand};
 use mcr_core::config::{self, Config, Datapath, HttpListen, LogFormat, LogLevel, RingFormat, Role};
-use mcr_core::named::Named;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -129,14 +130,6 @@ struct RunArgs {
     /// journal [default: journal under systemd, text otherwise].
     #[arg(long, value_parser = named_arg::<LogFormat>())]
     log_format: Option<LogFormat>,
-}
-
-/// A setting written by name (see [`mcr_core::named`]): its names are the
-/// possible values that clap checks, lists in `--help` and completes.
-pub(crate) fn named_arg<T: Named + Clone + Send + Sync>() -> impl clap::builder::TypedValueParser<Value = T> {
-    use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(mcr_core::named::names::<T>())
-        .try_map(|s: String| mcr_core::named::parse_name::<T>(&s))
 }
 
 fn main() -> ExitCode {

@@ -16,7 +16,7 @@ use mcr_core::snapshot::TableSnapshot;
 use mcr_core::stats::HealthCounter as H;
 use rustc_hash::FxHashMap;
 
-use super::egress::Counts;
+use super::counts::Counts;
 
 /// The counts written as totals (base + the state's own), in order.
 const COUNTS: [H; 10] = [

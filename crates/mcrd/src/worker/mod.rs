@@ -3,6 +3,7 @@
 //! ready frame, forwards it, flushes its batches, and swaps in a new table
 //! between batches. It never blocks on the supervisor.
 
+mod counts;
 pub mod egress;
 mod health;
 mod ingress;
@@ -30,7 +31,8 @@ use crate::channel::{
     FromWorker, Problem, Scope, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_HEALTH_FD, WORKER_RINGS_FD,
     WORKER_STATS_FD,
 };
-use egress::{Counts, Egress};
+use counts::Counts;
+use egress::Egress;
 use health::{Health, KERNEL_READ_EVERY_MS, KernelRecords};
 use ingress::Ingress;
 use mcr_sys::bpf::ringbuf::RingReader;
@@ -49,7 +51,7 @@ pub struct WorkerArgs {
     #[arg(long)]
     pub cpu: Option<usize>,
     /// Ring format.
-    #[arg(long, default_value_t = RingFormat::V2, value_parser = crate::named_arg::<RingFormat>())]
+    #[arg(long, default_value_t = RingFormat::V2, value_parser = crate::args::named_arg::<RingFormat>())]
     pub ring: RingFormat,
     /// Ring memory per input interface, in MiB.
     #[arg(long, default_value_t = 32)]
@@ -58,7 +60,7 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 1)]
     pub block_timeout_ms: u32,
     /// How to write logs (the supervisor's format).
-    #[arg(long, value_parser = crate::named_arg::<mcr_core::config::LogFormat>())]
+    #[arg(long, value_parser = crate::args::named_arg::<mcr_core::config::LogFormat>())]
     pub log_format: Option<mcr_core::config::LogFormat>,
     /// The supervisor passed the eBPF data path's ring filter (the rings
     /// use it instead of a classic filter).

@@ -12,7 +12,7 @@ use mcr_core::stats::{InputCounter, RuleCounter};
 use mcr_core::table::{CompiledRule, MatchTable};
 use rustc_hash::FxHashMap;
 
-use super::egress::Counts;
+use super::counts::Counts;
 
 /// A frame a merge holds: a copy of its bytes and where its datagram is.
 #[derive(Debug)]

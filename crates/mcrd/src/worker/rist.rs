@@ -19,7 +19,7 @@ use mcr_core::stats::OutputCounter;
 use mcr_core::table::{MatchTable, OutputKind};
 use mcr_sys::rist::{self as sys, MAX_PAYLOAD_BYTES, Role};
 
-use super::egress::Counts;
+use super::counts::Counts;
 use super::liblog::LibLog;
 use super::srt::{Carried, Target, wanted};
 use crate::channel::{Problem, Scope};

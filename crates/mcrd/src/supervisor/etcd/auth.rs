@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 use base64::Engine as _;
 use mcr_core::control::StoreProblem;
 
-use super::client::CallError;
+use super::error::CallError;
 use super::tls::Tls;
 
 /// The user and its password. The password never shows in `Debug`.

@@ -64,6 +64,7 @@
 mod auth;
 mod client;
 mod endpoint;
+mod error;
 mod follower;
 #[cfg(test)]
 mod secure_tests;

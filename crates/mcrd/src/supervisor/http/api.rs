@@ -16,10 +16,11 @@ use mcr_core::control::{ControlError, ErrorKind, RateHistory, Reply, Request, Ru
 use mcr_core::control::{EventRecord, WorkerStatus};
 use mcr_core::rule::Rule;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::MAX_BODY_BYTES;
 use super::access::{Access, Needs, Peer};
+use super::app::App;
 use super::problem::Problem;
 use crate::supervisor::control::Call;
 
@@ -29,19 +30,6 @@ const APP_JS: &str = include_str!("../../../assets/app.js");
 const APP_CSS: &str = include_str!("../../../assets/app.css");
 /// The API's description.
 pub const OPENAPI: &str = include_str!("openapi.json");
-
-/// What every handler shares.
-#[derive(Clone)]
-pub(super) struct App {
-    calls: mpsc::Sender<Call>,
-    pub(super) access: Arc<Access>,
-}
-
-impl std::fmt::Debug for App {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("App").finish_non_exhaustive()
-    }
-}
 
 type Answer = Result<Response, Problem>;
 
@@ -217,23 +205,6 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Asker {
 impl App {
     fn may(&self, who: &Asker, needs: Needs) -> Result<(), Problem> {
         self.access.check(who.peer.0, &who.headers, needs)
-    }
-
-    /// Asks the supervisor; a refusal becomes a problem.
-    pub(super) async fn ask(&self, req: Request) -> Result<Reply, Problem> {
-        let (tx, rx) = oneshot::channel();
-        let gone = || {
-            Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "shutting_down",
-                "mcrd is shutting down",
-            )
-        };
-        self.calls.send((req, tx)).await.map_err(|_| gone())?;
-        match rx.await.map_err(|_| gone())?.reply {
-            Reply::Error { error } => Err(error.into()),
-            r => Ok(r),
-        }
     }
 }
 

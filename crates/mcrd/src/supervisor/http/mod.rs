@@ -17,6 +17,7 @@
 
 mod access;
 mod api;
+mod app;
 mod nmos;
 mod problem;
 

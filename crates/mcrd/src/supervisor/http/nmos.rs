@@ -19,7 +19,7 @@ use mcr_core::nmos::{CONNECTION_API, NODE_API, NmosView};
 use serde_json::{Value, json};
 
 use super::access::{Needs, Peer};
-use super::api::App;
+use super::app::App;
 use super::problem::Problem;
 
 /// An NMOS error: `{code, error, debug}`.

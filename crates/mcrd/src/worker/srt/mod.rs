@@ -28,7 +28,7 @@ use mcr_core::table::{CompiledRule, MatchTable, OutputKind};
 use mcr_core::wire::UDP_V4_HEADERS;
 use mcr_sys::srt::{self as sys, SrtSocket, SrtState};
 
-use super::egress::Counts;
+use super::counts::Counts;
 use crate::channel::{Problem, Scope};
 use call::Call;
 use listener::{Listener, Route};

@@ -263,7 +263,7 @@ pub enum Reply {
     /// To `store`.
     Store(StoreStatus),
     /// To `nmos`.
-    Nmos(Box<crate::nmos::NmosView>),
+    Nmos(std::sync::Arc<crate::nmos::NmosView>),
     /// To `nmos_glance`.
     NmosGlance(crate::nmos::NmosGlance),
     /// To `nmos_stage`: the HTTP status IS-05 gives the answer, and its

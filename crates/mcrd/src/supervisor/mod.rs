@@ -935,11 +935,11 @@ impl Supervisor {
             Request::Role { set } => self.role(set),
             Request::Restart { binary } => self.ask_restart(binary),
             Request::Nmos {} => match &mut self.nmos {
-                Some(node) => Reply::Nmos(Box::new(node.view_to_read(
+                Some(node) => Reply::Nmos(node.view_to_read(
                     self.plane.rules().iter().map(|r| &r.rule),
                     self.plane.version(),
                     &interfaces(),
-                ))),
+                )),
                 None => no_node(),
             },
             Request::NmosGlance {} => match &self.nmos {

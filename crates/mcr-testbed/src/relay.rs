@@ -13,9 +13,28 @@ use crate::{Error, Finished, Ns, Proc, Result, Signal, bin, command};
 #[derive(Debug)]
 pub struct Relay {
     proc: Proc,
-    socket: PathBuf,
+    socket: SocketFile,
     /// Where its `mcrd` and `mcrctl` are, if not with the workspace's.
     bin_dir: Option<PathBuf>,
+}
+
+/// A relay's control socket, removed with it however it ends (stopped, or
+/// killed when a test fails), so that none is left in /tmp.
+#[derive(Debug)]
+struct SocketFile(PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+impl std::ops::Deref for SocketFile {
+    type Target = std::path::Path;
+
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
 }
 
 /// What `mcrctl` did: its exit code and output.
@@ -95,7 +114,7 @@ impl Relay {
         cmd.envs(env.iter().copied());
         let mut relay = Relay {
             proc: ns.spawn(cmd)?,
-            socket,
+            socket: SocketFile(socket),
             bin_dir,
         };
         // Ready as mcrd means it: it answers its control socket only once
@@ -159,7 +178,7 @@ impl Relay {
     /// a file) and returns what it did.
     pub fn ctl(&self, args: &[&str]) -> Result<CtlOutput> {
         let mut cmd = std::process::Command::new(Relay::program(self.bin_dir.as_deref(), "mcrctl")?);
-        cmd.arg("--socket").arg(&self.socket).args(args);
+        cmd.arg("--socket").arg(&*self.socket).args(args);
         let out = cmd.output().map_err(|source| Error::Spawn {
             program: command::describe(&cmd),
             source,
@@ -252,9 +271,7 @@ impl Relay {
     /// Stops the daemon with SIGTERM and returns what it printed (its final
     /// totals on stdout).
     pub fn stop(self) -> Result<Finished> {
-        let socket = self.socket.clone();
-        let f = self.proc.stop(Signal::Term, Duration::from_secs(30));
-        let _ = std::fs::remove_file(socket);
-        f
+        // (The socket file goes when the rest of `self` does.)
+        self.proc.stop(Signal::Term, Duration::from_secs(30))
     }
 }

@@ -612,8 +612,11 @@ outputs = ["veth2:239.10.1.2:6002"]
     assert_eq!(locked.status, 423, "{}", locked.text());
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let done = loop {
-        let a = get(ns, &active).json();
+        // One path form while it may change between two requests; both,
+        // once it has.
+        let a = request(ns, API, "GET", &active, &[], b"").json();
         if a["transport_params"][0]["multicast_ip"] == "239.1.1.1" {
+            assert_eq!(get(ns, &active).json(), a);
             break a;
         }
         assert!(std::time::Instant::now() < deadline, "not activated: {a}");

@@ -23,7 +23,6 @@ mod nmos;
 mod notify;
 mod ports;
 mod privilege;
-mod registration;
 mod restart;
 mod role;
 mod secret_file;
@@ -136,9 +135,7 @@ struct Supervisor {
     /// The counters the mcrd before left, until they are carried over.
     before: Option<carry::Before>,
     /// The relay as an NMOS Node, when `[daemon.nmos]` says so.
-    nmos: Option<nmos::Node>,
-    /// Where a scheduled IS-05 activation's timer says it is due.
-    nmos_due: mpsc::UnboundedSender<(String, u64)>,
+    nmos: nmos::Nmos,
 }
 
 /// How long a start waits for every worker to run the initial table
@@ -186,7 +183,7 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
     let exe = std::env::current_exe().context("find this executable to start workers")?;
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let (table_tx, _) = watch::channel(Arc::new(Vec::new()));
-    let (due_tx, mut due_rx) = mpsc::unbounded_channel::<(String, u64)>();
+    let (nmos, mut due_rx) = nmos::Nmos::new(opts.file_settings.nmos.as_ref(), &opts.http)?;
     let mut sup = Supervisor {
         plane: Plane::new(
             layout.rule_slots,
@@ -219,8 +216,7 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
         restart: None,
         slots: None,
         before: None,
-        nmos: nmos::Node::new(opts.file_settings.nmos.as_ref(), &opts.http)?,
-        nmos_due: due_tx,
+        nmos,
     };
     match carry::Note::create() {
         Ok(n) => sup.slots = Some(n),
@@ -294,10 +290,10 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
         None => None,
     };
     let http = http::open(&opts.http).await?;
-    if sup.nmos.is_some() {
+    if sup.nmos.is_node() {
         // For scheduled activations once privileges are dropped (as root
         // CAP_SYS_NICE does; where neither works, they wake at ordinary
-        // priority and nmos::at_its_time says so once).
+        // priority and the timer says so once).
         let _ = mcr_sys::process::allow_prompt();
     }
     let access = privilege::settle(
@@ -332,9 +328,7 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
     if let Some(server) = http {
         server.spawn(calls_tx.clone()).context("start the HTTP server")?;
     }
-    if let Some(node) = &sup.nmos {
-        node.register(calls_tx.clone());
-    }
+    sup.nmos.register(calls_tx.clone());
     // A copy of the control socket, for the program `mcrctl restart` runs.
     let control_copy = listener
         .as_fd()
@@ -379,11 +373,9 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
                 }
             }
             Some(ev) = events_rx.recv() => sup.on_worker(ev),
-            Some((id, generation)) = due_rx.recv() => {
-                sup.nmos_activate(&id, generation);
-                // Its timer made this loop prompt to take it up: ordinary
-                // again (nmos::at_its_time).
-                let _ = mcr_sys::process::set_prompt(0, false);
+            Some(due) = due_rx.recv() => {
+                sup.nmos_activate(&due);
+                sup.nmos.taken_up();
             }
             Some(()) = links_rx.recv() => sup.step(Event::Interfaces(interfaces())),
             _ = tick.tick() => {
@@ -426,97 +418,38 @@ impl Supervisor {
     /// An IS-05 PATCH of `staged`: answered at once, or once the rule it
     /// changes is in effect, or scheduled.
     fn nmos_stage(&mut self, receiver: bool, id: &str, body: &serde_json::Value, reply_to: ReplyTo) {
-        let answer = |status: u16, body: serde_json::Value| Reply::NmosStaged { status, body };
-        let Some(node) = &mut self.nmos else {
-            let _ = reply_to.send(answer(404, nmos::error(404, "mcrd is no NMOS node")).into());
-            return;
-        };
         let interfaces = interfaces();
         let rules = self.plane.rules().iter().map(|r| &r.rule);
-        match node.stage(receiver, id, body, rules, &interfaces) {
-            nmos::Outcome::Answer(status, body) => {
-                let _ = reply_to.send(answer(status, body).into());
-            }
-            nmos::Outcome::Schedule { body, due, generation } => {
-                // On the monotonic clock, read now: the task below may
-                // first run some time from now on a busy machine.
-                let wait_ns =
-                    u64::try_from(due.as_ns().saturating_sub(mcr_core::nmos::tai_now().as_ns())).unwrap_or(u64::MAX);
-                let deadline_ns = mcr_sys::clock::monotonic_ns().saturating_add(wait_ns);
-                let (tx, id) = (self.nmos_due.clone(), id.to_string());
-                let this_loop = mcr_sys::process::thread_id();
-                tokio::spawn(nmos::at_its_time(deadline_ns, this_loop, move || {
-                    let _ = tx.send((id, generation));
-                }));
-                let _ = reply_to.send(answer(202, body).into());
-            }
-            nmos::Outcome::Apply { rule, body } => {
-                tracing::info!("NMOS: {id} activated: rule {} changes", rule.name);
-                let (tx, rx) = oneshot::channel();
-                self.step(Event::Add {
-                    rule,
-                    interfaces,
-                    reply: tx,
-                });
-                tokio::spawn(async move {
-                    let done = match rx.await {
-                        Ok(r) if r.ok => answer(200, body),
-                        Ok(r) => match r.reply {
-                            Reply::Error { error } => answer(400, nmos::error(400, error.message)),
-                            _ => answer(500, nmos::error(500, "the rule was not changed")),
-                        },
-                        Err(_) => answer(500, nmos::error(500, "mcrd is stopping")),
-                    };
-                    let _ = reply_to.send(done.into());
-                });
-            }
+        if let Some(change) = self.nmos.stage(receiver, id, body, rules, &interfaces, reply_to) {
+            self.step(Event::Add {
+                rule: change.rule,
+                interfaces,
+                reply: change.reply,
+            });
         }
     }
 
     /// Makes every scheduled activation whose time has passed, before an
-    /// NMOS request is answered: IS-05 says a resource is active from its
-    /// activation time, and a GET can reach the loop before the timer's
-    /// call-back does (they race within a millisecond). The call-back then
-    /// finds nothing left to do.
+    /// NMOS request is answered.
     fn nmos_catch_up(&mut self) {
-        let Some(node) = &self.nmos else { return };
-        for (id, generation) in node.overdue(mcr_core::nmos::tai_now()) {
-            self.nmos_activate(&id, generation);
+        for due in self.nmos.catch_up() {
+            self.nmos_activate(&due);
         }
     }
 
     /// A scheduled IS-05 activation is due: the rule changes, if it still
     /// stands.
-    fn nmos_activate(&mut self, id: &str, generation: u64) {
-        // The activation's time: when it was taken up, before the
-        // interfaces are read and the rule made.
-        let at = mcr_core::nmos::tai_now();
-        let Some(node) = &mut self.nmos else { return };
+    fn nmos_activate(&mut self, due: &nmos::Due) {
         let interfaces = interfaces();
         let rules = self.plane.rules().iter().map(|r| &r.rule);
-        match node.due(id, generation, at, rules, &interfaces) {
+        match self.nmos.activate(due, rules, &interfaces) {
             None => {}
-            Some(Ok(rule)) => {
-                tracing::info!("NMOS: {id}'s scheduled activation: rule {} changes", rule.name);
-                let (tx, rx) = oneshot::channel();
-                self.step(Event::Add {
-                    rule,
-                    interfaces,
-                    reply: tx,
-                });
-                let id = id.to_string();
-                tokio::spawn(async move {
-                    if let Ok(r) = rx.await
-                        && let Reply::Error { error } = r.reply
-                    {
-                        tracing::warn!("NMOS: {id}'s scheduled activation was refused: {}", error.message);
-                    }
-                });
-            }
-            Some(Err(why)) => self.journal.note(
-                Level::Warn,
-                format!("NMOS: {id}'s scheduled activation cannot be made: {why}"),
-            ),
+            Some(Ok(change)) => self.step(Event::Add {
+                rule: change.rule,
+                interfaces,
+                reply: change.reply,
+            }),
+            Some(Err(why)) => self.journal.note(Level::Warn, why),
         }
     }
 
@@ -531,10 +464,8 @@ impl Supervisor {
             stats::Counters::of(&self.counters, self.kernel.as_ref()),
             self.plane.rules(),
         );
-        if let Some(node) = &mut self.nmos {
-            // (IPv4 and UDP headers: 28 bytes a packet.)
-            node.measured(self.stats.peaks(28.0));
-        }
+        // (IPv4 and UDP headers: 28 bytes a packet.)
+        self.nmos.measured(self.stats.peaks(28.0));
     }
 
     /// Writes what etcd gave last to `path`, if it changed since the last
@@ -934,22 +865,22 @@ impl Supervisor {
             Request::History {} => Reply::History(self.stats.history()),
             Request::Role { set } => self.role(set),
             Request::Restart { binary } => self.ask_restart(binary),
-            Request::Nmos {} => match &mut self.nmos {
-                Some(node) => Reply::Nmos(node.view_to_read(
+            Request::Nmos {} => self
+                .nmos
+                .read(
                     self.plane.rules().iter().map(|r| &r.rule),
                     self.plane.version(),
                     &interfaces(),
-                )),
-                None => no_node(),
-            },
-            Request::NmosGlance {} => match &self.nmos {
-                Some(node) => Reply::NmosGlance(node.glance(
+                )
+                .unwrap_or_else(no_node),
+            Request::NmosGlance {} => self
+                .nmos
+                .glance(
                     self.plane.rules().iter().map(|r| &r.rule),
                     self.plane.version(),
                     &interfaces(),
-                )),
-                None => no_node(),
-            },
+                )
+                .unwrap_or_else(no_node),
             Request::NmosStage { receiver, id, body } => return self.nmos_stage(receiver, &id, &body, reply_to),
             Request::Store {} => match self.plane.store_status(Instant::now()) {
                 Some(s) => Reply::Store(s),

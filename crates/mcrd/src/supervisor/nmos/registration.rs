@@ -38,7 +38,7 @@ use mdns_sd::{ServiceDaemon, ServiceEvent, ServiceInfo};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use super::control::Call;
+use crate::supervisor::control::Call;
 
 /// Time between heartbeats (IS-04's default).
 pub const HEARTBEAT: Duration = Duration::from_secs(5);

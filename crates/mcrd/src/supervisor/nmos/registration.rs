@@ -48,6 +48,10 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(500);
 /// A registry that failed is passed over for this long, while others work.
 const PASSED_OVER: Duration = Duration::from_secs(30);
+/// How long after the first registry found by mDNS the node waits for
+/// others to answer the browse before it chooses: adverts come in over a
+/// moment, and the one that answers first need not be the preferred one.
+const DISCOVERY: Duration = Duration::from_secs(1);
 /// The registration API's path.
 const API: &str = "/x-nmos/registration/v1.3";
 
@@ -413,6 +417,7 @@ async fn run(settings: Settings, calls: mpsc::Sender<Call>, status: Arc<Mutex<Re
     let mut next_heartbeat = Instant::now();
     let mut stamp: Option<u64> = None;
     let mut all: Vec<(&'static str, String, String, Value)> = Vec::new();
+    let mut first_found: Option<Instant> = None;
     loop {
         if let Some(rx) = &browse {
             while let Ok(event) = rx.try_recv() {
@@ -454,6 +459,13 @@ async fn run(settings: Settings, calls: mpsc::Sender<Call>, status: Arc<Mutex<Re
                 .map(|r| format!("{} (priority {}, {})", r.base, r.pri, r.how))
                 .collect();
         });
+        if current.is_none() && configured.is_empty() && !found.is_empty() {
+            let since = *first_found.get_or_insert_with(Instant::now);
+            if since.elapsed() < DISCOVERY {
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+        }
         if current.is_none() {
             let now = Instant::now();
             let fresh: Vec<&Registry> = known

@@ -7,8 +7,12 @@
 /// several ms late; the wait ends with a precise sleep.
 const TIMER_MARGIN_NS: u64 = 20_000_000;
 
-/// Runs `then` when the monotonic clock reaches `deadline_ns`, to within tens of microseconds even on
-/// a busy machine: tokio's timer until [`TIMER_MARGIN_NS`] before, then a
+/// The longest the supervisor's loop stays in the real-time class for an
+/// activation.
+const PROMPT_AT_MOST: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Runs `then` when the monotonic clock reaches `deadline_ns`, to within
+/// tens of microseconds even on a busy machine: tokio's timer until [`TIMER_MARGIN_NS`] before, then a
 /// sleep on the monotonic clock on a blocking thread in the real-time
 /// class (which wakes ahead of ordinary threads), which at its time puts
 /// `loop_thread` (the supervisor's, which `then` wakes to make the
@@ -45,6 +49,13 @@ pub async fn at_its_time(deadline_ns: u64, loop_thread: i32, then: impl FnOnce()
         if prompt {
             // Back to the pool as it came.
             let _ = mcr_sys::process::set_prompt(0, false);
+            // The loop goes back itself once it has taken the activation
+            // up; should it be in the middle of something long (a reload
+            // of 10,000 rules), it goes back at most this long from now,
+            // so that it never holds ordinary threads (the workers) off a
+            // CPU for longer.
+            std::thread::sleep(PROMPT_AT_MOST);
+            let _ = mcr_sys::process::set_prompt(loop_thread, false);
         }
     })
     .await;

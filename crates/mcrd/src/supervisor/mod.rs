@@ -440,9 +440,14 @@ impl Supervisor {
     /// A scheduled IS-05 activation is due: the rule changes, if it still
     /// stands.
     fn nmos_activate(&mut self, due: &nmos::Due) {
+        // The activation's time: when it was taken up, before the
+        // interfaces are read (a netlink dump, which waits for the
+        // kernel's RTNL lock while anything else on the host changes
+        // links) and the rule made.
+        let at = mcr_core::nmos::tai_now();
         let interfaces = interfaces();
         let rules = self.plane.rules().iter().map(|r| &r.rule);
-        match self.nmos.activate(due, rules, &interfaces) {
+        match self.nmos.activate(due, at, rules, &interfaces) {
             None => {}
             Some(Ok(change)) => self.step(Event::Add {
                 rule: change.rule,

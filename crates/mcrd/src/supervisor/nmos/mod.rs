@@ -180,17 +180,16 @@ impl Nmos {
         }
     }
 
-    /// Scheduled activation `generation` of `id` is due: the rule it
-    /// changes, if it still stands; why it cannot be made, if it cannot.
+    /// Scheduled activation `generation` of `id` is due, and was taken up
+    /// `at`: the rule it changes, if it still stands; why it cannot be
+    /// made, if it cannot.
     pub fn activate<'a>(
         &mut self,
         (id, generation): &Due,
+        at: mcr_core::nmos::Tai,
         rules: impl Iterator<Item = &'a Rule> + Clone,
         interfaces: &Interfaces,
     ) -> Option<Result<Change, String>> {
-        // The activation's time: when it was taken up, before the rule is
-        // made.
-        let at = mcr_core::nmos::tai_now();
         let node = self.node.as_mut()?;
         match node.due(id, *generation, at, rules, interfaces)? {
             Ok(rule) => {
@@ -276,10 +275,17 @@ mod tests {
         let due = due_rx.recv().await.expect("the timer");
         assert_eq!(due.0, sender);
         assert_eq!(nmos.catch_up(), vec![due.clone()], "its time has passed");
-        let change = nmos.activate(&due, rules.iter(), &ifs).expect("due").expect("made");
+        let change = nmos
+            .activate(&due, mcr_core::nmos::tai_now(), rules.iter(), &ifs)
+            .expect("due")
+            .expect("made");
         nmos.taken_up();
         assert_eq!(change.rule.outputs[0].as_udp().expect("udp").destination.port(), 6002);
-        assert!(nmos.activate(&due, rules.iter(), &ifs).is_none(), "made once");
+        assert!(
+            nmos.activate(&due, mcr_core::nmos::tai_now(), rules.iter(), &ifs)
+                .is_none(),
+            "made once"
+        );
         assert!(nmos.catch_up().is_empty());
     }
 }

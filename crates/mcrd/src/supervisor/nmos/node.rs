@@ -557,15 +557,20 @@ impl Node {
 mod tests {
     use super::*;
 
-    #[test]
-    fn reads_are_served_from_the_view_built_last_until_something_moves() {
+    /// A node with a fixed id seed and default settings otherwise.
+    fn seeded() -> Node {
         let settings = NmosSettings {
             id_seed: Some("seed".into()),
             ..NmosSettings::default()
         };
-        let mut node = Node::new(Some(&settings), &HttpOptions::default())
+        Node::new(Some(&settings), &HttpOptions::default())
             .expect("settings")
-            .expect("a node");
+            .expect("a node")
+    }
+
+    #[test]
+    fn reads_are_served_from_the_view_built_last_until_something_moves() {
+        let mut node = seeded();
         let rules: Vec<Rule> = (0..3)
             .map(|k| {
                 Rule::new(
@@ -596,13 +601,7 @@ mod tests {
 
     #[test]
     fn a_scheduled_activation_is_overdue_from_its_time_and_made_once() {
-        let settings = NmosSettings {
-            id_seed: Some("seed".into()),
-            ..NmosSettings::default()
-        };
-        let mut node = Node::new(Some(&settings), &HttpOptions::default())
-            .expect("settings")
-            .expect("a node");
+        let mut node = seeded();
         let rules = [Rule::new(
             "r0",
             "lo:239.1.1.1:5001".parse().expect("input"),

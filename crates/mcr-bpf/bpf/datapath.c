@@ -64,6 +64,7 @@ static __s64 (*csum_diff)(__be32 *from, __u32 from_size, __be32 *to, __u32 to_si
     (void *)BPF_FUNC_csum_diff;
 static long (*clone_redirect)(void *skb, __u32 ifindex, __u64 flags) = (void *)BPF_FUNC_clone_redirect;
 static long (*vlan_push)(void *skb, __be16 proto, __u16 tci) = (void *)BPF_FUNC_skb_vlan_push;
+static long (*change_proto)(void *skb, __be16 proto, __u64 flags) = (void *)BPF_FUNC_skb_change_proto;
 static long (*vlan_pop)(void *skb) = (void *)BPF_FUNC_skb_vlan_pop;
 static struct bpf_sock *(*sk_lookup_udp)(void *ctx, struct bpf_sock_tuple *tuple, __u32 size, __u64 netns,
                                          __u64 flags) = (void *)BPF_FUNC_sk_lookup_udp;
@@ -113,6 +114,10 @@ struct rule_key {
 // A line of an arbitrated market-data feed: only the first copy of each
 // sequence number goes on (see `arbitrate`).
 #define RULE_ARB 16
+// An IPv4 key of a rule with an IPv6 output: a datagram without a UDP
+// checksum (0) is the workers' (IPv6 needs one, computed over the whole
+// payload; here the checksum is only ever updated for what changes).
+#define RULE_CHECKSUM_FOR_V6 32
 
 struct rule {
     __u32 counters;      // the rule's first counter: packets, then bytes
@@ -131,6 +136,10 @@ struct rule {
 #define OUT_TTL_FIXED 2
 // Set: the DSCP is `dscp`; else the one it came with.
 #define OUT_DSCP_SET 4
+// Set: the output is of the other IP version (IPv4 <-> IPv6). A rule's
+// outputs of the other version come after all of its own, so a frame is
+// translated once (see `translate`).
+#define OUT_OTHER_FAMILY 8
 
 struct output {
     __u32 ifindex;
@@ -378,6 +387,7 @@ struct pkt {
     __u16 tci;      // the tag as it came (0 if untagged)
     __u8 tagged;    // the kernel took a tag off the frame
     __u8 family;    // 4 or 6
+    __u8 no_csum;   // the UDP checksum is 0 (none, IPv4 only)
     __u8 ttl;       // TTL or hop limit
     __u8 tos;       // TOS byte or traffic class
     __u16 dport;    // destination port, host order
@@ -413,6 +423,9 @@ struct scratch {
     __u8 hdr[ETH_LEN + V6_LEN + 4]; // headers read, or written by a rewrite
     __u8 udp[UDP_LEN];
     __u8 saved[SAVED];
+    // A translated output's headers, from byte 2 (so that the IP header
+    // starts on 8 bytes and its addresses are copied a word at a time).
+    __u8 xh[2 + ETH_LEN + V6_LEN + 4] __attribute__((aligned(8)));
     __u16 ethertype;
     __u16 sport;
     __u8 b0;                        // a payload's first byte
@@ -420,6 +433,10 @@ struct scratch {
     // one whose outcome the verifier already knows (it would then tell
     // the paths apart by their values).
     __u8 keep;                      // a local socket wants the frame too
+    __u8 xlat;                      // the frame is of the other IP version now
+    __u8 xlat_first;                // ... since this output: the UDP checksum
+                                    // still covers the input version's addresses
+    __u16 port_now;                 // the UDP destination port in the frame
     __u64 standby;                  // the relay is standby
     // Arbitration's working values (see `arbitrate`).
     __u8 ah[ARB_HEADER + 8];        // the feed's header
@@ -503,6 +520,7 @@ INLINE int parse(struct __sk_buff *skb, struct scratch *s) {
         if (udp_len != total - V4_LEN)
             return 0;
         p->family = 4;
+        p->no_csum = u[6] == 0 && u[7] == 0;
         p->tos = h[1];
         p->ttl = h[8];
         __builtin_memcpy(p->src, h + 12, 4);
@@ -571,7 +589,9 @@ INLINE struct rule *rule_of(struct __sk_buff *skb, struct scratch *s) {
 // The rule that takes the datagram if this data path forwards it.
 INLINE struct rule *owner(struct __sk_buff *skb, struct scratch *s) {
     struct rule *r = rule_of(skb, s);
-    return r && (r->flags & RULE_FAST) ? r : 0;
+    if (!r || !(r->flags & RULE_FAST))
+        return 0;
+    return (r->flags & RULE_CHECKSUM_FOR_V6) && s->p.no_csum ? 0 : r;
 }
 
 // ---- the ring filter --------------------------------------------------
@@ -1288,8 +1308,132 @@ INLINE int rewrite_v6(struct __sk_buff *skb, struct scratch *s, const struct out
     return store_bytes(skb, 0, h, ETH_LEN + V6_LEN + 4, 0) < 0 ? -1 : 0;
 }
 
+// The addresses (destination, then source) of the IP header of `family`
+// at `ip` (8-byte aligned), into `to`: 8 bytes for IPv4, 32 for IPv6.
+INLINE void addresses_of(const __u8 *ip, __u32 *to, const int family) {
+    const __u32 *w = __builtin_assume_aligned(ip, 8);
+    if (family == 4) {
+        to[0] = w[4];
+        to[1] = w[3];
+    } else {
+        to[0] = w[6];
+        to[1] = w[7];
+        to[2] = w[8];
+        to[3] = w[9];
+        to[4] = w[2];
+        to[5] = w[3];
+        to[6] = w[4];
+        to[7] = w[5];
+    }
+}
+
+// Writes output `o`'s headers for a datagram of `family` that leaves as
+// the other IP version. At the first such output the frame itself becomes
+// one of the other version (bpf_skb_change_proto makes room for the longer
+// header, or takes the difference off, right after the Ethernet header;
+// the UDP header and payload stay as they are); later ones find it so. The
+// UDP checksum is updated for the pseudo-header's addresses (at the first,
+// those of the input's version still in the frame; later, the last
+// output's) and for the port; the IP header is written afresh, as the
+// workers write it: IPv6 with the TOS byte as its traffic class and no
+// flow label, IPv4 with identification 0 and don't-fragment set. An IPv4
+// datagram without a UDP checksum never comes here (RULE_CHECKSUM_FOR_V6).
+INLINE int translate(struct __sk_buff *skb, struct scratch *s, const struct output *o, const int family) {
+    const int other = family == 4 ? 6 : 4;
+    const __u32 in_len = family == 4 ? V4_LEN : V6_LEN;
+    const __u32 out_len = family == 4 ? V6_LEN : V4_LEN;
+    s->xlat_first = !s->xlat;
+    if (s->xlat_first) {
+        if (load_bytes(skb, ETH_LEN, s->xh + 2 + ETH_LEN, in_len + 4) < 0)
+            return -1;
+        addresses_of(s->xh + 2 + ETH_LEN, s->from, family);
+        __builtin_memcpy(&s->port_now, s->xh + 2 + ETH_LEN + in_len + 2, 2);
+        if (change_proto(skb, family == 4 ? BE16(0x86dd) : BE16(0x0800), 0) < 0)
+            return -1;
+        s->xlat = 1;
+    } else {
+        if (load_bytes(skb, ETH_LEN, s->xh + 2 + ETH_LEN, out_len + 4) < 0)
+            return -1;
+        addresses_of(s->xh + 2 + ETH_LEN, s->from, other);
+        __builtin_memcpy(&s->port_now, s->xh + 2 + ETH_LEN + out_len + 2, 2);
+    }
+    __s64 diff;
+    if (other == 6) {
+        __builtin_memcpy(&s->to[0], o->dst, 16);
+        __builtin_memcpy(&s->to[4], o->src, 16);
+        diff = s->xlat_first ? csum_diff(s->from, 8, s->to, 32, 0) : csum_diff(s->from, 32, s->to, 32, 0);
+    } else {
+        __builtin_memcpy(&s->to[0], o->dst, 4);
+        __builtin_memcpy(&s->to[1], o->src, 4);
+        diff = s->xlat_first ? csum_diff(s->from, 32, s->to, 8, 0) : csum_diff(s->from, 8, s->to, 8, 0);
+    }
+    if (diff < 0 ||
+        l4_csum_replace(skb, ETH_LEN + out_len + 6, 0, diff, BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0) < 0)
+        return -1;
+    if (l4_csum_replace(skb, ETH_LEN + out_len + 6, s->port_now, BE16(o->port), 2 | BPF_F_MARK_MANGLED_0) < 0)
+        return -1;
+    __u8 *h = s->xh + 2;
+    __u16 *mac = __builtin_assume_aligned(h, 2);
+    const __u16 *omac = __builtin_assume_aligned(o->dst_mac, 4);
+#pragma clang loop unroll(full)
+    for (int i = 0; i < 6; i++) {
+        mac[i] = omac[i];
+        asm volatile("" ::: "memory");
+    }
+    __u8 *ip = s->xh + 2 + ETH_LEN;
+    __u32 *w = __builtin_assume_aligned(ip, 8);
+    if (other == 6) {
+        h[12] = 0x86;
+        h[13] = 0xdd;
+        ip[0] = 0x60 | (tos_for(s, o) >> 4);
+        ip[1] = tos_for(s, o) << 4;
+        ip[2] = 0;
+        ip[3] = 0;
+        ip[4] = s->p.udp_len >> 8;
+        ip[5] = s->p.udp_len & 0xff;
+        ip[6] = 17;
+        ip[7] = ttl_for(s, o);
+        w[2] = s->to[4];
+        w[3] = s->to[5];
+        w[4] = s->to[6];
+        w[5] = s->to[7];
+        w[6] = s->to[0];
+        w[7] = s->to[1];
+        w[8] = s->to[2];
+        w[9] = s->to[3];
+    } else {
+        h[12] = 0x08;
+        h[13] = 0x00;
+        ip[0] = 0x45;
+        ip[1] = tos_for(s, o);
+        ip[2] = (V4_LEN + s->p.udp_len) >> 8;
+        ip[3] = (V4_LEN + s->p.udp_len) & 0xff;
+        ip[4] = 0;
+        ip[5] = 0;
+        ip[6] = 0x40;
+        ip[7] = 0;
+        ip[8] = ttl_for(s, o);
+        ip[9] = 17;
+        w[3] = s->to[1];
+        w[4] = s->to[0];
+    }
+    __builtin_memcpy(ip + out_len, s->saved + ETH_LEN + in_len, 2);
+    ip[out_len + 2] = o->port >> 8;
+    ip[out_len + 3] = o->port & 0xff;
+    if (other == 4) {
+        asm volatile("" ::: "memory");
+        set_v4_checksum(ip);
+    }
+    return store_bytes(skb, 0, s->xh + 2, ETH_LEN + out_len + 4, 0) < 0 ? -1 : 0;
+}
+
 INLINE int rewrite(struct __sk_buff *skb, struct scratch *s, const struct output *o, const int family) {
-    int rc = family == 4 ? rewrite_v4(skb, s, o) : rewrite_v6(skb, s, o);
+    // (An output of the input's own version after one of the other never
+    // comes: the other version's come last.)
+    int rc = (o->flags & OUT_OTHER_FAMILY) ? translate(skb, s, o, family)
+             : s->xlat                     ? -1
+             : family == 4                 ? rewrite_v4(skb, s, o)
+                                           : rewrite_v6(skb, s, o);
     if (rc < 0)
         return -1;
     __u32 tci = o->vlan ? (s->p.tci & 0xe000) | o->vlan : 0;
@@ -1330,6 +1474,7 @@ INLINE int forward(struct __sk_buff *skb, struct scratch *s, struct rule *r, con
     s->keep = listened(skb, s, family);
     if (load_bytes(skb, 0, s->saved, saved_len) < 0)
         return TCX_NEXT;
+    s->xlat = 0;
     __u64 *standby_word = array_entry(s, &counters, C_STANDBY);
     s->standby = standby_word ? *(volatile __u64 *)standby_word : 0;
 
@@ -1355,7 +1500,7 @@ INLINE int forward(struct __sk_buff *skb, struct scratch *s, struct rule *r, con
             count(s, o->counters + C_OUT_TTL_EXPIRED, 1);
             continue;
         }
-        if ((family == 4 ? V4_LEN : V6_LEN) + s->p.udp_len > o->mtu) {
+        if (((family == 4) == !(o->flags & OUT_OTHER_FAMILY) ? V4_LEN : V6_LEN) + s->p.udp_len > o->mtu) {
             count(s, o->counters + C_OUT_TOO_BIG, 1);
             continue;
         }
@@ -1381,6 +1526,8 @@ INLINE int forward(struct __sk_buff *skb, struct scratch *s, struct rule *r, con
     if (!s->keep)
         return TCX_DROP;
     // A local socket wants it: the frame goes up as it came.
+    if (s->xlat && change_proto(skb, family == 4 ? BE16(0x0800) : BE16(0x86dd), 0) < 0)
+        return TCX_DROP;
     if (skb->vlan_present)
         vlan_pop(skb);
     if (s->p.tagged)

@@ -210,6 +210,7 @@ mod tests {
         assert_eq!(d("RULE_HAS_SOURCES"), u64::from(datapath::RULE_HAS_SOURCES));
         assert_eq!(d("RULE_HEALTH"), u64::from(datapath::RULE_HEALTH));
         assert_eq!(d("RULE_ARB"), u64::from(datapath::RULE_ARB));
+        assert_eq!(d("RULE_CHECKSUM_FOR_V6"), u64::from(datapath::RULE_CHECKSUM_FOR_V6));
         assert_eq!(d("ARB_RULES"), u64::from(datapath::ARB_RULES));
         assert_eq!(d("ARB_UNITS"), u64::from(datapath::ARB_UNITS));
         assert_eq!(d("ARB_LINES"), u64::from(datapath::ARB_LINES));
@@ -245,6 +246,7 @@ mod tests {
         assert_eq!(d("OUT_KEEP_SRC"), u64::from(datapath::OUT_KEEP_SRC));
         assert_eq!(d("OUT_TTL_FIXED"), u64::from(datapath::OUT_TTL_FIXED));
         assert_eq!(d("OUT_DSCP_SET"), u64::from(datapath::OUT_DSCP_SET));
+        assert_eq!(d("OUT_OTHER_FAMILY"), u64::from(datapath::OUT_OTHER_FAMILY));
         // The counters are one worker block of the statistics layout.
         let l = StatsLayout::new(1);
         assert_eq!(d("C_RX_FRAMES") as usize, l.worker(0, WorkerCounter::RxFrames));

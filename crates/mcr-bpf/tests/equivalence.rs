@@ -143,6 +143,19 @@ fn bed(d0: u32, d1: u32) -> Bed {
         ("ssm", "d0:232.1.1.1:5004,source=10.0.0.1", vec!["d1:239.10.1.4:6004"]),
         ("six", "d0:[ff3e::1]:5005", vec!["d1:[ff3e::10]:6005,ttl=3"]),
         ("unicast-in", "d0:10.0.0.2:5006", vec!["d1:239.10.1.6:6006"]),
+        // Translations: the program sends the other version's outputs
+        // last, whatever their place in the rule.
+        (
+            "to-six",
+            "d0:239.1.1.8:5008",
+            vec!["d1:[ff3e::18]:6008,ttl=5,dscp=af41"],
+        ),
+        ("to-four", "d0:[ff3e::9]:5009", vec!["d1:239.10.1.9:6009"]),
+        (
+            "both",
+            "d0:239.1.1.10:5010",
+            vec!["d1:[ff3e::1a]:6010", "d1:239.10.1.10:6010,ttl=9"],
+        ),
         // The workers': a unicast output.
         (
             "slow",
@@ -159,7 +172,7 @@ fn bed(d0: u32, d1: u32) -> Bed {
     let (table, errors) = MatchTable::compile(&snap);
     assert!(errors.is_empty(), "{errors:?}");
     let fast = FastTable::compile(&table, &StatsLayout::new(1), |_| true);
-    assert!(!fast.is_fast(6), "the rule with a unicast output is the workers'");
+    assert!(!fast.is_fast(9), "the rule with a unicast output is the workers'");
     let spec = FilterSpec {
         unicast: table.unicast_inputs(d0),
         vlans: table.vlans(d0),
@@ -194,7 +207,9 @@ impl Bed {
 
     /// Whether the kernel path forwards `f`.
     fn owned(&self, f: &[u8]) -> bool {
-        self.clean_rule(f).is_some_and(|slot| self.fast.is_fast(slot))
+        let no_checksum = f.get(12..14) == Some(&[0x08, 0x00]) && f.get(40..42) == Some(&[0, 0]);
+        self.clean_rule(f)
+            .is_some_and(|slot| self.fast.takes(slot, no_checksum))
     }
 }
 
@@ -214,6 +229,16 @@ fn frames() -> Vec<Vec<u8>> {
         valid.push(v4_frame("10.0.0.1:40000", "239.1.1.99:5001", 9, 0, size, seed));
         valid.push(v6_frame("2001:db8::1", "ff3e::1", 5005, 9, 0xb8, size, seed));
         valid.push(v6_frame("2001:db8::1", "ff3e::1", 5999, 9, 0, size, seed));
+        valid.push(v4_frame("10.0.0.1:40000", "239.1.1.8:5008", 9, 46, size, seed));
+        valid.push(v6_frame("2001:db8::1", "ff3e::9", 5009, 9, 0x2e, size, seed));
+        valid.push(v4_frame("10.0.0.1:40000", "239.1.1.10:5010", 9, 0, size, seed));
+        // Without a UDP checksum: the workers' where an IPv6 output needs
+        // one, the program's where none does.
+        for to in ["239.1.1.8:5008", "239.1.1.1:5001"] {
+            let mut f = v4_frame("10.0.0.1:40000", to, 9, 0, size, seed);
+            f[40..42].fill(0);
+            valid.push(f);
+        }
     }
     let mut all = valid.clone();
     for n in 0..6000u64 {
@@ -304,10 +329,10 @@ fn the_program_takes_exactly_the_frames_the_workers_would_leave_to_it() {
 
 #[test]
 fn the_program_rewrites_a_frame_byte_for_byte_as_the_workers_do() {
-    let compared = in_namespace("bpf-eq-rewrite", |d0, d1| {
+    let (compared, translated) = in_namespace("bpf-eq-rewrite", |d0, d1| {
         let b = bed(d0, d1);
         let l = loaded(&b);
-        let mut compared = 0;
+        let (mut compared, mut translated) = (0, 0);
         for f in frames() {
             if !b.owned(&f) {
                 continue;
@@ -316,32 +341,40 @@ fn the_program_rewrites_a_frame_byte_for_byte_as_the_workers_do() {
             let Lookup::Rule(r, _) = b.table.lookup(d0, d.vlan, d.dst, d.dst_port, d.src) else {
                 panic!("an owned frame has a rule")
             };
-            let OutputKind::Frame(rw) = &r.outputs[0].kind else {
-                panic!("a frame output")
-            };
-            let mut want = vec![0u8; 2048];
+            // The program's order: the outputs of the datagram's own IP
+            // version, then the other's. What it leaves in the frame is the
+            // last output it sent.
+            let mut order: Vec<_> = r.outputs.iter().collect();
+            order.sort_by_key(|o| matches!(&o.kind, OutputKind::Frame(rw) if rw.dst.is_ipv4() != d.dst.is_ipv4()));
+            let mut want = None;
+            for o in order {
+                let OutputKind::Frame(rw) = &o.kind else {
+                    panic!("a frame output")
+                };
+                let mut buf = vec![0u8; 2048];
+                // A TTL that would reach 0: the program counts the drop
+                // and leaves the frame as the output before left it.
+                if let Ok(n) = rewrite(&f, &d, rw, &mut buf) {
+                    buf.truncate(n);
+                    want = Some(buf);
+                }
+            }
             let (verdict, got) = l.ingress().test_run(&f, d0).expect("test run");
             // Taken either way: its copy went out, or its drop was counted.
             assert_eq!(verdict, TCX_DROP);
-            match rewrite(&f, &d, rw, &mut want) {
-                Ok(n) => {
-                    assert_eq!(
-                        &got[..],
-                        &want[..n],
-                        "rule {} rewrites {:02x?}",
-                        r.name,
-                        &f[..f.len().min(62)]
-                    );
+            match want {
+                Some(want) => {
+                    assert_eq!(got, want, "rule {} rewrites {:02x?}", r.name, &f[..f.len().min(62)]);
                     compared += 1;
+                    translated += usize::from(got[12..14] != f[12..14]);
                 }
-                // A TTL that would reach 0: the program leaves the frame
-                // as it came, counts the drop, and sends nothing of it on.
-                Err(_) => assert_eq!(got, f),
+                None => assert_eq!(got, f),
             }
         }
-        compared
+        (compared, translated)
     });
     assert!(compared > 30, "{compared} frames compared");
+    assert!(translated > 12, "{translated} of them translated");
 }
 
 #[test]

@@ -52,6 +52,11 @@ pub const RULE_HEALTH: u32 = 8;
 /// `rule.flags`: a line of an arbitrated market-data feed (the program
 /// keeps the first copy of each sequence number).
 pub const RULE_ARB: u32 = 16;
+/// `rule.flags`: an IPv4 key of a rule with an IPv6 output. A datagram
+/// without a UDP checksum (0) is the workers': IPv6 needs one, computed
+/// over the whole payload, where the program only updates it for what it
+/// changes.
+pub const RULE_CHECKSUM_FOR_V6: u32 = 32;
 /// Arbitrated rules the kernel carries at most (`ARB_RULES`).
 pub const ARB_RULES: u32 = 256;
 /// Units of one arbitrated rule the kernel follows (`ARB_UNITS`).
@@ -68,6 +73,10 @@ pub const OUT_KEEP_SRC: u8 = 1;
 pub const OUT_TTL_FIXED: u8 = 2;
 /// `output.flags`: the DSCP is set (else kept).
 pub const OUT_DSCP_SET: u8 = 4;
+/// `output.flags`: the output is of the other IP version (the program
+/// translates). A rule's outputs of the other version come after all of
+/// its own.
+pub const OUT_OTHER_FAMILY: u8 = 8;
 
 /// What a frame is looked up by (`struct rule_key`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, FromBytes, IntoBytes, Immutable, KnownLayout)]
@@ -416,7 +425,8 @@ fn family(a: IpAddr) -> u8 {
 pub enum Ineligible {
     /// An output is a unicast host (sent through a UDP socket).
     UnicastOutput,
-    /// An output is of the other family.
+    /// The rule takes datagrams of both IP versions (lines of an arbitrated
+    /// feed): the program's outputs are translated for one version only.
     Translation,
     /// More outputs than [`MAX_FANOUT`].
     TooManyOutputs(usize),
@@ -443,7 +453,7 @@ impl std::fmt::Display for Ineligible {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Ineligible::UnicastOutput => f.write_str("a unicast output"),
-            Ineligible::Translation => f.write_str("an output of the other IP version"),
+            Ineligible::Translation => f.write_str("inputs of both IP versions"),
             Ineligible::TooManyOutputs(n) => write!(f, "{n} outputs (the kernel path takes up to {MAX_FANOUT})"),
             Ineligible::NoProgram => f.write_str("no tc program on the input interface"),
             Ineligible::Redundancy => f.write_str("several inputs (a worker merges, arbitrates or fails over)"),
@@ -483,18 +493,29 @@ pub fn outputs_of(r: &CompiledRule, input: IpAddr, layout: &StatsLayout) -> Resu
     if r.outputs.len() > MAX_FANOUT {
         return Err(Ineligible::TooManyOutputs(r.outputs.len()));
     }
-    r.outputs
+    let mut outputs = r
+        .outputs
         .iter()
         .map(|o| match &o.kind {
-            OutputKind::Frame(fr) if fr.dst.is_ipv4() == input.is_ipv4() => {
-                Ok(output_value(o.ifindex, o.slot, fr, layout))
+            // A translated output has a source of its own version (the
+            // rule's checks refuse source=keep across versions).
+            OutputKind::Frame(fr) if fr.dst.is_ipv4() == input.is_ipv4() || fr.src.is_some() => {
+                let mut v = output_value(o.ifindex, o.slot, fr, layout);
+                if fr.dst.is_ipv4() != input.is_ipv4() {
+                    v.flags |= OUT_OTHER_FAMILY;
+                }
+                Ok(v)
             }
             OutputKind::Frame(_) => Err(Ineligible::Translation),
             OutputKind::Udp { .. } => Err(Ineligible::UnicastOutput),
             OutputKind::Srt(_) => Err(Ineligible::SrtOutput),
             OutputKind::Rist(_) => Err(Ineligible::RistOutput),
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    // The program translates a frame once, at the first output of the other
+    // version: those come last (each keeps its own counters).
+    outputs.sort_by_key(|o| o.flags & OUT_OTHER_FAMILY != 0);
+    Ok(outputs)
 }
 
 fn output_value(ifindex: u32, slot: u32, fr: &FrameRewrite, layout: &StatsLayout) -> OutputValue {
@@ -526,6 +547,15 @@ fn output_value(ifindex: u32, slot: u32, fr: &FrameRewrite, layout: &StatsLayout
         pad: 0,
         dst: addr16(fr.dst),
         src: fr.src.map(addr16).unwrap_or_default(),
+    }
+}
+
+/// [`RULE_CHECKSUM_FOR_V6`] for an IPv4 key whose rule has an IPv6 output.
+fn checksum_for_v6(k: &RuleKey, outputs: &[OutputValue]) -> u32 {
+    if k.family == 4 && outputs.iter().any(|o| o.flags & OUT_OTHER_FAMILY != 0) {
+        RULE_CHECKSUM_FOR_V6
+    } else {
+        0
     }
 }
 
@@ -603,6 +633,8 @@ impl FastTable {
     /// workers').
     pub fn compile(table: &MatchTable, layout: &StatsLayout, carried: impl Fn(u32) -> bool) -> FastTable {
         let mut t = FastTable::default();
+        // The IP version of each rule's keys: outputs are made for one.
+        let mut versions: BTreeMap<u32, u8> = BTreeMap::new();
         for d in table.destinations() {
             let mut key = RuleKey {
                 ifindex: d.ifindex,
@@ -613,7 +645,13 @@ impl FastTable {
                 src: [0; 16],
                 dst: addr16(d.dst),
             };
-            let add_rule = |t: &mut FastTable, r: &CompiledRule| {
+            let version = key.family;
+            let mut add_rule = |t: &mut FastTable, r: &CompiledRule| {
+                if *versions.entry(r.slot).or_insert(version) != version
+                    && let Some(rule) = t.rules.get_mut(&r.slot)
+                {
+                    rule.outputs = Err(Ineligible::Translation);
+                }
                 t.rules.entry(r.slot).or_insert_with(|| FastRule {
                     name: r.name.clone(),
                     counters: layout.rule(0, r.slot, RuleCounter::Packets) as u32,
@@ -716,6 +754,17 @@ impl FastTable {
     /// Whether the kernel carries the rule in `slot`.
     pub fn is_fast(&self, slot: u32) -> bool {
         self.rules.get(&slot).is_some_and(|r| r.outputs.is_ok())
+    }
+
+    /// Whether the program forwards a datagram that `slot`'s rule takes
+    /// (else the workers do): the rule is the program's, unless an IPv4
+    /// datagram without a UDP checksum is bound for an IPv6 output
+    /// ([`RULE_CHECKSUM_FOR_V6`]).
+    pub fn takes(&self, slot: u32, ipv4_without_checksum: bool) -> bool {
+        match self.rules.get(&slot).map(|r| &r.outputs) {
+            Some(Ok(outputs)) => !(ipv4_without_checksum && outputs.iter().any(|o| o.flags & OUT_OTHER_FAMILY != 0)),
+            _ => false,
+        }
     }
 }
 
@@ -946,7 +995,11 @@ impl Maps {
                             counters,
                             first: p.first,
                             count: p.outputs.len() as u32,
-                            flags: RULE_FAST | sources | health | if arb.is_some() { RULE_ARB } else { 0 },
+                            flags: RULE_FAST
+                                | sources
+                                | health
+                                | if arb.is_some() { RULE_ARB } else { 0 }
+                                | checksum_for_v6(k, &p.outputs),
                             arb: arb.map_or(0, |a| a.0),
                             line: arb.map_or(0, |a| a.1),
                             in_counters: arb.map_or(0, |a| a.2),
@@ -1015,7 +1068,7 @@ mod tests {
     }
 
     #[test]
-    fn multicast_rules_are_fast_unicast_and_translation_are_not() {
+    fn multicast_rules_and_translations_are_fast_unicast_is_not() {
         let t = table(&[
             (
                 "mc",
@@ -1032,7 +1085,9 @@ mod tests {
         let f = FastTable::compile(&t, &layout(), |_| true);
         assert!(f.is_fast(0));
         assert_eq!(f.rules[&1].outputs, Err(Ineligible::UnicastOutput));
-        assert_eq!(f.rules[&2].outputs, Err(Ineligible::Translation));
+        let v6 = f.rules[&2].outputs.as_ref().expect("a translation is fast");
+        assert_eq!(v6[0].flags, OUT_OTHER_FAMILY);
+        assert_eq!(&v6[0].dst[..2], &[0xff, 0x3e]);
         let o = f.rules[&0].outputs.as_ref().expect("fast")[0];
         assert_eq!((o.ifindex, o.port, o.vlan, o.ttl, o.dscp), (3, 6001, 7, 4, 46));
         assert_eq!(o.flags, OUT_TTL_FIXED | OUT_DSCP_SET);

@@ -1,6 +1,7 @@
 //! What the eBPF program itself spends on a frame: a plain rule's against
-//! an arbitrated rule's, each frame timed by the kernel around one run of
-//! the program (`BPF_PROG_TEST_RUN`).
+//! an arbitrated rule's and a translating one's (IPv4 in, IPv6 out), each
+//! frame timed by the kernel around one run of the program
+//! (`BPF_PROG_TEST_RUN`).
 //!
 //! The program runs in the receive path, so the time it takes is the
 //! latency a frame gains inside MCR on the eBPF data path, and the cost it
@@ -54,6 +55,7 @@ pub struct Args {
 
 const LINES: [&str; 2] = ["239.1.1.1:5001", "239.2.1.1:5001"];
 const OUTPUT: &str = "d1:239.10.1.1:6001";
+const OUTPUT_V6: &str = "d1:[ff3e::10]:6001";
 
 /// One kind of frame's times over the runs: the median over runs of each
 /// run's mean, median and 99th percentile, in nanoseconds.
@@ -73,6 +75,7 @@ struct Times {
     bare: Vec<u32>,
     first: Vec<u32>,
     second: Vec<u32>,
+    translated: Vec<u32>,
 }
 
 pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
@@ -107,6 +110,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
             (t.first, t.second) = time_rule(&feed, Kind::Arbitrated, (d0, d1), frames, &plan, sizes)?;
             t.plain = time_rule(&feed, Kind::Plain, (d0, d1), frames, &plan, sizes)?.0;
             t.bare = time_rule(&feed, Kind::PlainNoHealth, (d0, d1), frames, &plan, sizes)?.0;
+            t.translated = time_rule(&feed, Kind::Translated, (d0, d1), frames, &plan, sizes)?.0;
             out.push(t);
         }
         Ok(out)
@@ -133,6 +137,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         row("arbitrated: both lines", &|t| {
             [t.first.as_slice(), t.second.as_slice()].concat()
         }),
+        row("translated to IPv6, health = false", &|t| t.translated.clone()),
     ];
     if a.json {
         for r in &rows {
@@ -162,6 +167,13 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
                 first.p99_ns.median - plain.p99_ns.median
             );
         }
+        let (bare, translated) = (&rows[1], &rows[5]);
+        println!(
+            "translated to IPv6 against the {}: {:+.0} ns per frame (mean), p99 {:+.0} ns",
+            bare.what,
+            translated.mean_ns.median - bare.mean_ns.median,
+            translated.p99_ns.median - bare.p99_ns.median
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -190,6 +202,8 @@ enum Kind {
     PlainNoHealth,
     /// Lines a and b arbitrated (arbitrated rules have no health lines).
     Arbitrated,
+    /// Line a to an IPv6 output, `health = false`.
+    Translated,
 }
 
 /// Loads the program with one rule, runs `frames` sequence numbers
@@ -273,14 +287,19 @@ fn udp_frame(frame: &mut [u8], dst: &str, payload: &[u8]) -> anyhow::Result<()> 
 
 /// The one rule: line a's group to the output, arbitrated with line b.
 fn snapshot(feed: &str, kind: Kind, d0: u32, d1: u32) -> anyhow::Result<TableSnapshot> {
-    let iface = |name: &str, index: u32, addr: &str| -> anyhow::Result<InterfaceInfo> {
-        Ok(InterfaceInfo::ethernet(name, index, [addr.parse()?]))
+    let iface = |name: &str, index: u32, addrs: [&str; 2]| -> anyhow::Result<InterfaceInfo> {
+        Ok(InterfaceInfo::ethernet(
+            name,
+            index,
+            [addrs[0].parse()?, addrs[1].parse()?],
+        ))
     };
     let parsed = |s: String| -> anyhow::Result<_> { s.parse().map_err(|e: String| anyhow::anyhow!("{s}: {e}")) };
+    let output = if kind == Kind::Translated { OUTPUT_V6 } else { OUTPUT };
     let mut rule = Rule::new(
         "feed",
         parsed(format!("d0:{}", LINES[0]))?,
-        vec![OUTPUT.parse().map_err(|e: String| anyhow::anyhow!("{e}"))?],
+        vec![output.parse().map_err(|e: String| anyhow::anyhow!("{e}"))?],
     );
     rule.health = kind == Kind::Plain;
     if kind == Kind::Arbitrated {
@@ -300,7 +319,10 @@ fn snapshot(feed: &str, kind: Kind, d0: u32, d1: u32) -> anyhow::Result<TableSna
             input_slots: vec![10, 11, 12, 13],
             forced_input: None,
         }],
-        interfaces: Interfaces::new([iface("d0", d0, "10.0.0.2")?, iface("d1", d1, "10.0.1.1")?]),
+        interfaces: Interfaces::new([
+            iface("d0", d0, ["10.0.0.2", "fd00::2"])?,
+            iface("d1", d1, ["10.0.1.1", "fd00:1::1"])?,
+        ]),
         fanout: Vec::new(),
     })
 }

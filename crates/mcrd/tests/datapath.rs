@@ -163,9 +163,16 @@ fn the_program_leaves_with_its_last_rule_and_with_mcrd_even_when_mcrd_is_killed(
 fn a_program_of_the_host_that_listens_to_an_input_still_gets_every_packet() {
     let _lock = traffic_lock().expect("lock");
     let c = Chain::new("dp-local").expect("chain");
+    c.add_ipv6().expect("IPv6 addresses");
     let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+    // The frame is made IPv6 for the second output, and IPv4 again for the
+    // host's listener.
     relay
-        .add_rule("a", "veth1:239.1.1.1:5001", &["veth2:239.10.1.1:6001"])
+        .add_rule(
+            "a",
+            "veth1:239.1.1.1:5001",
+            &["veth2:239.10.1.1:6001", "veth2:[ff3e::30]:6005"],
+        )
         .expect("rule added");
     // Both listen: a socket on the relay's host, joined on its input, and
     // the sink behind the relay.
@@ -173,7 +180,8 @@ fn a_program_of_the_host_that_listens_to_an_input_still_gets_every_packet() {
         .expect(10_000)
         .recv(&c.relay)
         .expect("recv");
-    let sink = Mcrgen::streams("239.10.1.1:6001", Chain::SINK_IF)
+    let sink = Mcrgen::streams("239.10.1.1:6001,[ff3e::30]:6005", Chain::SINK_IF)
+        .ids("0")
         .expect(10_000)
         .via("ring")
         .recv(&c.sink)
@@ -183,7 +191,9 @@ fn a_program_of_the_host_that_listens_to_an_input_still_gets_every_packet() {
         .rate("10k")
         .send(&c.generator, MINUTES)
         .expect("send");
-    complete(sink.finish(MINUTES).expect("sink"), 10_000, &relay);
+    let got = sink.finish(MINUTES).expect("sink");
+    assert_eq!(got.report.streams.len(), 2, "both outputs");
+    complete(got, 10_000, &relay);
     let got = local.finish(MINUTES).expect("local");
     assert_eq!(got.code, Some(0), "{:?}", got.report.problems);
     assert_eq!(

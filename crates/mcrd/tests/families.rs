@@ -3,6 +3,7 @@
 //! namespaces, every packet checked by `mcrgen recv --expect` (sequence,
 //! payload, checksums), and the wire checked where it says more.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use mcr_core::control::Reply;
@@ -12,6 +13,7 @@ use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
 use mcr_testbed::traffic::{Mcrgen, Received, Receiver};
 use mcr_testbed::{Ns, traffic_lock};
+use mcrgen::wrap::test_payload_id;
 
 const MINUTES: Duration = Duration::from_secs(180);
 
@@ -139,51 +141,98 @@ fn an_ipv6_chain_carries_every_packet_with_its_checksum_and_a_33_33_mac() {
     assert_eq!(s.rules[0].outputs[0].packets, 100_000);
 }
 
-#[test]
-fn ipv4_goes_out_as_ipv6_and_ipv6_as_ipv4_with_the_payload_unchanged() {
-    let _lock = traffic_lock().expect("lock");
-    let c = dual_chain("v4v6");
-    let relay = Relay::start(&c.relay, &[]).expect("mcrd");
+/// The headers of each translated frame on the sink's wire, by UDP port
+/// and the sequence number mcrgen put in its payload; relayed with
+/// `datapath` (`ebpf` or `packet`), whose stats must say it carried the
+/// two rules.
+fn translated_with(datapath: &str) -> BTreeMap<(u16, u64), Vec<u8>> {
+    let c = dual_chain(&format!("v4v6-{datapath}"));
+    let relay = Relay::start(&c.relay, &["--datapath", datapath]).expect("mcrd");
+    // Each rule's own version first, then the other's: the program
+    // translates once, after the outputs that need none.
     relay
         .add_rule(
             "four-to-six",
             "veth1:239.1.1.1:5001",
-            &["veth2:[ff3e::20]:6001", "veth2:[fd00:1::2]:7003,ttl=5"],
+            &["veth2:[ff3e::20]:6001", "veth2:239.10.1.1:6003,ttl=5"],
         )
         .expect("rule added");
     relay
-        .add_rule("six-to-four", "veth1:[ff3e::2]:5002", &["veth2:239.10.1.2:6002"])
+        .add_rule(
+            "six-to-four",
+            "veth1:[ff3e::2]:5002",
+            &["veth2:239.10.1.2:6002,dscp=af41", "veth2:239.10.1.3:6004,ttl=3"],
+        )
         .expect("rule added");
-    let cap = Capture::start(&c.sink, Chain::SINK_IF, "udp port 6001 or udp port 6002").expect("capture");
-    let to6 = expect_at(&c, "[ff3e::20]:6001", "0+", 5000, &[]);
-    let to6_unicast = expect_at(&c, "[fd00:1::2]:7003", "0", 5000, &[]);
-    let to4 = expect_at(&c, "239.10.1.2:6002", "7", 5000, &[]);
+    let cap = Capture::start(
+        &c.sink,
+        Chain::SINK_IF,
+        "udp port 6001 or udp port 6002 or udp port 6004",
+    )
+    .expect("capture");
+    let to6 = expect_at(&c, "[ff3e::20]:6001", "0", 5000, &[]);
+    let to4 = expect_at(&c, "239.10.1.1:6003", "0", 5000, &[]);
+    let six_to4 = expect_at(&c, "239.10.1.2:6002,239.10.1.3:6004", "7", 5000, &[]);
     send_from(&c, "239.1.1.1:5001", 5000, "5k", &["--size", "1200"]);
     send_from(&c, "[ff3e::2]:5002", 5000, "5k", &["--size", "1200", "--first-id", "7"]);
     // mcrgen checks each payload's bytes against what its sequence number
     // says was sent: byte-identical, or counted corrupted.
-    for rx in [to6, to6_unicast, to4] {
+    for rx in [to6, to4, six_to4] {
         let got = complete(rx, &relay);
-        assert_eq!((got.report.total.received, got.report.total.corrupted), (5000, 0));
+        assert_eq!(got.report.total.corrupted, 0);
+    }
+    let s = relay.stats().expect("stats");
+    for name in ["four-to-six", "six-to-four"] {
+        let r = s.rules.iter().find(|r| r.name == name).expect("the rule");
+        assert_eq!((r.datapath.as_str(), &r.datapath_reason), (datapath, &None), "{name}");
     }
     let frames = cap.stop().expect("captured");
-    let (mut six, mut four) = (0, 0);
+    let mut headers = BTreeMap::new();
     for f in &frames {
         let d = parse(f, f.len(), RxChecksum::Unknown, None).expect("valid checksums");
         assert!(udp_checksum_verifies(f), "the UDP checksum, summed independently");
         assert_eq!(d.payload_len, 1200);
+        let (_, seq) = test_payload_id(&f[d.payload_at..]).expect("an mcrgen payload");
         if d.dst.is_ipv6() {
             assert_eq!(
                 (d.dst_port, d.src.to_string()),
                 (6001, Chain::RELAY_OUT_ADDR6.to_string())
             );
-            six += 1;
         } else {
-            assert_eq!((d.dst_port, d.src), (6002, Chain::RELAY_OUT_ADDR.into()));
-            four += 1;
+            assert_eq!(d.src, std::net::IpAddr::from(Chain::RELAY_OUT_ADDR));
         }
+        // What differs from run to run whoever relays: the relay's MAC (each
+        // run's veth has its own), the sender's port and with it the UDP
+        // checksum (verified above).
+        let mut h = f[..d.payload_at].to_vec();
+        h[6..12].fill(0);
+        let udp = d.payload_at - 8;
+        h[udp..udp + 2].fill(0);
+        h[udp + 6..udp + 8].fill(0);
+        let fresh = headers.insert((d.dst_port, seq), h);
+        assert!(fresh.is_none(), "one frame of {seq} to port {}", d.dst_port);
     }
-    assert_eq!((six, four), (5000, 5000));
+    assert_eq!(headers.len(), 15000, "every frame of the three translated outputs");
+    headers
+}
+
+#[test]
+fn ipv4_goes_out_as_ipv6_and_ipv6_as_ipv4_alike_on_both_data_paths() {
+    let _lock = traffic_lock().expect("lock");
+    let kernel = translated_with("ebpf");
+    let workers = translated_with("packet");
+    // The same packets, each with the same headers.
+    let differ: Vec<_> = kernel
+        .iter()
+        .filter(|(k, h)| workers.get(k) != Some(h))
+        .take(3)
+        .map(|(k, h)| (k, h, workers.get(k)))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "the eBPF path's frames differ from the workers': {differ:02x?}"
+    );
+    assert_eq!(kernel.len(), workers.len());
 }
 
 /// The IPv6 groups joined on `ifname`, from `/proc/net/igmp6`.

@@ -166,6 +166,36 @@ pub fn send(ns: &Ns, args: &[&str], timeout: Duration) -> Result<SendReport> {
     parse("mcrgen send", &f)
 }
 
+/// A running `mcrgen send`, started with `--json`, for a test that ends
+/// the stream when it has done what it does meanwhile (the receiver is
+/// then told nothing in advance: [`SendReport::sent_to`] says what each
+/// stream must have delivered).
+#[derive(Debug)]
+pub struct Sender {
+    proc: Proc,
+}
+
+impl Sender {
+    /// Starts `mcrgen send --json ARGS...` in `ns`.
+    pub fn start(ns: &Ns, args: &[&str]) -> Result<Sender> {
+        let mut cmd = ns.command(bin("mcrgen")?);
+        cmd.arg("send").arg("--json").args(args);
+        Ok(Sender { proc: ns.spawn(cmd)? })
+    }
+
+    /// Whether it has stopped on its own (sent its count, or failed).
+    pub fn has_stopped(&mut self) -> Result<bool> {
+        Ok(self.proc.try_status()?.is_some())
+    }
+
+    /// Stops it (SIGTERM: it ends after the packet it is sending) and
+    /// reads what it sent.
+    pub fn stop(self) -> Result<SendReport> {
+        let f = self.proc.stop(Signal::Term, Duration::from_secs(30))?;
+        parse("mcrgen send", &f)
+    }
+}
+
 /// A running `mcrgen impair`, started with `--json`.
 #[derive(Debug)]
 pub struct Impairer {

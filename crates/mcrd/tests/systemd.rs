@@ -106,34 +106,54 @@ fn ctl(sd: &Systemd, args: &[&str]) -> String {
 const KILL_BOUND_PER_RING: u64 = 64;
 
 /// Three streams flow through `sd`'s mcrd while `event` happens `EVENTS`
-/// times (each waits until systemd has a new mcrd active); then every
-/// packet is checked. Each hole in a stream must be at most `per_hole`
-/// packets (0: none at all), and there are at most `EVENTS` of them.
-/// Returns how many packets of each stream arrived.
+/// times (each waits until systemd has a new mcrd active), and half a
+/// second more; then they end, and every packet is checked. Each hole in a
+/// stream must be at most `per_hole` packets (0: none at all), and there
+/// are at most `EVENTS` of them. Returns how many packets of each stream
+/// arrived.
 fn while_streams_flow(c: &Chain, sd: &Systemd, what: &str, per_hole: u64, mut event: impl FnMut(usize)) -> [u64; 3] {
-    // Twice what the events take on a busy machine (0.2 to 0.5 s each).
-    const EACH: u64 = 10 * RATE_EACH_PPS;
-    let rx = c.expect_at_sink("239.10.1.1+3:6001+", EACH, &[]).expect("recv");
-    let sender = c.send_from_generator_meanwhile("239.1.1.1+3:5001+", EACH, &format!("{}", 3 * RATE_EACH_PPS), MINUTES);
+    // At most a minute of each (the events take 0.2 to 0.8 s each on a
+    // busy machine); they end half a second after the last event.
+    let mut flow = c
+        .flowing(
+            "239.1.1.1+3:5001+",
+            "239.10.1.1+3:6001+",
+            60 * RATE_EACH_PPS,
+            &(3 * RATE_EACH_PPS).to_string(),
+        )
+        .expect("streams");
     std::thread::sleep(Duration::from_millis(500));
     for round in 1..=EVENTS {
         event(round);
     }
+    std::thread::sleep(Duration::from_millis(500));
     assert!(
-        !sender.is_finished(),
+        !flow.ran_out().expect("the sender's status"),
         "{what}: the streams ended before the last event: make them longer"
     );
-    assert_eq!(sender.join().expect("sender").expect("send").packets, 3 * EACH);
-    let got = rx.finish(MINUTES).expect("recv done");
+    let (sent, got) = flow.end(MINUTES).expect("streams ended");
     for s in &got.report.streams {
         println!(
             "{what}: {}: {} received, {} lost, holes (first sequence, length) {:?}",
             s.destination, s.received, s.lost, s.holes
         );
     }
-    for s in &got.report.streams {
-        let expect = s.received + s.lost == EACH && s.duplicated == 0 && s.reordered == 0 && s.corrupted == 0;
-        assert!(expect, "{what}: {}: {:?}", s.destination, s.problems(Some(EACH)));
+    let mut received = [0; 3];
+    for (i, n) in received.iter_mut().enumerate() {
+        let s = got
+            .report
+            .streams
+            .iter()
+            .find(|s| s.destination.contains(&format!("239.10.1.{}:", i + 1)))
+            .unwrap_or_else(|| panic!("{what}: nothing of stream {i}"));
+        let each = sent.sent_to(i);
+        let whole = s.received + s.lost == each && s.duplicated == 0 && s.reordered == 0 && s.corrupted == 0;
+        assert!(
+            whole,
+            "{what}: {}: {each} sent: {:?}",
+            s.destination,
+            s.problems(Some(each))
+        );
         assert!(
             s.holes.len() <= EVENTS && s.holes.iter().all(|(_, n)| *n <= per_hole),
             "{what}: {}: holes {:?} (at most {per_hole} packets each)\n{}",
@@ -141,15 +161,7 @@ fn while_streams_flow(c: &Chain, sd: &Systemd, what: &str, per_hole: u64, mut ev
             s.holes,
             sd.journal("mcrd")
         );
-    }
-    let mut received = [0; 3];
-    for (i, n) in received.iter_mut().enumerate() {
-        *n = got
-            .report
-            .streams
-            .iter()
-            .find(|s| s.destination.contains(&format!("239.10.1.{}:", i + 1)))
-            .map_or(0, |s| s.received);
+        *n = s.received;
     }
     received
 }

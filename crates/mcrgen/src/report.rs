@@ -341,6 +341,19 @@ fn row(s: &StreamStats) -> String {
 }
 
 impl SendReport {
+    /// Packets sent to stream `i` (0-based): packet k of the run goes to
+    /// stream k mod `streams`, as its sequence number k div `streams`, so
+    /// a run stopped early sent the first streams one packet more than the
+    /// rest.
+    pub fn sent_to(&self, i: usize) -> u64 {
+        let s = self.streams.max(1) as u64;
+        let i = i as u64;
+        if i >= s {
+            return 0;
+        }
+        self.packets / s + u64::from(i < self.packets % s)
+    }
+
     /// The human-readable summary.
     pub fn table(&self) -> String {
         let mut out = format!(

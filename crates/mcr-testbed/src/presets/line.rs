@@ -186,6 +186,22 @@ impl Chain {
         std::thread::spawn(move || send_streams(&generator, &streams, count, &rate, timeout))
     }
 
+    /// Streams from the generator (`from`, `rate` for all together) to the
+    /// sink (`to`) that flow while the test does something, and end when
+    /// it has ([`Flowing::end`]): the receiver is told no count, the
+    /// sender's report says what each stream must have delivered
+    /// ([`mcrgen::report::SendReport::sent_to`]). `most` packets of each at
+    /// the most.
+    pub fn flowing(&self, from: &str, to: &str, most: u64, rate: &str) -> Result<Flowing> {
+        let rx = crate::traffic::Receiver::start(&self.sink, &["-s", to, "-i", Self::SINK_IF])?;
+        let most = most.to_string();
+        let sender = crate::traffic::Sender::start(
+            &self.generator,
+            &["-s", from, "-i", Self::GEN_IF, "--count", &most, "--rate", rate],
+        )?;
+        Ok(Flowing { rx, sender })
+    }
+
     /// Builds the chain.
     pub fn new(tag: &str) -> Result<Chain> {
         let Pipeline {
@@ -201,6 +217,30 @@ impl Chain {
             relay,
             sink,
         })
+    }
+}
+
+/// Streams under way ([`Chain::flowing`]).
+#[derive(Debug)]
+pub struct Flowing {
+    rx: crate::traffic::Receiver,
+    sender: crate::traffic::Sender,
+}
+
+impl Flowing {
+    /// Whether the sender has stopped on its own (it sent its most, or
+    /// failed): a test that meant to end the streams itself ran longer
+    /// than they did.
+    pub fn ran_out(&mut self) -> Result<bool> {
+        self.sender.has_stopped()
+    }
+
+    /// Ends the streams: the sender stops, the receiver 2 s after the last
+    /// packet (its idle timeout). What was sent, and what arrived.
+    pub fn end(self, timeout: std::time::Duration) -> Result<(mcrgen::report::SendReport, crate::traffic::Received)> {
+        let sent = self.sender.stop()?;
+        let got = self.rx.finish(timeout)?;
+        Ok((sent, got))
     }
 }
 

@@ -18,6 +18,6 @@ mod star;
 mod two_paths;
 
 pub use dual_bridge::DualBridge;
-pub use line::{Chain, Pipeline};
+pub use line::{Chain, Flowing, Pipeline};
 pub use star::Star;
 pub use two_paths::TwoPaths;

@@ -425,8 +425,8 @@ fn family(a: IpAddr) -> u8 {
 pub enum Ineligible {
     /// An output is a unicast host (sent through a UDP socket).
     UnicastOutput,
-    /// The rule takes datagrams of both IP versions (lines of an arbitrated
-    /// feed): the program's outputs are translated for one version only.
+    /// The rule takes datagrams of both IP versions (which its checks
+    /// refuse): the program's outputs are laid out for one version only.
     Translation,
     /// More outputs than [`MAX_FANOUT`].
     TooManyOutputs(usize),
@@ -634,6 +634,8 @@ impl FastTable {
     pub fn compile(table: &MatchTable, layout: &StatsLayout, carried: impl Fn(u32) -> bool) -> FastTable {
         let mut t = FastTable::default();
         // The IP version of each rule's keys: outputs are made for one.
+        // (The rule's checks keep a rule's inputs to one version; this
+        // holds the program to it whatever comes.)
         let mut versions: BTreeMap<u32, u8> = BTreeMap::new();
         for d in table.destinations() {
             let mut key = RuleKey {

@@ -85,9 +85,10 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_values = ["spaced", "burst"])]
     arrivals: Vec<scenario::Arrivals>,
     /// Seconds without traffic over which each relay's idle cost (the busy
-    /// share of the relay CPU) is measured, once per scenario; 0 skips it.
+    /// share of the relay CPU) is measured, once per scenario; 0 skips it
+    /// [default: 10, or a quarter of a second with --quick].
     #[arg(long)]
-    idle_seconds: Option<u64>,
+    idle_seconds: Option<f64>,
     /// The relay the others are compared with, as ratios of relay core and
     /// whole machine µs per packet at each point [default: the first of
     /// kind `kernel`].
@@ -288,7 +289,11 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         wrap: a.wrap.clone(),
         settle: !a.quick,
     };
-    let idle_s = a.idle_seconds.unwrap_or(if a.quick { 1 } else { 10 });
+    let idle_s = a.idle_seconds.unwrap_or(if a.quick { 0.25 } else { 10.0 });
+    anyhow::ensure!(
+        idle_s.is_finite() && idle_s >= 0.0,
+        "--idle-seconds {idle_s}: give a number of seconds, 0 or more"
+    );
     let mut all: Vec<Outcome> = Vec::new();
     let mut idles: Vec<Idle> = Vec::new();
     let mut out = report::Printer::new(a.json);
@@ -334,7 +339,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
                     );
                     skip(relay.as_ref(), why)
                 } else {
-                    let idle_for = (nth == 0 && idle_s > 0).then_some(idle_s);
+                    let idle_for = (nth == 0 && idle_s > 0.0).then_some(idle_s);
                     match run_shape(shape, &here, relay.as_mut(), label, a, &layout, idle_for) {
                         Ok((o, idle)) => {
                             if let Some(i) = idle {
@@ -402,19 +407,19 @@ fn run_shape(
     label: &str,
     a: &Args,
     layout: &Layout,
-    idle_s: Option<u64>,
+    idle_s: Option<f64>,
 ) -> anyhow::Result<(Vec<Outcome>, Option<Idle>)> {
     let topo = shape.build(relay.can_rewrite())?;
     topo.steer(a.relay_cpu, a.load_cpu)?;
     relay.start(&topo.sites, a.relay_cpu)?;
     let idle = idle_s.map(|secs| {
         run::settle(layout);
-        let busy = run::idle_busy_share(layout, std::time::Duration::from_secs(secs));
+        let busy = run::idle_busy_share(layout, std::time::Duration::from_secs_f64(secs));
         Idle {
             scenario: points.first().map_or_else(String::new, |p| p.scenario.to_string()),
             relay: label.to_string(),
             topology: shape.describe(),
-            seconds: secs as f64,
+            seconds: secs,
             busy_pct: busy * 100.0,
         }
     });

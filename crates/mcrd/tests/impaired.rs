@@ -26,7 +26,7 @@ use mcr_testbed::presets::Chain;
 use mcr_testbed::relay::Relay;
 use mcr_testbed::rist::RistTool;
 use mcr_testbed::srt::LiveTransmit;
-use mcr_testbed::traffic::{Impairer, Mcrgen, Received};
+use mcr_testbed::traffic::{Impairer, Mcrgen, Received, Sender};
 use mcr_testbed::{Ns, Testbed, traffic_lock};
 use mcrgen::impair::ImpairReport;
 
@@ -161,52 +161,87 @@ fn wait_until(
     find(&r).expect("the status just seen")
 }
 
-/// Sends `WARM_UP` datagrams of another stream (id 9) to `dest`, waits
-/// until `rule` has forwarded nearly all of them (the last few may be
-/// lost for good: nothing follows them), and until they have all left the
-/// far end; returns how many datagrams the SRT connection `find` shows had
-/// dropped as too late by then. The checked stream then crosses a
-/// connection whose round trip libsrt has measured: it starts from
-/// 100 ± 50 ms and measures only while data flows, and in a connection's
-/// first second a datagram now and then is dropped as too late even at
-/// 400 ms (see docs/SRT.md).
-fn warm_up(n: &Impaired, relay: &Relay, rule: &str, dest: &str, find: impl Fn(&RuleStats) -> Option<SrtStatus>) -> u64 {
-    Mcrgen::streams(dest, Chain::GEN_IF)
-        .count(WARM_UP)
-        .rate(RATE)
-        .wrap("ts")
-        .arg("--first-id")
-        .arg(9)
-        .send(&n.generator, MINUTES)
-        .expect("send the warm-up");
+/// The warm-up stream, under way until the checked one starts.
+struct WarmUp {
+    sender: Sender,
+    /// Datagrams the SRT connection had dropped as too late when the
+    /// warm-up was done.
+    too_late: u64,
+}
+
+/// Sends datagrams of another stream (id 9) to `dest` until the checked
+/// stream starts ([`send_checked`]); waits until `rule` has forwarded
+/// nearly `WARM_UP` of them and a second more. The checked stream then
+/// crosses a connection whose round trip libsrt has measured: it starts
+/// from 100 ± 50 ms and measures only while data flows, and in a
+/// connection's first second a datagram now and then is dropped as too
+/// late even at 400 ms (see docs/SRT.md).
+fn warm_up(
+    n: &Impaired,
+    relay: &Relay,
+    rule: &str,
+    dest: &str,
+    find: impl Fn(&RuleStats) -> Option<SrtStatus>,
+) -> WarmUp {
+    let (most, rate) = ((120 * RATE).to_string(), RATE.to_string());
+    let sender = Sender::start(
+        &n.generator,
+        &[
+            "-s",
+            dest,
+            "-i",
+            Chain::GEN_IF,
+            "--count",
+            &most,
+            "--rate",
+            &rate,
+            "--wrap",
+            "ts",
+            "--first-id",
+            "9",
+        ],
+    )
+    .expect("send the warm-up");
     wait_for_rule(relay, rule, "the warm-up forwarded", |r| {
         r.outputs[0].packets + 20 >= WARM_UP
     });
     // (libsrt's counts are read once a second.)
     std::thread::sleep(Duration::from_millis(LATENCY_MS + 1000));
     let s = wait_until(relay, rule, "the connection", find, |s| s.connections.len() == 1);
-    s.connections[0].dropped_too_late
+    WarmUp {
+        sender,
+        too_late: s.connections[0].dropped_too_late,
+    }
 }
 
 /// Sends the checked stream (`COUNT` datagrams and the `TAIL`) from the
-/// generator to `dest`, and returns what the sink received at `at` on
-/// `iface`.
-fn send_checked(n: &Impaired, dest: &str, at: &str, iface: &str) -> Received {
+/// generator to `dest` right after the warm-up's last datagram, and
+/// returns what the sink received at `at` on `iface` (the warm-up's
+/// datagrams still on their way passed over), and how many datagrams the
+/// warm-up sent. (With a pause longer than a RIST receiver's buffer
+/// between the two, as there was when the warm-up stopped first and its
+/// tail was waited out, ristreceiver can lose the first datagram after it
+/// for good even when it was sent again.)
+fn send_checked(n: &Impaired, warm: WarmUp, dest: &str, at: &str, iface: &str) -> (Received, u64) {
     let rx = Mcrgen::streams(at, iface)
         .wrap("ts")
+        .arg("--ignore-id")
+        .arg(9)
         // (It stops once nothing came for this long: a busy machine may
         // hold the stream up for a while.)
         .arg("--idle-timeout")
         .arg("5s")
         .recv(&n.sink)
         .expect("recv");
-    Mcrgen::streams(dest, Chain::GEN_IF)
+    let warmed = warm.sender.stop().expect("the warm-up").packets;
+    let got = Mcrgen::streams(dest, Chain::GEN_IF)
         .count(COUNT + TAIL)
         .rate(RATE)
         .wrap("ts")
         .send(&n.generator, MINUTES)
+        .map(|_| rx.finish(MINUTES).expect("recv done"))
         .expect("send");
-    rx.finish(MINUTES).expect("recv done")
+    (got, warmed)
 }
 
 /// The kernel's UDP counters in `ns` (`/proc/net/snmp`: `RcvbufErrors`
@@ -327,13 +362,14 @@ fn multicast_to_an_srt_caller_across_an_impaired_path_loses_nothing() {
     )
     .expect("srt-live-transmit");
     wait_until(&relay, "feed", "the caller", find, |s| s.connections.len() == 1);
-    let too_late_before = warm_up(&n, &relay, "feed", "239.1.1.1:5001", find);
-    let got = send_checked(&n, "239.1.1.1:5001", "239.9.9.1:6000", Chain::SINK_IF);
+    let warm = warm_up(&n, &relay, "feed", "239.1.1.1:5001", find);
+    let too_late_before = warm.too_late;
+    let (got, warmed) = send_checked(&n, warm, "239.1.1.1:5001", "239.9.9.1:6000", Chain::SINK_IF);
     // libsrt's counts are read once a second: wait until they are whole.
     let srt = wait_until(&relay, "feed", "every datagram counted", find, |s| {
         s.connections
             .first()
-            .is_some_and(|c| c.packets == WARM_UP + COUNT + TAIL)
+            .is_some_and(|c| c.packets == warmed + COUNT + TAIL)
     });
     let data = towards_sink.stop().expect("impairer");
     let back = towards_relay.stop().expect("impairer");
@@ -453,8 +489,9 @@ fn push_across_an_impaired_path(tag: &str, ffmpeg: bool) {
     // sends what it held meanwhile (the call takes about 0.4 s here) in
     // one burst: the warm-up makes it call, and lets libsrt measure the
     // round trip before the checked stream starts.
-    let too_late_before = warm_up(&n, &relay, "contrib", &input, find);
-    let got = send_checked(&n, &input, "239.10.9.9:6009", Chain::SINK_IF);
+    let warm = warm_up(&n, &relay, "contrib", &input, find);
+    let too_late_before = warm.too_late;
+    let (got, warmed) = send_checked(&n, warm, &input, "239.10.9.9:6009", Chain::SINK_IF);
     let data = towards_relay.stop().expect("impairer");
     let back = towards_gen.stop().expect("impairer");
     let context = format!(
@@ -469,7 +506,7 @@ fn push_across_an_impaired_path(tag: &str, ffmpeg: bool) {
     assert_whole(&got, &context);
     assert_impaired(&data, &back);
     let srt = wait_until(&relay, "contrib", "every datagram counted", find, |s| {
-        s.connections.first().is_some_and(|c| c.packets >= WARM_UP - 20 + COUNT)
+        s.connections.first().is_some_and(|c| c.packets >= warmed - 20 + COUNT)
     });
     let c = &srt.connections[0];
     assert_eq!(c.stream_id, "contrib", "{c:?}");
@@ -481,7 +518,7 @@ fn push_across_an_impaired_path(tag: &str, ffmpeg: bool) {
     let stats = relay.stats().expect("stats");
     let r = stats.rules.iter().find(|r| r.name == "contrib").expect("rule");
     assert!(
-        r.packets >= WARM_UP - 20 + COUNT && r.outputs[0].packets == r.packets,
+        r.packets >= warmed - 20 + COUNT && r.outputs[0].packets == r.packets,
         "{r:?}"
     );
     report(
@@ -534,14 +571,14 @@ fn multicast_to_a_rist_receiver_across_an_impaired_path_loses_nothing() {
     )
     .expect("ristreceiver");
     wait_until(&relay, "feed", "the receiver", find, |s| s.connections.len() == 1);
-    warm_up(&n, &relay, "feed", "239.1.1.1:5001", find);
-    let got = send_checked(&n, "239.1.1.1:5001", "127.0.0.1:6100", "lo");
+    let warm = warm_up(&n, &relay, "feed", "239.1.1.1:5001", find);
+    let (got, warmed) = send_checked(&n, warm, "239.1.1.1:5001", "127.0.0.1:6100", "lo");
     // librist's counts are read once a second (the sender's include its
     // RTCP packets).
     let rist = wait_until(&relay, "feed", "every datagram counted", find, |s| {
         s.connections
             .first()
-            .is_some_and(|c| c.packets >= WARM_UP + COUNT + TAIL)
+            .is_some_and(|c| c.packets >= warmed + COUNT + TAIL)
     });
     let data = towards_sink.stop().expect("impairer");
     let back = towards_relay.stop().expect("impairer");
@@ -596,12 +633,12 @@ fn ristsender_pushing_across_an_impaired_path_reaches_multicast_whole() {
     )
     .expect("ristsender");
     wait_until(&relay, "contrib", "the sender", find, |s| s.connections.len() == 1);
-    warm_up(&n, &relay, "contrib", &input, find);
-    let got = send_checked(&n, &input, "239.10.9.9:6009", Chain::SINK_IF);
+    let warm = warm_up(&n, &relay, "contrib", &input, find);
+    let (got, warmed) = send_checked(&n, warm, &input, "239.10.9.9:6009", Chain::SINK_IF);
     let data = towards_relay.stop().expect("impairer");
     let back = towards_gen.stop().expect("impairer");
     let rist = wait_until(&relay, "contrib", "the flow's counts", find, |s| {
-        s.connections.first().is_some_and(|c| c.packets >= COUNT)
+        s.connections.first().is_some_and(|c| c.packets >= warmed + COUNT)
     });
     let context = format!(
         "{:?}\nrelay's UDP: {}\n{}\n{}\n--- sender\n{}\n--- impairers\n{data:?}\n{back:?}",

@@ -429,6 +429,11 @@ struct RecvArgs {
     /// the sender.
     #[arg(long, conflicts_with = "expect")]
     late_join: bool,
+    /// Packets of this stream id are not this run's: counted as
+    /// `ignored` and otherwise passed over (the tail of a warm-up stream
+    /// still on its way when the checked one starts).
+    #[arg(long)]
+    ignore_id: Option<u32>,
     /// How the test payload is carried (as `send --wrap`): with `rtp`,
     /// `ts` or `rtp-ts` the RTP sequence and jitter and the MPEG-TS
     /// first-priority errors (ETSI TR 101 290) are checked and reported too.
@@ -556,6 +561,7 @@ fn recv(a: RecvArgs) -> anyhow::Result<ExitCode> {
         recv_buffer_bytes: a.rcvbuf,
         window: a.window,
         late_join: a.late_join,
+        ignore_id: a.ignore_id,
         cpu: a.cpu,
         via: a.via,
         vlan: a.vlan,

@@ -160,6 +160,9 @@ pub struct RecvReport {
     /// Frames of another VLAN than the one asked for (`--via ring`).
     #[serde(default)]
     pub other_vlan: u64,
+    /// Packets of the stream id `--ignore-id` names, passed over.
+    #[serde(default)]
+    pub ignored: u64,
     /// From the first packet to the last, in seconds.
     pub active_s: f64,
     /// Why it stopped: `expected count`, `idle timeout`, `duration`,

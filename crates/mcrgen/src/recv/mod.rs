@@ -97,6 +97,8 @@ pub struct RecvConfig {
     /// Count loss from the first packet each stream delivers, not from 0
     /// (for a receiver that starts after the sender).
     pub late_join: bool,
+    /// Packets of this stream id are passed over (counted as `ignored`).
+    pub ignore_id: Option<u32>,
     /// Pin the receiving thread to this CPU.
     pub cpu: Option<usize>,
     /// Through sockets or from a ring.
@@ -194,6 +196,9 @@ struct Counters {
     bad_frames: u64,
     /// Frames of another VLAN than the one asked for (ring only).
     other_vlan: u64,
+    /// Packets of the stream id passed over, and that id.
+    ignored: u64,
+    ignore_id: Option<u32>,
     expect: Option<u64>,
     complete: usize,
     wrap: crate::wrap::Wrap,
@@ -234,6 +239,8 @@ impl Counters {
             stray: 0,
             bad_frames: 0,
             other_vlan: 0,
+            ignored: 0,
+            ignore_id: cfg.ignore_id,
             expect: cfg.expect,
             complete: 0,
             wrap: cfg.wrap,
@@ -251,6 +258,13 @@ impl Counters {
             self.stray += 1;
             return;
         };
+        if let Some(id) = self.ignore_id
+            && !truncated
+            && crate::wrap::test_payload_id(data).is_some_and(|(stream, _)| stream == id)
+        {
+            self.ignored += 1;
+            return;
+        }
         let d = &mut self.dests[i];
         if let Some(v) = dscp {
             d.dscp_seen |= 1u64 << (v & 63);
@@ -449,6 +463,7 @@ fn report(cfg: &RecvConfig, o: &Outcome) -> RecvReport {
         stray: c.stray,
         bad_frames: c.bad_frames,
         other_vlan: c.other_vlan,
+        ignored: c.ignored,
         active_s: o.active_s,
         stopped_by: o.stopped_by.to_string(),
         expect: cfg.expect,

@@ -10,6 +10,7 @@
 
 mod carry;
 mod config_file;
+mod continuity;
 mod control;
 mod datapath;
 pub mod etcd;
@@ -121,21 +122,24 @@ struct Supervisor {
     journal: journal::Journal,
     /// Active or standby.
     role: role::RoleKeeper,
-    /// systemd's file-descriptor store, kept equal to what outlives this
-    /// process.
-    fdstore: handover::FdStore,
-    /// The membership sockets of the mcrd before, held until this one
-    /// holds every membership itself.
-    held_over: Vec<std::os::fd::OwnedFd>,
-    /// `mcrctl restart` asked for this program, once the answer is out.
-    restart: Option<PathBuf>,
-    /// Which slots count what, for the next mcrd (none if the memory for
-    /// it could not be had: said at the start).
-    slots: Option<carry::Note>,
-    /// The counters the mcrd before left, until they are carried over.
-    before: Option<carry::Before>,
+    /// What passes from this mcrd to the next, and came from the one
+    /// before.
+    continuity: continuity::Continuity,
     /// The relay as an NMOS Node, when `[daemon.nmos]` says so.
     nmos: nmos::Nmos,
+}
+
+/// What the components other than [`continuity::Continuity`] hold that
+/// must outlive this process: the eBPF links, the membership and port
+/// sockets.
+fn components_held<'a>(
+    kernel: Option<&'a datapath::Datapath>,
+    members: &'a Memberships,
+    ports: &'a Ports,
+) -> impl Iterator<Item = handover::Held<'a>> {
+    (kernel.into_iter().flat_map(datapath::Datapath::held))
+        .chain(members.held())
+        .chain(ports.held())
 }
 
 /// How long a start waits for every worker to run the initial table
@@ -184,6 +188,7 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let (table_tx, _) = watch::channel(Arc::new(Vec::new()));
     let (nmos, mut due_rx) = nmos::Nmos::new(opts.file_settings.nmos.as_ref(), &opts.http)?;
+    let (continuity, continuity_notes) = continuity::Continuity::take_over(&mut inherited);
     let mut sup = Supervisor {
         plane: Plane::new(
             layout.rule_slots,
@@ -211,31 +216,11 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
         ring: opts.ring,
         journal: journal::Journal::default(),
         role: role::RoleKeeper::new(opts.role),
-        fdstore: handover::FdStore::new(&inherited.names),
-        held_over: std::mem::take(&mut inherited.joins),
-        restart: None,
-        slots: None,
-        before: None,
+        continuity,
         nmos,
     };
-    match carry::Note::create() {
-        Ok(n) => sup.slots = Some(n),
-        Err(e) => sup.journal.note(
-            Level::Warn,
-            format!("no memory for the slot document ({e}): a restart will start the counters from zero"),
-        ),
-    }
-    match carry::Before::open(std::mem::take(&mut inherited.stats)) {
-        Ok(None) if inherited.source.is_some() => sup.journal.note(
-            Level::Warn,
-            "restart: the mcrd before handed over no counters (a build older than this one): they start from zero"
-                .into(),
-        ),
-        Ok(b) => sup.before = b,
-        Err(why) => sup.journal.note(
-            Level::Warn,
-            format!("restart: the counters of the mcrd before could not be read ({why}); they start from zero"),
-        ),
+    for (level, m) in continuity_notes {
+        sup.journal.note(level, m);
     }
     refused.extend(sup.ports.adopt(std::mem::take(&mut inherited.ports)));
     refused.extend(sup.adopt_rings(std::mem::take(&mut inherited.rings)));
@@ -313,7 +298,7 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
     // Every membership and port is held by this process now: let go of
     // what the mcrd before held.
     if inherited.source.is_some() {
-        let joins = std::mem::take(&mut sup.held_over).len();
+        let joins = sup.continuity.let_go_held_over();
         let ports = sup.ports.drop_adopted();
         tracing::info!(
             "restart: this mcrd holds every membership and port itself; let go {joins} membership socket(s) and {ports} unclaimed port socket(s) of the mcrd before"
@@ -368,7 +353,7 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
             Some(u) = store_rx.recv() => sup.step(Event::Store { update: u.into(), interfaces: interfaces() }),
             Some((req, reply_to)) = calls_rx.recv() => {
                 sup.handle(req, reply_to);
-                if sup.restart.is_some() {
+                if sup.continuity.restart_asked() {
                     sup.restart_in_place(control_copy.as_fd(), &mut events_rx).await;
                 }
             }
@@ -516,65 +501,38 @@ impl Supervisor {
     /// Adds what the mcrd before counted to this one's counts, once its
     /// counts are final; says so in the journal.
     fn carry_counts(&mut self) {
-        let Some(before) = self.before.take() else { return };
         let layout = self.stats.layout();
-        let over = before.carry(&layout, self.plane.rules(), self.stats.carried_mut());
-        let mut m = format!(
-            "restart: counters carried over: {} rule(s), {} output(s) and input(s) go on counting from where the mcrd before left them",
-            over.rules, over.lines
-        );
-        if over.gone > 0 {
-            m.push_str(&format!("; {} rule(s) this mcrd does not have were let go", over.gone));
+        if let Some(m) = self
+            .continuity
+            .carry_counts(&layout, self.plane.rules(), self.stats.carried_mut())
+        {
+            self.journal.note(Level::Info, m);
+            self.write_slots();
         }
-        self.journal.note(Level::Info, m);
-        self.write_slots();
     }
 
     /// Writes which slots count what (and what was carried over) for the
     /// next mcrd.
     fn write_slots(&mut self) {
-        let Some(note) = &self.slots else { return };
-        let doc = carry::manifest(&self.stats.layout(), self.plane.rules(), self.stats.carried());
-        if let Err(e) = note.write(&doc) {
-            self.journal.note(
-                Level::Warn,
-                format!("writing the slot document: {e}; a restart will start the counters from zero"),
-            );
-            self.slots = None;
+        let layout = self.stats.layout();
+        if let Some(why) = self
+            .continuity
+            .write_slots(&layout, self.plane.rules(), self.stats.carried())
+        {
+            self.journal.note(Level::Warn, why);
         }
-    }
-
-    /// What of the counters must outlive this process: the mcrd before's
-    /// until they are carried over, then this one's.
-    fn counts_held(&self) -> Vec<handover::Held<'_>> {
-        carry::held(
-            self.before.as_ref(),
-            self.slots.as_ref(),
-            &self.counters,
-            self.kernel.as_ref().map(datapath::Datapath::counters),
-        )
     }
 
     /// Keeps systemd's file-descriptor store equal to what must outlive
     /// this process: the eBPF links, the membership and port sockets, the
     /// counters.
     fn keep_store(&mut self) {
-        if !self.fdstore.is_on() {
+        if !self.continuity.keeps_store() {
             return;
         }
-        let held_over = self.held_over.iter().map(|fd| handover::socket("join", fd.as_fd()));
-        let held: Vec<handover::Held<'_>> = (self.kernel.iter().flat_map(datapath::Datapath::held))
-            .chain(self.members.held())
-            .chain(self.ports.held())
-            .chain(held_over)
-            .chain(carry::held(
-                self.before.as_ref(),
-                self.slots.as_ref(),
-                &self.counters,
-                self.kernel.as_ref().map(datapath::Datapath::counters),
-            ))
-            .collect();
-        for why in self.fdstore.sync(held) {
+        let counts = stats::Counters::of(&self.counters, self.kernel.as_ref());
+        let others = components_held(self.kernel.as_ref(), &self.members, &self.ports);
+        for why in self.continuity.keep_store(others, counts) {
             self.journal.note(Level::Warn, why);
         }
     }

@@ -9,7 +9,7 @@
 //! the workers' path, frames that arrive meanwhile wait in the rings, and
 //! the new workers read on where the last stopped.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use mcr_core::plane::machine::Level;
 use tokio::sync::mpsc;
 
 use super::workers::WorkerEvent;
-use super::{Supervisor, handover, notify};
+use super::{Supervisor, notify};
 
 /// How long the new program may take to say its version.
 const CHECK_LIMIT: Duration = Duration::from_secs(10);
@@ -102,7 +102,7 @@ impl Supervisor {
                     Level::Info,
                     format!("restart: handing over to {} ({version})", binary.display()),
                 );
-                self.restart = Some(binary.clone());
+                self.continuity.ask_restart(binary.clone());
                 Reply::Restarting {
                     binary,
                     version,
@@ -143,7 +143,9 @@ impl Supervisor {
         control: BorrowedFd<'_>,
         events: &mut mpsc::UnboundedReceiver<WorkerEvent>,
     ) {
-        let Some(binary) = self.restart.take() else { return };
+        let Some(binary) = self.continuity.take_restart() else {
+            return;
+        };
         // The answer to `restart` is on its way to the client: let its
         // connection write it.
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -151,16 +153,10 @@ impl Supervisor {
         let deferred = self.stop_workers_for_restart(events).await;
         let mut cmd = std::process::Command::new(&binary);
         cmd.args(std::env::args_os().skip(1));
-        let held_over: Vec<handover::Held<'_>> = self
-            .held_over
-            .iter()
-            .map(|fd: &OwnedFd| handover::socket("join", fd.as_fd()))
-            .collect();
-        let fds: Vec<(String, BorrowedFd<'_>)> = (self.kernel.iter().flat_map(super::datapath::Datapath::held))
-            .chain(self.members.held())
-            .chain(self.ports.held())
-            .chain(held_over)
-            .chain(self.counts_held())
+        let counts = super::stats::Counters::of(&self.counters, self.kernel.as_ref());
+        let others = super::components_held(self.kernel.as_ref(), &self.members, &self.ports);
+        let fds: Vec<(String, BorrowedFd<'_>)> = (self.continuity.outliving(others, counts))
+            .into_iter()
             .map(|(name, _, fd)| (name, fd))
             .chain(self.workers.iter().flat_map(super::workers::WorkerSlot::kept_rings))
             .chain(std::iter::once(("control".to_string(), control)))

@@ -35,7 +35,6 @@ mod workers;
 use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -47,13 +46,13 @@ use mcr_core::rule::Rule;
 use mcr_core::snapshot::SlottedRule;
 use mcr_core::stats::StatsLayout;
 use mcr_sys::shm::SharedCounters;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
-use crate::channel::{FromWorker, ToWorker};
+use crate::channel::FromWorker;
 use membership::Memberships;
 use ports::Ports;
 use stats::Stats;
-use workers::{Recipe, WorkerEvent, WorkerSlot};
+use workers::{Recipe, WorkerEvent, Workers};
 
 /// How the daemon runs.
 #[derive(Debug, Clone)]
@@ -103,21 +102,13 @@ struct Supervisor {
     plane: Plane<ReplyTo>,
     members: Memberships,
     ports: Ports,
-    workers: Vec<WorkerSlot>,
-    recipe: Recipe,
+    workers: Workers,
     counters: SharedCounters,
     /// The in-kernel data path, when it is chosen and could be loaded.
     kernel: Option<datapath::Datapath>,
     /// Why it is not there, when it was chosen.
     kernel_missing: Option<String>,
     stats: Stats,
-    /// The current table, encoded as the line every worker is sent.
-    table_line: watch::Sender<Arc<Vec<u8>>>,
-    events: mpsc::UnboundedSender<WorkerEvent>,
-    /// The workers' fanout groups, with several workers.
-    fanout: Option<fanout::FanoutGroups>,
-    /// The shape of the workers' rings.
-    ring: mcr_sys::ring::RingConfig,
     /// What happened lately.
     journal: journal::Journal,
     /// Active or standby.
@@ -185,8 +176,15 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
             .collect(),
     };
     let exe = std::env::current_exe().context("find this executable to start workers")?;
-    let (events_tx, mut events_rx) = mpsc::unbounded_channel();
-    let (table_tx, _) = watch::channel(Arc::new(Vec::new()));
+    let (workers, mut events_rx) = Workers::new(
+        opts.workers,
+        &opts.cpus,
+        Recipe {
+            exe,
+            common_args: opts.worker_args.clone(),
+        },
+        opts.ring,
+    );
     let (nmos, mut due_rx) = nmos::Nmos::new(opts.file_settings.nmos.as_ref(), &opts.http)?;
     let (continuity, continuity_notes) = continuity::Continuity::take_over(&mut inherited);
     let mut sup = Supervisor {
@@ -199,21 +197,11 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
         ),
         members: Memberships::default(),
         ports: Ports::default(),
-        workers: (0..opts.workers)
-            .map(|i| WorkerSlot::new(i, opts.cpus[i % opts.cpus.len()]))
-            .collect(),
-        recipe: Recipe {
-            exe,
-            common_args: opts.worker_args.clone(),
-        },
+        workers,
         counters,
         kernel,
         kernel_missing,
         stats: Stats::new(layout),
-        table_line: table_tx,
-        events: events_tx,
-        fanout: (opts.workers > 1).then(|| fanout::FanoutGroups::new(std::process::id() as u16)),
-        ring: opts.ring,
         journal: journal::Journal::default(),
         role: role::RoleKeeper::new(opts.role),
         continuity,
@@ -223,7 +211,7 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
         sup.journal.note(level, m);
     }
     refused.extend(sup.ports.adopt(std::mem::take(&mut inherited.ports)));
-    refused.extend(sup.adopt_rings(std::mem::take(&mut inherited.rings)));
+    refused.extend(sup.workers.adopt_rings(std::mem::take(&mut inherited.rings)));
     if let Some(e) = &inherited.error {
         sup.journal.note(
             Level::Warn,
@@ -371,7 +359,7 @@ async fn run_async(mut opts: Options, mut inherited: handover::Inherited) -> any
                 if let Some(k) = &mut sup.kernel {
                     k.sample_race();
                 }
-                for w in &mut sup.workers {
+                for w in sup.workers.iter_mut() {
                     w.sample_cpu();
                 }
                 sup.step(Event::Tick);
@@ -477,27 +465,6 @@ impl Supervisor {
         self.carry_out(effects);
     }
 
-    /// Gives each worker the rings the mcrd before left it, and takes
-    /// their fanout groups: the workers read on where the last stopped.
-    /// Returns what could not be taken.
-    fn adopt_rings(&mut self, rings: Vec<handover::InheritedRing>) -> Vec<String> {
-        let mut refused = Vec::new();
-        for r in rings {
-            let Some(w) = self.workers.get_mut(r.worker) else {
-                handover::unstore_ring(&r.name);
-                refused.push(format!("`{}`: this mcrd has {} worker(s)", r.name, self.workers.len()));
-                continue;
-            };
-            if let Some(groups) = &mut self.fanout
-                && let Err(e) = groups.adopt(r.ifindex, r.fd.as_fd())
-            {
-                refused.push(format!("`{}`: its fanout group: {e}", r.name));
-            }
-            w.adopt_ring(r.ifindex, r.geometry, r.fd);
-        }
-        refused
-    }
-
     /// Adds what the mcrd before counted to this one's counts, once its
     /// counts are final; says so in the journal.
     fn carry_counts(&mut self) {
@@ -573,7 +540,7 @@ impl Supervisor {
                     let _ = to.send(Reply::Error { error }.into());
                 }
                 Effect::Start(i) => self.start_worker(i),
-                Effect::RestartAfter { index, delay } => self.restart_later(index, delay),
+                Effect::RestartAfter { index, delay } => self.workers.restart_later(index, delay),
                 Effect::Log(level, m) => self.journal.note(level, m),
             }
         }
@@ -610,7 +577,7 @@ impl Supervisor {
     /// Sends the current table to every worker (each gets the newest).
     fn publish(&mut self) {
         let ifs = self.plane.interfaces();
-        let mut snap = self.plane.snapshot();
+        let snap = self.plane.snapshot();
         let (table, _) = mcr_core::table::MatchTable::compile(&snap);
         // The kernel's maps first: a worker that gets the table before they
         // are written still has every rule, and a frame is forwarded by
@@ -618,35 +585,19 @@ impl Supervisor {
         if let Some(k) = &mut self.kernel {
             k.reconcile(&table, ifs, &self.stats.layout());
         }
-        // A fanout group for each new input interface, a member for each
-        // worker in order, each ring reaching its worker before the table.
-        if let Some(groups) = &mut self.fanout {
-            let n = self.workers.len();
-            for (w, ifindex, ring) in groups.reconcile(&table.input_interfaces(), ifs, &self.ring, n) {
-                self.workers[w].give_ring(ifindex, ring);
-            }
-            groups.steer(&table, n);
-            snap.fanout = groups.table();
-        }
-        match serde_json::to_vec(&ToWorker::Table(snap)) {
-            Ok(mut line) => {
-                line.push(b'\n');
-                self.table_line.send_replace(Arc::new(line));
-            }
-            Err(e) => tracing::error!("could not encode the table: {e}"),
-        }
+        self.workers.publish(snap, &table, ifs);
         self.write_slots();
     }
 
     fn start_worker(&mut self, i: usize) {
-        let w = &mut self.workers[i];
         // Worker 0 reads the kernel data path's health records.
         let kernel = self.kernel.as_ref().map(|k| workers::FromKernel {
             ring_filter: k.ring_filter(),
             health_ring: (i == 0).then(|| k.health_ring()).flatten(),
         });
-        match w.spawn(&self.recipe, &self.counters, kernel, &self.table_line, &self.events) {
+        match self.workers.spawn(i, &self.counters, kernel) {
             Ok(()) => {
+                let w = &self.workers[i];
                 let pid = w.pid.map_or_else(|| "?".into(), |p| p.to_string());
                 let m = format!("worker {i} started (pid {pid}, CPU {})", w.cpu);
                 self.journal.note(Level::Info, m);
@@ -657,14 +608,6 @@ impl Supervisor {
                 why: e.to_string(),
             }),
         }
-    }
-
-    fn restart_later(&self, i: usize, delay: Duration) {
-        let tx = self.events.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            let _ = tx.send(WorkerEvent::RestartDue { index: i });
-        });
     }
 
     fn on_worker(&mut self, ev: WorkerEvent) {
@@ -960,7 +903,7 @@ impl Supervisor {
     async fn shutdown(&mut self, events: &mut mpsc::UnboundedReceiver<WorkerEvent>) {
         tracing::info!("stopping");
         self.step(Event::Stop);
-        for w in &mut self.workers {
+        for w in self.workers.iter_mut() {
             w.ask_to_stop();
         }
         // Give them a moment to flush and exit; kill_on_drop ends the rest.
@@ -1033,7 +976,7 @@ impl Supervisor {
         // The line race of arbitrated rules, from the worker that carries
         // each (the one whose copies were measured: every worker reports
         // the rules it has, the others with nothing measured).
-        let mut races: BTreeMap<u32, &Vec<mcr_core::arbitrate::race::LagSummary>> = BTreeMap::new();
+        let mut races: BTreeMap<u32, &[mcr_core::arbitrate::race::LagSummary]> = BTreeMap::new();
         for (slot, lags) in self.workers.iter().flat_map(|w| &w.race) {
             let measured = |l: &[mcr_core::arbitrate::race::LagSummary]| l.iter().map(|x| x.samples).sum::<u64>();
             if races.get(slot).is_none_or(|had| measured(had) < measured(lags)) {
@@ -1099,10 +1042,8 @@ impl Supervisor {
     /// must take all its frames), and where the eBPF one runs.
     fn fill_datapath(&self, report: &mut mcr_core::control::StatsReport) {
         report.datapath_missing = self.kernel_missing.clone();
-        if let Some(groups) = &self.fanout {
-            for (r, s) in self.plane.rules().iter().zip(&mut report.rules) {
-                s.worker = groups.worker_of(r.slot);
-            }
+        for (r, s) in self.plane.rules().iter().zip(&mut report.rules) {
+            s.worker = self.workers.carrier_of(r.slot);
         }
         let Some(k) = &self.kernel else { return };
         for (r, s) in self.plane.rules().iter().zip(&mut report.rules) {

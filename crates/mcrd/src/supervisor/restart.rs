@@ -190,7 +190,7 @@ impl Supervisor {
         events: &mut mpsc::UnboundedReceiver<WorkerEvent>,
     ) -> Vec<WorkerEvent> {
         let mut deferred = Vec::new();
-        for w in &mut self.workers {
+        for w in self.workers.iter_mut() {
             w.ask_to_stop();
         }
         let deadline = tokio::time::Instant::now() + STOP_LIMIT;

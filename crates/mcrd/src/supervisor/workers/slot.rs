@@ -1,11 +1,8 @@
-//! The worker processes: started by re-executing `mcrd worker`, pinned to
-//! their cores, fed the whole table, watched, and restarted when they die
-//! (when, and after what delay, the plane decides: [`mcr_core::plane::machine`]). A restarted worker counts on in the same statistics
-//! block, so no counter is lost, and reads on from the receive rings of
-//! the one it replaces, which the supervisor kept open meanwhile, so no
-//! frame that arrived while it was away is lost either.
+//! One worker process as the supervisor holds it: started by re-executing
+//! `mcrd worker` with its channel, statistics memory and ring keeper,
+//! watched through its channel and exit, sampled for CPU time; the rings
+//! it read are kept for the worker that replaces it.
 
-use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::process::Stdio;
@@ -20,64 +17,14 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::control::{LineEnd, read_line};
-use super::handover;
 use crate::channel::{
     FromWorker, Problem, RingNote, ToWorker, WORKER_CHANNEL_FD, WORKER_FILTER_FD, WORKER_HEALTH_FD, WORKER_RINGS_FD,
     WORKER_STATS_FD,
 };
+use crate::supervisor::control::{LineEnd, read_line};
+use crate::supervisor::handover;
 
-/// What the eBPF data path gives a worker: its rings' socket filter, and
-/// (worker 0 only) the ring of health records to read.
-#[derive(Debug, Clone, Copy)]
-pub struct FromKernel<'a> {
-    /// The rings' socket filter.
-    pub ring_filter: std::os::fd::BorrowedFd<'a>,
-    /// The health ring.
-    pub health_ring: Option<std::os::fd::BorrowedFd<'a>>,
-}
-
-/// The supervisor's copies of a worker's receive rings, by interface.
-pub type KeptRings = BTreeMap<u32, (RingGeometry, OwnedFd)>;
-
-/// What the supervisor hears about a worker.
-#[derive(Debug)]
-pub enum WorkerEvent {
-    /// A message from it.
-    Said {
-        /// Which worker.
-        index: usize,
-        /// Which incarnation.
-        generation: u64,
-        /// What.
-        msg: FromWorker,
-    },
-    /// It exited.
-    Exited {
-        /// Which worker.
-        index: usize,
-        /// Which incarnation.
-        generation: u64,
-        /// How.
-        how: String,
-        /// Its receive rings, for the worker that replaces it.
-        rings: KeptRings,
-    },
-    /// Its restart delay is over.
-    RestartDue {
-        /// Which worker.
-        index: usize,
-    },
-}
-
-/// How to start a worker, the same for every one.
-#[derive(Debug, Clone)]
-pub struct Recipe {
-    /// This executable.
-    pub exe: std::path::PathBuf,
-    /// Arguments every worker gets after `worker`.
-    pub common_args: Vec<String>,
-}
+use super::{FromKernel, KeptRings, Recipe, WorkerEvent};
 
 /// The supervisor's hold on one worker process: the process, what it
 /// could not set up, its CPU time and the rings kept for its successor

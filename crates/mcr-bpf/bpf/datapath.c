@@ -7,9 +7,11 @@
 // fragment, lengths and the IPv4 header checksum right, UDP straight after
 // the fixed IPv6 header) and that a fast rule takes is forwarded here: for
 // each output the headers are rewritten in place (MACs, addresses, port,
-// TTL or hop limit, DSCP, VLAN tag, checksums updated incrementally) and
-// a clone goes to each output interface, whose answer (sent, queue full,
-// error) is counted for that output. The frame itself is then dropped
+// TTL or hop limit, DSCP, VLAN tag, checksums updated incrementally; for
+// an output of the other IP version, the frame made one of that version
+// first, see `translate`) and a clone goes to each output interface, whose
+// answer (sent, queue full, error) is counted for that output. The frame
+// itself is then dropped
 // (TCX_DROP), so nothing of it reaches the host's IP stack, unless a local
 // socket listens on its port: then its headers are put back and it goes
 // on up the stack as if MCR were not there. Everything else goes on

@@ -19,15 +19,7 @@ const RESTARTS: usize = 10;
 /// mcrd with three rules from a config file (a restart takes the file's
 /// rules, as a start does): veth1:239.1.1.N:500N -> veth2:239.10.1.N:600N.
 fn start_with_three(c: &Chain, dir: &TempDir, args: &[&str]) -> Relay {
-    let mut toml = String::new();
-    for i in 1..=3 {
-        toml.push_str(&format!(
-            "\n[[rule]]\nname = \"feed-{i}\"\ninput = \"veth1:239.1.1.{i}:{}\"\noutputs = [\"veth2:239.10.1.{i}:{}\"]\n",
-            5000 + i,
-            6000 + i
-        ));
-    }
-    let config = dir.file("mcrd.toml", &toml).expect("config");
+    let config = dir.file("mcrd.toml", &Chain::three_feeds_toml()).expect("config");
     let mut all = vec!["--config", config.to_str().expect("utf-8")];
     all.extend_from_slice(args);
     Relay::start(&c.relay, &all).expect("mcrd")
@@ -52,14 +44,7 @@ fn restarts_lose_nothing(tag: &str, args: &[&str], ebpf: bool) {
     let builds = [mcr_testbed::bin("mcrd").expect("mcrd"), other];
     // At most a minute of each (the restarts take 0.2 s each on an idle
     // machine); they end half a second after the last.
-    let mut flow = c
-        .flowing(
-            "239.1.1.1+3:5001+",
-            "239.10.1.1+3:6001+",
-            60 * RATE_EACH_PPS,
-            &(3 * RATE_EACH_PPS).to_string(),
-        )
-        .expect("streams");
+    let mut flow = c.three_feeds_flowing(RATE_EACH_PPS).expect("streams");
     // The stream is under way before the first restart.
     std::thread::sleep(Duration::from_millis(500));
     let list_before = relay.ctl_ok(&["list"]).expect("list");

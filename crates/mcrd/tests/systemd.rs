@@ -44,14 +44,7 @@ fn install(c: &Chain, dir: &TempDir, daemon: &str) -> Systemd {
         all.push(path.display().to_string());
         sd.exec(tool, &all).unwrap_or_else(|e| panic!("{tool}: {e}"));
     }
-    let mut toml = format!("[daemon]\n{daemon}\n");
-    for i in 1..=3 {
-        toml.push_str(&format!(
-            "\n[[rule]]\nname = \"feed-{i}\"\ninput = \"veth1:239.1.1.{i}:{}\"\noutputs = [\"veth2:239.10.1.{i}:{}\"]\n",
-            5000 + i,
-            6000 + i
-        ));
-    }
+    let toml = format!("[daemon]\n{daemon}\n{}", Chain::three_feeds_toml());
     std::fs::write(sd.root().join("etc/mcr/mcrd.toml"), toml).expect("config");
     // The program inside the container's own root, as a package puts it
     // in /usr/bin: the workspace's path may be one the unit hides
@@ -114,14 +107,7 @@ const KILL_BOUND_PER_RING: u64 = 64;
 fn while_streams_flow(c: &Chain, sd: &Systemd, what: &str, per_hole: u64, mut event: impl FnMut(usize)) -> [u64; 3] {
     // At most a minute of each (the events take 0.2 to 0.8 s each on a
     // busy machine); they end half a second after the last event.
-    let mut flow = c
-        .flowing(
-            "239.1.1.1+3:5001+",
-            "239.10.1.1+3:6001+",
-            60 * RATE_EACH_PPS,
-            &(3 * RATE_EACH_PPS).to_string(),
-        )
-        .expect("streams");
+    let mut flow = c.three_feeds_flowing(RATE_EACH_PPS).expect("streams");
     std::thread::sleep(Duration::from_millis(500));
     for round in 1..=EVENTS {
         event(round);

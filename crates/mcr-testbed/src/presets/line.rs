@@ -202,6 +202,35 @@ impl Chain {
         Ok(Flowing { rx, sender })
     }
 
+    /// The three feeds the restart tests carry, as a config file's rules:
+    /// `feed-i` takes 239.1.1.i:500i on the relay's input to 239.10.1.i:600i
+    /// on its output (i = 1, 2, 3).
+    pub fn three_feeds_toml() -> String {
+        (1..=3)
+            .map(|i| {
+                format!(
+                    "\n[[rule]]\nname = \"feed-{i}\"\ninput = \"{}:239.1.1.{i}:{}\"\noutputs = [\"{}:239.10.1.{i}:{}\"]\n",
+                    Self::RELAY_IN_IF,
+                    5000 + i,
+                    Self::RELAY_OUT_IF,
+                    6000 + i
+                )
+            })
+            .collect()
+    }
+
+    /// The three feeds of [`Chain::three_feeds_toml`] flowing, `rate_each`
+    /// packets a second each, until the test ends them (a minute at the
+    /// most): stream i of the report is feed-(i+1).
+    pub fn three_feeds_flowing(&self, rate_each: u64) -> Result<Flowing> {
+        self.flowing(
+            "239.1.1.1+3:5001+",
+            "239.10.1.1+3:6001+",
+            60 * rate_each,
+            &(3 * rate_each).to_string(),
+        )
+    }
+
     /// Builds the chain.
     pub fn new(tag: &str) -> Result<Chain> {
         let Pipeline {
